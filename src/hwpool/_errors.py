@@ -1,0 +1,13 @@
+"""Exceptions shared by the pools."""
+
+from __future__ import annotations
+
+__all__ = ["PoolClosedError", "WouldBlock"]
+
+
+class WouldBlock(Exception):
+    """Raised by a ``*_nowait`` call that cannot be granted without waiting."""
+
+
+class PoolClosedError(RuntimeError):
+    """Raised when a pool is used after ``close()``."""
