@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -202,14 +204,14 @@ def test_walk_stops_early_when_nothing_behind_can_fit() -> None:
     for _ in range(10_000):
         core.submit(frac(0.9))
     visited = 0
-    original_place = core._place
+    original_take = core._take_in
 
-    def counting_place(demand: Demand, candidates: list[int]) -> tuple[int, ...] | None:
+    def counting_take(order: Any, count: int, units: int) -> tuple[int, ...] | None:
         nonlocal visited
         visited += 1
-        return original_place(demand, candidates)
+        return original_take(order, count, units)
 
-    core._place = counting_place  # type: ignore[method-assign]
+    core._take_in = counting_take  # type: ignore[method-assign]
     grants = core.release(0, U)  # one GPU free: the head waiter takes it, the next reserves
     assert len(grants) == 1
     assert visited <= 4
@@ -301,9 +303,14 @@ def nothing_waiting_fits(core: Scheduler) -> bool:
     """No waiter fits on the GPUs no earlier waiter reserves (the walk left nothing behind)."""
     reserved_before: set[int] = set()
     res = core.reservations()
+    free = core.free
     for w in core.waiters():
-        usable = [g for g in range(core.num_gpus) if g not in reserved_before]
-        if core._place(w.demand, usable) is not None:
+        fitting = [
+            g
+            for g in range(core.num_gpus)
+            if g not in reserved_before and free[g] >= w.demand.units
+        ]
+        if len(fitting) >= w.demand.count:
             return False
         reserved_before.update(res.get(w.ticket, ()))
     return True
@@ -397,13 +404,13 @@ def test_backfill_scan_stops_when_no_waiter_behind_can_fit() -> None:
     for _ in range(10_000):
         core.submit(frac(0.9))
     visited = 0
-    original_place = core._place
+    original_take = core._take_in
 
-    def counting_place(demand: Demand, candidates: list[int]) -> tuple[int, ...] | None:
+    def counting_take(order: Any, count: int, units: int) -> tuple[int, ...] | None:
         nonlocal visited
         visited += 1
-        return original_place(demand, candidates)
+        return original_take(order, count, units)
 
-    core._place = counting_place  # type: ignore[method-assign]
+    core._take_in = counting_take  # type: ignore[method-assign]
     assert core.release(1, 200) == []  # 0.2 free on GPU 1 serves nobody behind
     assert visited <= 3  # nothing behind needs less than 0.9: the scan ends at once

@@ -14,7 +14,6 @@ import contextlib
 import contextvars
 import threading
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -65,21 +64,24 @@ class PoolSnapshot:
 
 
 class _Waiter:
-    """A parked request. ``grant`` is set, under the pool lock, when the core grants it."""
+    """A parked request. Under the pool lock, ``grant`` is set when the core grants it, and
+    ``returned`` when that grant went back to the pool undelivered (its event loop had closed).
+    """
 
-    __slots__ = ("event", "future", "grant", "loop", "since")
+    __slots__ = ("event", "future", "grant", "loop", "returned", "since", "ticket")
 
-    def __init__(
-        self,
-        since: float,
-        loop: asyncio.AbstractEventLoop | None = None,
-        future: asyncio.Future[None] | None = None,
-    ) -> None:
+    def __init__(self, ticket: int, since: float, loop: asyncio.AbstractEventLoop | None) -> None:
+        self.ticket = ticket
         self.since = since
         self.loop = loop
-        self.future = future
-        self.event = threading.Event() if future is None else None
+        self.future: asyncio.Future[None] | None = None
+        self.event: threading.Event | None = None
+        if loop is None:
+            self.event = threading.Event()
+        else:
+            self.future = loop.create_future()
         self.grant: Grant | None = None
+        self.returned = False
 
 
 def _resolve(future: asyncio.Future[None]) -> None:
@@ -117,11 +119,19 @@ class GPUPool:
         return self._core.num_gpus
 
     # ----------------------------------------------------------------- demands
-    def _fraction_demand(self, fraction: float) -> Demand:
-        return Demand(1, fraction_to_units(fraction))
-
     def _whole_demand(self, count: int) -> Demand:
         return Demand(check_count(count, self.num_gpus), UNITS_PER_GPU)
+
+    def _submit(self, demand: Demand, loop: asyncio.AbstractEventLoop | None) -> Grant | _Waiter:
+        """Under the lock: grant ``demand`` now, or park a waiter for it (asyncio if ``loop``)."""
+        with self._lock:
+            ticket, grant = self._core.submit(demand)
+            if grant is not None:
+                self._granted += 1
+                return grant
+            waiter = _Waiter(ticket, time.monotonic(), loop)
+            self._waiters[ticket] = waiter
+            return waiter
 
     # ----------------------------------------------------------------- async
     async def acquire(self, fraction: float = 1.0, *, timeout: float | None = None) -> int:
@@ -129,8 +139,13 @@ class GPUPool:
 
         Raises TimeoutError after ``timeout`` seconds; release with ``release(gpu, fraction)``.
         """
-        demand = self._fraction_demand(fraction)
-        return (await self._acquire_async(demand, check_timeout(timeout))).gpus[0]
+        demand = _fraction_demand(fraction)
+        if timeout is not None:
+            timeout = check_timeout(timeout)
+        got = self._submit(demand, asyncio.get_running_loop())
+        if isinstance(got, _Waiter):
+            got = await self._wait_async(got, timeout)
+        return got.gpus[0]
 
     async def acquire_full(self, count: int, *, timeout: float | None = None) -> list[int]:
         """Wait for ``count`` completely free GPUs, granted together; return their indices."""
@@ -138,14 +153,10 @@ class GPUPool:
         return list((await self._acquire_async(demand, check_timeout(timeout))).gpus)
 
     async def _acquire_async(self, demand: Demand, timeout: float | None) -> Grant:
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            ticket, grant = self._core.submit(demand)
-            if grant is not None:
-                self._granted += 1
-                return grant
-            waiter = _Waiter(time.monotonic(), loop, loop.create_future())
-            self._waiters[ticket] = waiter
+        got = self._submit(demand, asyncio.get_running_loop())
+        return got if isinstance(got, Grant) else await self._wait_async(got, timeout)
+
+    async def _wait_async(self, waiter: _Waiter, timeout: float | None) -> Grant:
         assert waiter.future is not None
         try:
             if timeout is None:
@@ -154,7 +165,7 @@ class GPUPool:
                 async with asyncio.timeout(timeout):
                     await waiter.future
         except BaseException as exc:
-            self._abandon(ticket, waiter, timed_out=isinstance(exc, TimeoutError))
+            self._abandon(waiter, timed_out=isinstance(exc, TimeoutError))
             raise
         assert waiter.grant is not None
         return waiter.grant
@@ -162,7 +173,7 @@ class GPUPool:
     # ----------------------------------------------------------------- blocking
     def acquire_blocking(self, fraction: float = 1.0, *, timeout: float | None = None) -> int:
         """Like :meth:`acquire`, for threads: block until granted or ``timeout`` passes."""
-        demand = self._fraction_demand(fraction)
+        demand = _fraction_demand(fraction)
         return self._acquire_blocking(demand, check_timeout(timeout)).gpus[0]
 
     def acquire_full_blocking(self, count: int, *, timeout: float | None = None) -> list[int]:
@@ -171,26 +182,22 @@ class GPUPool:
         return list(self._acquire_blocking(demand, check_timeout(timeout)).gpus)
 
     def _acquire_blocking(self, demand: Demand, timeout: float | None) -> Grant:
-        with self._lock:
-            ticket, grant = self._core.submit(demand)
-            if grant is not None:
-                self._granted += 1
-                return grant
-            waiter = _Waiter(time.monotonic())
-            self._waiters[ticket] = waiter
+        waiter = self._submit(demand, None)
+        if isinstance(waiter, Grant):
+            return waiter
         assert waiter.event is not None
         try:
             woken = waiter.event.wait(timeout)
         except BaseException:
-            self._abandon(ticket, waiter, timed_out=False)
+            self._abandon(waiter, timed_out=False)
             raise
         if not woken:
             with self._lock:
                 withdrawn = waiter.grant is None  # else a grant won the race: keep it
                 if withdrawn:
-                    del self._waiters[ticket]
+                    del self._waiters[waiter.ticket]
                     self._timed_out += 1
-                    others = self._collect(self._core.cancel(ticket))
+                    others = self._collect(self._core.cancel(waiter.ticket))
             if withdrawn:
                 self._wake(others)
                 raise TimeoutError(f"no GPU capacity granted within timeout={timeout}s")
@@ -203,7 +210,7 @@ class GPUPool:
 
         Never jumps the queue: granted only on GPUs no waiter reserves.
         """
-        return self._acquire_nowait(self._fraction_demand(fraction)).gpus[0]
+        return self._acquire_nowait(_fraction_demand(fraction)).gpus[0]
 
     def acquire_full_nowait(self, count: int) -> list[int]:
         """Take ``count`` whole GPUs now, or raise :class:`hwpool.WouldBlock`."""
@@ -223,20 +230,30 @@ class GPUPool:
 
         Raises ValueError, changing nothing, for an unknown GPU or more than is held on it.
         """
-        units = fraction_to_units(fraction)
-        self._release([(gpu_id, units)])
-
-    def _release(self, releases: Sequence[tuple[int, int]]) -> None:
+        units = _fraction_demand(fraction).units
         with self._lock:
-            grants = self._core.release_many(releases)
-            self._released += len(releases)
-            woken = self._collect(grants)
-        self._wake(woken)
+            grants = self._core.release(gpu_id, units)
+            self._released += 1
+            woken = self._collect(grants) if grants else None
+        if woken:
+            self._wake(woken)
+
+    def _release_grant(self, grant: Grant) -> None:
+        """Give back ``grant.units`` on each of ``grant.gpus`` (all or nothing)."""
+        with self._lock:
+            if len(grant.gpus) == 1:
+                grants = self._core.release(grant.gpus[0], grant.units)
+            else:
+                grants = self._core.release_many([(g, grant.units) for g in grant.gpus])
+            self._released += len(grant.gpus)
+            woken = self._collect(grants) if grants else None
+        if woken:
+            self._wake(woken)
 
     # ----------------------------------------------------------------- leases
     def lease(self, fraction: float = 1.0, *, timeout: float | None = None) -> GPULease:
         """A lease of ``fraction`` of one GPU, for ``async with`` or a plain ``with``."""
-        return GPULease(self, self._fraction_demand(fraction), check_timeout(timeout))
+        return GPULease(self, _fraction_demand(fraction), check_timeout(timeout))
 
     def lease_full(self, count: int, *, timeout: float | None = None) -> GPULease:
         """A lease of ``count`` whole GPUs, for ``async with`` or a plain ``with``."""
@@ -285,7 +302,7 @@ class GPUPool:
             running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             running = None
-        undeliverable: list[Grant] = []
+        undeliverable: list[_Waiter] = []
         for waiter in waiters:
             if waiter.event is not None:
                 waiter.event.set()
@@ -297,27 +314,45 @@ class GPUPool:
             try:
                 waiter.loop.call_soon_threadsafe(_resolve, waiter.future)
             except RuntimeError:  # its loop is closed: nobody will ever take this grant
-                assert waiter.grant is not None
-                undeliverable.append(waiter.grant)
-        if undeliverable:
-            self._release([(g, grant.units) for grant in undeliverable for g in grant.gpus])
+                undeliverable.append(waiter)
+        for waiter in undeliverable:
+            self._abandon(waiter, timed_out=False, counted=False)
 
-    def _abandon(self, ticket: int, waiter: _Waiter, *, timed_out: bool) -> None:
-        """A waiter gave up: withdraw its ticket, or give back the grant that raced ahead."""
+    def _abandon(self, waiter: _Waiter, *, timed_out: bool, counted: bool = True) -> None:
+        """A waiter gave up: withdraw its ticket, or give back the grant that raced ahead.
+
+        Safe to call twice for one waiter (a grant is given back once, whoever notices first).
+        """
+        grants: list[Grant] = []
         with self._lock:
             if waiter.grant is None:
-                grants = self._core.cancel(ticket)
-                del self._waiters[ticket]
-            else:
+                grants = self._core.cancel(waiter.ticket)
+                del self._waiters[waiter.ticket]
+            elif not waiter.returned:
+                waiter.returned = True
                 grant = waiter.grant
                 grants = self._core.release_many([(g, grant.units) for g in grant.gpus])
-                self._released += len(grant.gpus)
-            if timed_out:
+            if counted and timed_out:
                 self._timed_out += 1
-            else:
+            elif counted:
                 self._cancelled += 1
             woken = self._collect(grants)
         self._wake(woken)
+
+
+_DEMANDS: dict[float, Demand] = {}  # validated float fractions, the common case, memoised
+
+
+def _fraction_demand(fraction: float) -> Demand:
+    """The single-GPU demand for ``fraction``, validated (see ``fraction_to_units``)."""
+    if type(fraction) is float:
+        demand = _DEMANDS.get(fraction)
+        if demand is None:
+            demand = Demand(1, fraction_to_units(fraction))
+            if len(_DEMANDS) < 4096:
+                _DEMANDS[fraction] = demand
+        return demand
+    return Demand(1, fraction_to_units(fraction))
 
 
 def _describe(demand: Demand) -> str:
@@ -375,7 +410,7 @@ class GPULease:
             with contextlib.suppress(ValueError):
                 _current.reset(token)
         if grant is not None:
-            self._pool._release([(g, grant.units) for g in grant.gpus])
+            self._pool._release_grant(grant)
 
     async def __aenter__(self) -> list[int]:
         self._start()

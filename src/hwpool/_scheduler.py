@@ -26,6 +26,7 @@ import bisect
 import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ._capacity import UNITS_PER_GPU
 
@@ -39,14 +40,8 @@ class Demand:
     count: int
     units: int
 
-    @property
-    def is_whole(self) -> bool:
-        """True for a whole-GPU demand of more than one GPU."""
-        return self.count > 1
 
-
-@dataclass(frozen=True, slots=True)
-class Grant:
+class Grant(NamedTuple):
     """A request that has been granted: ``units`` taken on each GPU of ``gpus``."""
 
     ticket: int
@@ -54,9 +49,8 @@ class Grant:
     units: int
 
 
-@dataclass(frozen=True, slots=True)
-class Waiter:
-    """A waiting request as the core sees it: its queue position, demand and reservation."""
+class Waiter(NamedTuple):
+    """A waiting request as the core sees it: its ticket, demand and current reservation."""
 
     ticket: int
     demand: Demand
@@ -94,12 +88,87 @@ class _DemandIndex:
         return None
 
 
+class _Order:
+    """GPUs sorted by most free first (ties: lowest index); ``order[p:]`` are unreserved.
+
+    Walking the queue consumes this from the front: a waiter that cannot be granted reserves
+    the next 1 (or ``count``) GPUs, so each non-fitting waiter costs O(1).
+    """
+
+    __slots__ = ("free", "gpus", "p", "reserving")
+
+    def __init__(self, free: list[int]) -> None:
+        self.free = free
+        self.gpus: list[int] = []
+        self.p = 0
+        self.reserving = True
+        self.reset()
+
+    def reset(self) -> None:
+        """Rank every GPU afresh, with nothing reserved."""
+        # A stable sort keeps equal capacities in index order, as the ranking requires.
+        self.gpus = sorted(range(len(self.free)), key=self.free.__getitem__, reverse=True)
+        self.p = 0
+        self.reserving = True
+
+    def open_count(self) -> int:
+        return len(self.gpus) - self.p
+
+    def top_free(self) -> int:
+        """Free units of the most free unreserved GPU (-1 when all are reserved)."""
+        return self.free[self.gpus[self.p]] if self.p < len(self.gpus) else -1
+
+    def full_count_at_least(self, count: int, full: int) -> bool:
+        """Whether at least ``count`` unreserved GPUs are completely free."""
+        last = self.p + count - 1
+        return last < len(self.gpus) and self.free[self.gpus[last]] == full
+
+    def best_fit(self, units: int) -> int | None:
+        """Position of the unreserved GPU with the least free >= units (ties: lowest index)."""
+        gpus, free = self.gpus, self.free
+        i = len(gpus) - 1
+        while i >= self.p and free[gpus[i]] < units:
+            i -= 1
+        if i < self.p:
+            return None
+        value = free[gpus[i]]
+        while i > self.p and free[gpus[i - 1]] == value:
+            i -= 1
+        return i
+
+    def reposition(self, start: int, stop: int) -> None:
+        """Re-sort the GPUs at positions ``start:stop`` after their free capacity fell.
+
+        Each sinks past the GPUs that now rank before it (an insertion-sort step: with a
+        handful of GPUs this beats a keyed bisect).
+        """
+        gpus, free = self.gpus, self.free
+        for i in range(stop - 1, start - 1, -1):
+            gpu = gpus[i]
+            f = free[gpu]
+            j = i + 1
+            while j < len(gpus) and (free[gpus[j]] > f or (free[gpus[j]] == f and gpus[j] < gpu)):
+                j += 1
+            if j > i + 1:
+                gpus.insert(j, gpu)
+                del gpus[i]
+
+    def reserve(self, count: int) -> tuple[int, ...] | None:
+        """Reserve the ``count`` most free unreserved GPUs, or stop reserving if too few."""
+        if not self.reserving or self.open_count() < count:
+            self.reserving = False
+            return None
+        chosen = self.gpus[self.p : self.p + count]
+        self.p += count
+        return tuple(sorted(chosen))
+
+
 class Scheduler:
     """The FIFO-with-reservations, best-fit, backfilling GPU scheduler.
 
     ``submit`` and ``grant_now`` take new requests, ``release`` and ``cancel`` report what
     finished or gave up; each returns the grants it made so the caller can wake those waiters.
-    Bad input raises ValueError and leaves the state unchanged.
+    Bad input raises ValueError or TypeError and leaves the state unchanged.
     """
 
     def __init__(self, num_gpus: int, units_per_gpu: int = UNITS_PER_GPU) -> None:
@@ -116,9 +185,8 @@ class Scheduler:
         self._reserved: dict[int, tuple[int, ...]] = {}
         self._fraction_index = _DemandIndex()  # units of waiting single-GPU demands
         self._whole_index = _DemandIndex()  # counts of waiting multi-GPU demands
-        # What a new arrival at the tail of the queue sees; kept current by every change.
-        self._tail_unreserved: list[int] = list(range(num_gpus))
-        self._tail_reserving = True
+        # What a new arrival at the tail of the queue sees; meaningful only while some wait.
+        self._tail = _Order(self._free)
         self._tickets = itertools.count(1)
 
     # ----------------------------------------------------------------- queries
@@ -165,10 +233,8 @@ class Scheduler:
 
         Never queues and never jumps the queue: only GPUs that no waiter reserves are used.
         """
-        gpus = self._place(demand, self._tail_unreserved)
-        if gpus is None:
-            return None
-        return self._take(next(self._tickets), demand, gpus)
+        gpus = self._take_new(demand)
+        return None if gpus is None else Grant(next(self._tickets), gpus, demand.units)
 
     def submit(self, demand: Demand) -> tuple[int, Grant | None]:
         """Add a request; return its ticket and its grant if it was granted at once.
@@ -177,15 +243,31 @@ class Scheduler:
         ``release`` or ``cancel`` grants it or it is cancelled.
         """
         ticket = next(self._tickets)
-        gpus = self._place(demand, self._tail_unreserved)
+        gpus = self._take_new(demand)
         if gpus is not None:
-            return ticket, self._take(ticket, demand, gpus)
-        self._enqueue(ticket, demand)
+            return ticket, Grant(ticket, gpus, demand.units)
+        if not self._queue:
+            self._tail.reset()
+        self._queue[ticket] = demand
+        self._index_of(demand).add(self._key_of(demand))
+        reserved = self._tail.reserve(demand.count)
+        if reserved is not None:
+            self._reserved[ticket] = reserved
         return ticket, None
 
     def release(self, gpu: int, units: int) -> list[Grant]:
         """Give back ``units`` on ``gpu``; return the waiters granted as a result."""
-        return self.release_many([(gpu, units)])
+        free = self._free
+        if not (
+            type(gpu) is int
+            and 0 <= gpu < self.num_gpus
+            and type(units) is int
+            and 0 < units <= self.units_per_gpu - free[gpu]
+        ):  # the checks again, slowly, for the error message
+            self._check_gpu(gpu)
+            self._check_release(gpu, units)
+        free[gpu] += units
+        return self._walk() if self._queue else []
 
     def release_many(self, releases: Iterable[tuple[int, int]]) -> list[Grant]:
         """Give back several ``(gpu, units)`` at once (all or nothing), then walk the queue once."""
@@ -196,9 +278,7 @@ class Scheduler:
                 raise ValueError(f"units to release must be a positive int, got {units!r}")
             pending[gpu] = pending.get(gpu, 0) + units
         for gpu, units in pending.items():
-            held = self.units_per_gpu - self._free[gpu]
-            if units > held:
-                raise ValueError(f"cannot release {units} units on GPU {gpu}: only {held} held")
+            self._check_release(gpu, units)
         for gpu, units in pending.items():
             self._free[gpu] += units
         return self._walk() if self._queue else []
@@ -217,6 +297,13 @@ class Scheduler:
         if isinstance(gpu, bool) or not isinstance(gpu, int) or not 0 <= gpu < self.num_gpus:
             raise ValueError(f"gpu_id must be an int in [0, {self.num_gpus}), got {gpu!r}")
 
+    def _check_release(self, gpu: int, units: object) -> None:
+        if isinstance(units, bool) or not isinstance(units, int) or units <= 0:
+            raise ValueError(f"units to release must be a positive int, got {units!r}")
+        held = self.units_per_gpu - self._free[gpu]
+        if units > held:
+            raise ValueError(f"cannot release {units} units on GPU {gpu}: only {held} held")
+
     def _index_of(self, demand: Demand) -> _DemandIndex:
         return self._whole_index if demand.count > 1 else self._fraction_index
 
@@ -224,81 +311,110 @@ class Scheduler:
     def _key_of(demand: Demand) -> int:
         return demand.count if demand.count > 1 else demand.units
 
-    def _enqueue(self, ticket: int, demand: Demand) -> None:
-        self._queue[ticket] = demand
-        self._index_of(demand).add(self._key_of(demand))
-        if self._tail_reserving and self._tail_unreserved:
-            self._tail_reserving = self._reserve(ticket, demand, self._tail_unreserved)
+    def _take_new(self, demand: Demand) -> tuple[int, ...] | None:
+        """Take capacity for a new arrival where it fits without jumping the queue, or None."""
+        count, units = demand.count, demand.units
+        if self._queue:
+            return self._take_in(self._tail, count, units)
+        free = self._free
+        if count == 1:  # nobody waits: best fit over every GPU
+            best, best_free = -1, self.units_per_gpu + 1
+            for gpu, f in enumerate(free):
+                if units <= f < best_free:
+                    best, best_free = gpu, f
+            if best < 0:
+                return None
+            free[best] -= units
+            return (best,)
+        fitting = [gpu for gpu, f in enumerate(free) if f == self.units_per_gpu][:count]
+        if len(fitting) < count:
+            return None
+        for gpu in fitting:
+            free[gpu] = 0
+        return tuple(fitting)
 
-    def _take(self, ticket: int, demand: Demand, gpus: tuple[int, ...]) -> Grant:
+    def _take_in(self, order: _Order, count: int, units: int) -> tuple[int, ...] | None:
+        """Take best-fit capacity on the unreserved GPUs of ``order``, keeping it sorted."""
+        if count == 1:
+            if order.top_free() < units:
+                return None
+            i = order.best_fit(units)
+            assert i is not None
+            gpu = order.gpus[i]
+            self._free[gpu] -= units
+            order.reposition(i, i + 1)
+            return (gpu,)
+        if not order.full_count_at_least(count, self.units_per_gpu):
+            return None
+        # The first `count` unreserved GPUs are the lowest-indexed completely free ones.
+        gpus = tuple(order.gpus[order.p : order.p + count])
         for gpu in gpus:
-            self._free[gpu] -= demand.units
-        return Grant(ticket, gpus, demand.units)
+            self._free[gpu] = 0
+        order.reposition(order.p, order.p + count)
+        return gpus
 
-    def _place(self, demand: Demand, candidates: list[int]) -> tuple[int, ...] | None:
-        """Best-fit placement of ``demand`` on ``candidates``, or None if it does not fit."""
-        free = self._free
-        units = demand.units
-        if demand.count == 1:
-            best = -1
-            for gpu in candidates:
-                f = free[gpu]
-                if f >= units and (best < 0 or f < free[best] or (f == free[best] and gpu < best)):
-                    best = gpu
-            return None if best < 0 else (best,)
-        fitting = sorted(gpu for gpu in candidates if free[gpu] >= units)
-        return tuple(fitting[: demand.count]) if len(fitting) >= demand.count else None
-
-    def _reserve(self, ticket: int, demand: Demand, unreserved: list[int]) -> bool:
-        """Reserve the most-free unreserved GPUs for ``ticket``; False if it cannot get its set."""
-        if len(unreserved) < demand.count:
-            return False
-        free = self._free
-        chosen = sorted(unreserved, key=lambda gpu: (-free[gpu], gpu))[: demand.count]
-        for gpu in chosen:
-            unreserved.remove(gpu)
-        self._reserved[ticket] = tuple(sorted(chosen))
-        return True
-
-    def _could_serve_rest(
-        self, unreserved: list[int], seen_fractions: dict[int, int], seen_wholes: dict[int, int]
-    ) -> bool:
+    def _could_serve_rest(self, order: _Order, seen: tuple[dict[int, int], dict[int, int]]) -> bool:
         """Whether any waiter not yet visited could fit on the unreserved GPUs."""
-        free = self._free
-        smallest = self._fraction_index.min_excluding(seen_fractions)
-        if smallest is not None and any(free[gpu] >= smallest for gpu in unreserved):
+        smallest = self._fraction_index.min_excluding(seen[0])
+        if smallest is not None and order.top_free() >= smallest:
             return True
-        fewest = self._whole_index.min_excluding(seen_wholes)
-        if fewest is None:
-            return False
-        return sum(1 for gpu in unreserved if free[gpu] == self.units_per_gpu) >= fewest
+        fewest = self._whole_index.min_excluding(seen[1])
+        return fewest is not None and order.full_count_at_least(fewest, self.units_per_gpu)
+
+    @staticmethod
+    def _tally(seen: tuple[dict[int, int], dict[int, int]], demand: Demand) -> None:
+        counts = seen[1] if demand.count > 1 else seen[0]
+        key = demand.count if demand.count > 1 else demand.units
+        counts[key] = counts.get(key, 0) + 1
 
     def _walk(self) -> list[Grant]:
-        """Recompute reservations in queue order and grant every waiter that fits (rules 3-5)."""
-        self._reserved.clear()
+        """Recompute reservations in queue order and grant every waiter that fits (rules 3-5).
+
+        This runs on every release, so the common step (a single-GPU waiter that does not fit
+        and reserves the next most-free GPU) is written out inline. Once reservations stop,
+        the walk counts the demands it has passed, to stop when nothing further back can fit.
+        """
+        reserved = self._reserved
+        reserved.clear()
         grants: list[Grant] = []
-        unreserved = list(range(self.num_gpus))
-        reserving = True
-        seen_fractions: dict[int, int] = {}
-        seen_wholes: dict[int, int] = {}
+        free = self._free
+        order = self._tail  # rebuilt here, and left as what a new arrival sees
+        order.reset()
+        gpus = order.gpus
+        n = self.num_gpus
+        visited = 0
+        seen: tuple[dict[int, int], dict[int, int]] | None = None
+        p = 0  # order.p, kept in a local on the hot path
         for ticket, demand in self._queue.items():
-            if not unreserved:
+            if p == n:
                 break
-            if not reserving and not self._could_serve_rest(
-                unreserved, seen_fractions, seen_wholes
-            ):
-                break
-            seen = seen_wholes if demand.count > 1 else seen_fractions
-            key = self._key_of(demand)
-            seen[key] = seen.get(key, 0) + 1
-            gpus = self._place(demand, unreserved)
-            if gpus is not None:
-                grants.append(self._take(ticket, demand, gpus))
-            elif reserving:
-                reserving = self._reserve(ticket, demand, unreserved)
+            if seen is not None:
+                order.p = p
+                if not self._could_serve_rest(order, seen):
+                    break
+                self._tally(seen, demand)
+            visited += 1
+            count, units = demand.count, demand.units
+            if count == 1 and free[gpus[p]] < units:  # fits nowhere open
+                if seen is None:  # still reserving: take the most free open GPU
+                    reserved[ticket] = (gpus[p],)
+                    p += 1
+                continue
+            order.p = p
+            taken = self._take_in(order, count, units)
+            if taken is not None:
+                grants.append(Grant(ticket, taken, units))
+                continue
+            chosen = order.reserve(count)
+            p = order.p
+            if chosen is not None:
+                reserved[ticket] = chosen
+            elif seen is None:  # reservations stop here: count what the walk has passed
+                seen = ({}, {})
+                for passed in itertools.islice(self._queue.values(), visited):
+                    self._tally(seen, passed)
+        order.p = p
         for grant in grants:
             demand = self._queue.pop(grant.ticket)
             self._index_of(demand).remove(self._key_of(demand))
-        self._tail_unreserved = unreserved
-        self._tail_reserving = reserving
         return grants
