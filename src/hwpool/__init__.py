@@ -4,21 +4,25 @@ from ._capacity import UNITS_PER_GPU
 from ._detect import GPUDetection, GPUInfo, GPUSource, detect_gpus
 from ._errors import PoolClosedError, WouldBlock
 from ._gpu_pool import GPULease, GPUPool, PoolSnapshot, WaiterSnapshot, current_gpus
+from ._topology import CPUTopology, NumaNode, cpu_topology
 
 __version__ = "0.1.0"
 
 __all__ = [
     "UNITS_PER_GPU",
+    "CPUTopology",
     "GPUDetection",
     "GPUInfo",
     "GPULease",
     "GPUPool",
     "GPUSource",
+    "NumaNode",
     "PoolClosedError",
     "PoolSnapshot",
     "WaiterSnapshot",
     "WouldBlock",
     "__version__",
+    "cpu_topology",
     "current_gpus",
     "detect_gpus",
 ]
