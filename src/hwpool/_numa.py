@@ -174,10 +174,9 @@ def _nodes_by_numa_maps(pages: Sequence[int], kernel: Kernel) -> dict[int, int]:
         return {}
     counts = _numa_maps_counts(text)
     nodes: dict[int, int] = {}
-    for (start, end), in_range in _pages_per_mapping(pages, maps).items():
+    for (start, _end), in_range in _pages_per_mapping(pages, maps).items():
         for node, share in _apportion(counts.get(start, {}), in_range).items():
             nodes[node] = nodes.get(node, 0) + share
-    del end
     return {node: count for node, count in nodes.items() if count}
 
 
@@ -275,7 +274,9 @@ def choose_cpus(topology: CPUTopology, node: int, n_participants: int) -> tuple[
     Usable means in the process's affinity. Raises ValueError for an unknown node.
     """
     usable = set(node_cpus(topology, node)) & set(topology.affinity)
-    cores = sorted({min(set(group) & usable) for group in topology.smt_groups if set(group) & usable})
+    cores = sorted(
+        {min(set(group) & usable) for group in topology.smt_groups if set(group) & usable}
+    )
     cores += sorted(usable - {cpu for group in topology.smt_groups for cpu in group})
     if len(cores) >= n_participants:
         return tuple(sorted(cores))
