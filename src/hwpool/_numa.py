@@ -310,16 +310,24 @@ def nodes_with_cpus(topology: CPUTopology) -> list[int]:
     return [entry.id for entry in topology.nodes if usable & set(entry.cpus)]
 
 
-def sample_buffers(buffers: Iterable[object], kernel: Kernel, name: str) -> PageSample:
-    """The merged page sample of several buffers; all are checked before any is sampled."""
-    spans = [buffer_span(b, f"{name}[{i}]") for i, b in enumerate(_as_list(buffers, name))]
+def buffer_spans(buffers: object, name: str) -> list[tuple[int, int]]:
+    """(address, length) of each buffer in ``buffers`` (one buffer or an iterable of them).
+
+    Every buffer is checked before anything is sampled: TypeError/ValueError naming
+    ``name[i]`` for the first bad one.
+    """
+    return [buffer_span(b, f"{name}[{i}]") for i, b in enumerate(_as_list(buffers, name))]
+
+
+def sample_spans(spans: Iterable[tuple[int, int]], kernel: Kernel) -> PageSample:
+    """The merged page sample of several spans, :data:`DEFAULT_SAMPLE` pages at most each."""
     total = PageSample()
     for addr, length in spans:
         total = total + sample_span(addr, length, sample=DEFAULT_SAMPLE, kernel=kernel)
     return total
 
 
-def _as_list(buffers: Iterable[object], name: str) -> list[object]:
+def _as_list(buffers: object, name: str) -> list[object]:
     """``buffers`` as a list; a single buffer-protocol object counts as a list of one."""
     try:
         memoryview(buffers).release()  # type: ignore[arg-type]
