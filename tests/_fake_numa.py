@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
@@ -39,6 +40,7 @@ class FakeKernel:
         self.cpu_node = cpu_node or {}
         self.files: dict[int, int] = {}  # inode -> address where offset 0 is mapped
         self.reads: list[tuple[int, int, int]] = []  # (node, offset, length)
+        self._thread = threading.local()
 
     def place(self, addr: int, length: int, node: int | None) -> None:
         """Make the pages of a span resident on ``node`` (None: resident, node unknown)."""
@@ -72,7 +74,7 @@ class FakeKernel:
             return f.read()
 
     def set_affinity(self, cpus: Iterable[int]) -> None:
-        self.masks[self.who] = tuple(sorted(cpus))
+        self.masks[self.who] = self._thread.mask = tuple(sorted(cpus))
 
     def drop_cached(self, fd: int, offset: int, length: int) -> None:
         base = self.files[os.fstat(fd).st_ino]
@@ -84,7 +86,7 @@ class FakeKernel:
         self.unmapped.append((addr, length))
 
     def read_range(self, fd: int, offset: int, length: int) -> None:
-        node = self.cpu_node[min(self.masks[self.who])]
+        node = self.cpu_node[min(self._thread.mask)]  # the reading thread's own mask
         self.reads.append((node, offset, length))
         self.place(self.files[os.fstat(fd).st_ino] + offset, length, node)
 

@@ -52,8 +52,9 @@ class _Pool(Protocol):
 class NumaBinder:
     """The NUMA binding of one pool; see the module docstring.
 
-    ``topology`` (default :func:`cpu_topology`), ``kernel`` and ``environ`` are injectable for
-    tests. All public methods are thread-safe; binding calls ``pool.run`` once.
+    ``topology`` (default: :func:`cpu_topology` with the CPU mask of the thread that created the
+    binder, since a bound thread's own mask shows only its node), ``kernel`` and ``environ`` are
+    injectable for tests. All public methods are thread-safe; binding calls ``pool.run`` once.
     """
 
     def __init__(
@@ -65,7 +66,11 @@ class NumaBinder:
         environ: Mapping[str, str] | None = None,
     ) -> None:
         self._pool = pool
-        self._topology = topology or cpu_topology
+        if topology is None:
+            # The mask of the thread creating the pool, kept: bound threads see only their node.
+            allowed = cpu_topology().affinity
+            topology = lambda: cpu_topology(affinity=allowed)  # noqa: E731
+        self._topology = topology
         self._kernel = kernel or default_kernel()
         self._environ = environ
         self._lock = threading.RLock()

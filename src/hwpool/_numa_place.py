@@ -113,18 +113,22 @@ def place_file_pages(
     A side is re-read only when under 90% of its resident sample sits on its node; of the first
     ``fill`` buffers of each side, those with no page cached are read by their node first.
     ``on_move(nbytes)`` hears the total before any reading. Returns None where this cannot be
-    done (fewer than two nodes with CPUs, a file this process cannot open).
+    done (fewer than two nodes with CPUs, a file this process cannot open or that was replaced).
     Raises TypeError/ValueError for non-buffers, anonymous memory, unknown or equal nodes, or
     a negative ``fill``; nothing is touched then.
     """
-    home_node, far_node = _check_nodes(topology, nodes)
+    if isinstance(nodes, (str, bytes)) or not isinstance(nodes, Sequence) or len(nodes) != 2:
+        raise TypeError(f"nodes must be (home node, far node), got {nodes!r}")
     if not isinstance(fill, int) or isinstance(fill, bool) or fill < 0:
         raise ValueError(f"fill must be an int >= 0, got {fill!r}")
     sides = [
         [file_spans(b, kernel, f"{label}[{i}]") for i, b in enumerate(side)]
         for label, side in (("home", home), ("far", far))
     ]
-    if len(nodes_with_cpus(topology)) < 2 or not _files_open(sides):
+    if len(nodes_with_cpus(topology)) < 2:
+        return None
+    home_node, far_node = _check_nodes(topology, nodes)
+    if not _files_open(sides):
         return None
     targets = (home_node, far_node)
     before = tuple(_on_node(side, node, kernel) for side, node in zip(sides, targets, strict=True))
@@ -152,8 +156,6 @@ def place_file_pages(
 
 
 def _check_nodes(topology: CPUTopology, nodes: Sequence[int]) -> tuple[int, int]:
-    if isinstance(nodes, (str, bytes)) or not isinstance(nodes, Sequence) or len(nodes) < 2:
-        raise TypeError(f"nodes must be (home node, far node), got {nodes!r}")
     home = check_node(topology, nodes[0], "nodes[0]")
     far = check_node(topology, nodes[1], "nodes[1]")
     if home == far:
