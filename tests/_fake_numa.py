@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from _fake_sysfs import FakeSys, two_socket_smt_host
-
 from hwpool._topology import CPUTopology, cpu_topology
 
 PAGE = 4096

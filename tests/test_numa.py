@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+import hwpool
 from _fake_numa import (
     PAGE,
     FakeKernel,
@@ -17,8 +19,6 @@ from _fake_numa import (
     quota_two_nodes,
     smt_two_nodes,
 )
-
-import hwpool
 from hwpool._numa import (
     BindReason,
     NumaMode,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from _fake_numa import (
     CALLER,
     FakeKernel,
@@ -18,7 +19,6 @@ from _fake_numa import (
     single_node,
     smt_two_nodes,
 )
-
 from hwpool._numa import BindReason, NumaBinding
 from hwpool._numa_bind import NumaBinder, TwoNodes
 from hwpool._topology import CPUTopology
@@ -175,7 +175,8 @@ def test_two_nodes_bad_hint_and_far_worker_index(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="hint must be one of the NUMA nodes"):
         binder.bind_two_nodes(hint=4)
     for bad in (-1, 3, True):
-        with pytest.raises(ValueError, match=rf"w must be a participant index in range\(3\), got {bad}"):
+        expected = rf"w must be a participant index in range\(3\), got {bad}"
+        with pytest.raises(ValueError, match=expected):
             binder.far_worker(bad)
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _fake_numa import PAGE, FakeKernel, cpu_nodes, plain_two_nodes, single_node
 
+from _fake_numa import PAGE, FakeKernel, cpu_nodes, plain_two_nodes, single_node
 from hwpool._numa_kernel import buffer_span
 from hwpool._numa_place import PagePlacement, file_page_nodes, file_spans, place_file_pages
 from hwpool._topology import CPUTopology
@@ -51,11 +51,12 @@ def test_a_far_side_off_its_node_is_dropped_and_reread_there(
     heard: list[int] = []
     mv = memoryview(view)
     home, far = [mv[: 8 * PAGE]], [mv[8 * PAGE :]]
-    got = place_file_pages(home, far, (0, 1), topology=topology, kernel=kernel, on_move=heard.append)
+    kw = {"topology": topology, "kernel": kernel, "on_move": heard.append}
+    got = place_file_pages(home, far, (0, 1), **kw)  # type: ignore[arg-type]
     assert got == PagePlacement(8 * PAGE, 0, before=(1.0, 0.0), after=(1.0, 1.0))
     assert heard == [8 * PAGE] and kernel.reads == [(1, 8 * PAGE, 8 * PAGE)]
     assert kernel.unmapped == [(base + 8 * PAGE, 8 * PAGE)]  # read-only: safe to unmap first
-    again = place_file_pages(home, far, (0, 1), topology=topology, kernel=kernel, on_move=heard.append)
+    again = place_file_pages(home, far, (0, 1), **kw)  # type: ignore[arg-type]
     assert again == PagePlacement(0, 0, (1.0, 1.0), (1.0, 1.0)) and heard == [8 * PAGE]
     mv.release()
 
@@ -95,7 +96,9 @@ def test_bad_arguments_are_refused_before_anything_moves(
         place(ok, [np.zeros(PAGE)], (0, 1))
     with pytest.raises(TypeError, match=r"home\[1\] must support the buffer protocol"):
         place([view, 7], ok, (0, 1))
-    with pytest.raises(ValueError, match=r"nodes\[1\] must be one of the NUMA nodes \[0, 1\], got 4"):
+    with pytest.raises(
+        ValueError, match=r"nodes\[1\] must be one of the NUMA nodes \[0, 1\], got 4"
+    ):
         place(ok, ok, (0, 4))
     with pytest.raises(ValueError, match="two different nodes"):
         place(ok, ok, (1, 1))

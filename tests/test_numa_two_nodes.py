@@ -17,6 +17,7 @@ from typing import TypeVar
 
 import pytest
 
+from hwpool import CPUPool
 from hwpool._numa import choose_cpus, nodes_with_cpus, page_nodes, sample_pages
 from hwpool._numa_bind import NumaBinder
 from hwpool._numa_kernel import LinuxKernel
@@ -97,6 +98,23 @@ def test_bind_numa_binds_the_thread_running_the_pool() -> None:
     cpus = choose_cpus(TOPOLOGY, NODES[1], 1)
     assert binding.node == NODES[1] and binding.cpus == cpus  # type: ignore[attr-defined]
     assert mask == set(cpus or ())
+    region.close()
+
+
+def test_a_real_cpu_pool_binds_its_caller_thread() -> None:
+    region = filled_on(NODES[1])
+    cpus = choose_cpus(TOPOLOGY, NODES[1], 1)
+    with CPUPool(0) as pool:  # one CPU per node in the VM: the caller is the whole team
+
+        def bind_then_run() -> tuple[object, set[int]]:
+            got = pool.bind_numa(region)
+            seen: list[set[int]] = []
+            pool.run(lambda i, n: seen.append(os.sched_getaffinity(0)))
+            return got, seen[0]
+
+        binding, mask = on_node(NODES[0], bind_then_run)
+        assert binding.cpus == cpus and mask == set(cpus or ())  # type: ignore[attr-defined]
+        assert pool.place_file_pages([], [], (NODES[0], NODES[1])) is not None
     region.close()
 
 

@@ -69,8 +69,11 @@ class NumaBinder:
         if topology is None:
             # The mask of the thread creating the pool, kept: bound threads see only their node.
             allowed = cpu_topology().affinity
-            topology = lambda: cpu_topology(affinity=allowed)  # noqa: E731
-        self._topology = topology
+
+            def topology() -> CPUTopology:
+                return cpu_topology(affinity=allowed)
+
+        self._topology: Callable[[], CPUTopology] = topology
         self._kernel = kernel or default_kernel()
         self._environ = environ
         self._lock = threading.RLock()
@@ -227,7 +230,9 @@ class NumaBinder:
             self._node, self._two = node, None
         return NumaBinding(node, cpus, reason)
 
-    def _apply(self, worker_cpus: Callable[[int], tuple[int, ...]], caller: tuple[int, ...]) -> None:
+    def _apply(
+        self, worker_cpus: Callable[[int], tuple[int, ...]], caller: tuple[int, ...]
+    ) -> None:
         """Bind each worker to ``worker_cpus(w)``; the caller adopts ``caller`` at dispatch."""
         n_workers = self._pool.n_participants - 1
         self._caller_cpus, self._generation = caller, self._generation + 1
