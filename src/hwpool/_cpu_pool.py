@@ -144,6 +144,7 @@ class CPUPool(NumaMethods):
         self._dispatcher: int | None = None  # thread running a dispatch, if any
         self._closed = False
         self._workers = _Workers(n_workers, self._spin)
+        self._remember_cpu_mask()
         self._workers.start()
         self._finalizer = weakref.finalize(self, _Workers.stop, self._workers)
         _live_pools.add(self)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple, Protocol
 
 from ._numa import (
@@ -52,9 +52,10 @@ class _Pool(Protocol):
 class NumaBinder:
     """The NUMA binding of one pool; see the module docstring.
 
-    ``topology`` (default: :func:`cpu_topology` with the CPU mask of the thread that created the
-    binder, since a bound thread's own mask shows only its node), ``kernel`` and ``environ`` are
-    injectable for tests. All public methods are thread-safe; binding calls ``pool.run`` once.
+    ``allowed`` is the CPU mask the pool was created with (default: the calling thread's), since
+    a bound thread's own mask shows only its node. ``topology`` (default: :func:`cpu_topology`
+    with that mask), ``kernel`` and ``environ`` are injectable for tests. All public methods are
+    thread-safe; binding calls ``pool.run`` once.
     """
 
     def __init__(
@@ -64,14 +65,15 @@ class NumaBinder:
         topology: Callable[[], CPUTopology] | None = None,
         kernel: Kernel | None = None,
         environ: Mapping[str, str] | None = None,
+        allowed: Iterable[int] | None = None,
     ) -> None:
         self._pool = pool
         if topology is None:
-            # The mask of the thread creating the pool, kept: bound threads see only their node.
-            allowed = cpu_topology().affinity
+            # Kept from the creator: a bound thread's own mask would show only its node.
+            mask = cpu_topology().affinity if allowed is None else tuple(allowed)
 
             def topology() -> CPUTopology:
-                return cpu_topology(affinity=allowed)
+                return cpu_topology(affinity=mask)
 
         self._topology: Callable[[], CPUTopology] = topology
         self._kernel = kernel or default_kernel()

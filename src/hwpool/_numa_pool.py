@@ -6,6 +6,7 @@ only calls :meth:`NumaMethods._adopt_numa` when the caller starts a dispatch.
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -23,6 +24,7 @@ class NumaMethods:
     """Mixin: NUMA binding for a pool with ``n_participants`` and ``run(f)``."""
 
     _numa: NumaBinder | None = None
+    _numa_allowed: tuple[int, ...] | None = None
 
     @property
     def n_participants(self) -> int:  # provided by the pool
@@ -94,8 +96,13 @@ class NumaMethods:
         if self._numa is None:
             with _create_lock:
                 if self._numa is None:
-                    self._numa = NumaBinder(weakref.proxy(self))
+                    self._numa = NumaBinder(weakref.proxy(self), allowed=self._numa_allowed)
         return self._numa
+
+    def _remember_cpu_mask(self) -> None:
+        """Keep the creating thread's CPU mask: the CPUs binding may later choose from."""
+        if hasattr(os, "sched_getaffinity"):
+            self._numa_allowed = tuple(sorted(os.sched_getaffinity(0)))
 
     def _adopt_numa(self) -> None:
         """Give the calling thread the pool's caller mask (called as a dispatch starts)."""
