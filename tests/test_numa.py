@@ -236,10 +236,13 @@ def test_page_nodes_of_a_resident_array_are_known() -> None:
 
 @linux_only
 def test_page_nodes_of_an_untouched_mapping_of_a_dropped_file_is_empty(tmp_path: Path) -> None:
-    path = tmp_path / "cold.bin"
-    path.write_bytes(os.urandom(64 * PAGE))
+    given = os.environ.get("HWPOOL_NUMA_TEST_FILE")  # a disk-backed file (the VM's /tmp is not)
+    path = Path(given) if given else tmp_path / "cold.bin"
+    if not given:
+        path.write_bytes(os.urandom(64 * PAGE))
     with open(path, "rb") as f:
-        os.fsync(f.fileno())
+        if not given:
+            os.fsync(f.fileno())
         os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as view:
             start, length = buffer_span(view)
