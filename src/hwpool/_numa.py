@@ -9,6 +9,7 @@ without ever giving it fewer CPUs than participants. ``HWPOOL_NUMA`` is read her
 
 from __future__ import annotations
 
+import bisect
 import enum
 import os
 import re
@@ -195,6 +196,7 @@ def _numa_maps_counts(text: str) -> dict[int, dict[int, int]]:
 
 def _pages_per_mapping(pages: Sequence[int], maps: str) -> dict[tuple[int, int], int]:
     """How many of ``pages`` fall in each mapping of ``/proc/self/maps``."""
+    ordered = sorted(pages)
     found: dict[tuple[int, int], int] = {}
     for line in maps.splitlines():
         low, _, high = line.partition(" ")[0].partition("-")
@@ -202,7 +204,7 @@ def _pages_per_mapping(pages: Sequence[int], maps: str) -> dict[tuple[int, int],
             start, end = int(low, 16), int(high, 16)
         except ValueError:
             continue
-        inside = sum(1 for p in pages if start <= p < end)
+        inside = bisect.bisect_left(ordered, end) - bisect.bisect_left(ordered, start)
         if inside:
             found[(start, end)] = inside
     return found
