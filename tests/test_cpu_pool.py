@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from threadpoolctl import threadpool_limits
 
+import hwpool
 from hwpool import CPUPool, PoolClosedError
 from hwpool._cursor import Cursor
 from hwpool._jobs import default_grain
@@ -485,3 +486,9 @@ def test_cursor_hands_out_each_number_once(locked: bool) -> None:
     for t in threads:
         t.join(WAIT_S)
     assert sorted(n for slot in got for n in slot) == list(range(8000))
+
+
+def test_public_names_are_exported() -> None:
+    for name in ("CPUPool", "CPUTopology", "NumaNode", "cpu_topology", "effective_threads"):
+        assert name in hwpool.__all__ and getattr(hwpool, name) is not None
+    assert "set_threads" in hwpool.__all__
