@@ -5,6 +5,9 @@ from ._cpu_pool import CPUPool
 from ._detect import GPUDetection, GPUInfo, GPUSource, detect_gpus
 from ._errors import PoolClosedError, WouldBlock
 from ._gpu_pool import GPULease, GPUPool, PoolSnapshot, WaiterSnapshot, current_gpus
+from ._numa import BindReason, NumaBinding, page_nodes
+from ._numa_bind import TwoNodes
+from ._numa_place import PagePlacement, file_page_nodes
 from ._sizing import effective_threads, set_threads
 from ._topology import CPUTopology, NumaNode, cpu_topology
 
@@ -12,6 +15,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "UNITS_PER_GPU",
+    "BindReason",
     "CPUPool",
     "CPUTopology",
     "GPUDetection",
@@ -19,9 +23,12 @@ __all__ = [
     "GPULease",
     "GPUPool",
     "GPUSource",
+    "NumaBinding",
     "NumaNode",
+    "PagePlacement",
     "PoolClosedError",
     "PoolSnapshot",
+    "TwoNodes",
     "WaiterSnapshot",
     "WouldBlock",
     "__version__",
@@ -29,5 +36,7 @@ __all__ = [
     "current_gpus",
     "detect_gpus",
     "effective_threads",
+    "file_page_nodes",
+    "page_nodes",
     "set_threads",
 ]

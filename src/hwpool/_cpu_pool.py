@@ -30,6 +30,7 @@ from types import TracebackType
 
 from ._errors import PoolClosedError
 from ._jobs import Job, RowSpace, check_callable, check_grain, check_rows, default_grain
+from ._numa_pool import NumaMethods
 from ._sizing import effective_threads, spin_from_env
 
 __all__ = ["CPUPool", "default_grain"]
@@ -123,7 +124,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-class CPUPool:
+class CPUPool(NumaMethods):
     """A persistent team of ``n_workers`` threads plus the calling thread for row-parallel jobs.
 
     Every job runs on the workers it needs and on the caller, whose participant index is
@@ -143,6 +144,7 @@ class CPUPool:
         self._dispatcher: int | None = None  # thread running a dispatch, if any
         self._closed = False
         self._workers = _Workers(n_workers, self._spin)
+        self._remember_cpu_mask()
         self._workers.start()
         self._finalizer = weakref.finalize(self, _Workers.stop, self._workers)
         _live_pools.add(self)
@@ -264,6 +266,8 @@ class CPUPool:
     def _dispatch(self, make_job: Callable[[int], Job], team: int) -> None:
         """Run a job on ``team`` participants: ``team - 1`` workers and the caller."""
         self._check_open()
+        if not _in_job():
+            self._adopt_numa()
         if _in_job() or team == 1 or self._n_workers == 0:
             self._run_serial(make_job(-1))
             return
