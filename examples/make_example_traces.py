@@ -1,6 +1,6 @@
 """Regenerate the example traces bundled in src/hwpool/traces (deterministic: fixed seeds).
 
-    python examples/make_example_traces.py
+python examples/make_example_traces.py
 """
 
 from __future__ import annotations
@@ -19,11 +19,18 @@ def embedding_service(seed: int = 1) -> list[dict[str, object]]:
     t = 0.0
     while (t := t + rng.expovariate(22.0)) < 40.0:
         demand = rng.choice((0.1, 0.1, 0.2, 0.25))
-        rows.append({"arrival": round(t, 3), "demand": demand,
-                     "duration": round(rng.uniform(0.2, 1.5), 3), "name": f"embed{len(rows)}"})
+        rows.append(
+            {
+                "arrival": round(t, 3),
+                "demand": demand,
+                "duration": round(rng.uniform(0.2, 1.5), 3),
+                "name": f"embed{len(rows)}",
+            }
+        )
     for k in range(4):
-        rows.append({"arrival": 10.0 * k + 2.0, "demand": 0.5, "duration": 4.0,
-                     "name": f"reindex{k}"})
+        rows.append(
+            {"arrival": 10.0 * k + 2.0, "demand": 0.5, "duration": 4.0, "name": f"reindex{k}"}
+        )
     return sorted(rows, key=lambda row: float(str(row["arrival"])))
 
 

@@ -40,13 +40,13 @@ def demo_workload(seconds: float = DEMO_SECONDS, seed: int = 7) -> list[Task]:
         tasks.append(Task(name, arrival * scale, count, units, duration * scale))
 
     t = 0.0
-    while (t := t + rng.expovariate(14.0)) < 6.0:
-        add(f"small{len(tasks)}", t, rng.choice(_SMALL), 1, rng.uniform(0.15, 0.6))
+    while (t := t + rng.expovariate(16.0)) < 6.0:
+        add(f"small{len(tasks)}", t, rng.choice(_SMALL), 1, rng.uniform(0.2, 0.7))
     t = 0.0
     while (t := t + rng.expovariate(2.0)) < 6.0:
-        add(f"half{len(tasks)}", t, 0.5, 1, rng.uniform(0.5, 1.2))
+        add(f"half{len(tasks)}", t, 0.5, 1, rng.uniform(0.5, 1.3))
     for i, arrival in enumerate(_WIDE_AT):
-        add(f"wide{i}", arrival, 1.0, 2, 1.0)
+        add(f"wide{i}", arrival, 1.0, 2, 1.2)
     return sorted(tasks, key=lambda task: task.arrival)
 
 

@@ -49,7 +49,10 @@ def plot_outcomes(outcomes: Sequence[Outcome], path: str, title: str) -> None:
         _gantt(ax, result, colours)
     _in_use(axes[n, 0], outcomes)
     handles = [plt.Rectangle((0, 0), 1, 1, color=colours[label]) for label in labels]
-    axes[0, 0].legend(handles, labels, loc="upper right", fontsize="small", ncol=len(labels))
+    axes[0, 0].legend(
+        handles, labels, loc="lower right", bbox_to_anchor=(1.0, 1.0), fontsize="small",
+        ncol=len(labels), frameon=False,
+    )  # fmt: skip
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
