@@ -1,0 +1,117 @@
+"""Jobs of the CPU pool: who runs what, the row chunking, and how errors come back.
+
+A :class:`Job` is what the pool publishes in its job slot: a share function run once by each
+participant, plus the per-participant exceptions it raised. Row jobs split each row space into
+chunks of ``grain`` rows and let participants pull chunk numbers from one shared cursor.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from itertools import accumulate
+
+from ._cursor import Cursor
+
+__all__ = ["Job", "RowSpace", "check_callable", "check_grain", "check_rows", "default_grain"]
+
+RowFunction = Callable[[int, int], object]
+
+
+def default_grain(rows: int, participants: int) -> int:
+    """Rows per chunk: ``max(1, min(max(rows // (8 * p), 32), ceil(rows / p)))``.
+
+    About eight chunks per participant for balance, at least 32 rows to amortise the call, and
+    never so many that some participant gets none.
+    """
+    return max(1, min(max(rows // (8 * participants), 32), math.ceil(rows / participants)))
+
+
+def check_rows(rows: object) -> None:
+    """Raise TypeError/ValueError unless ``rows`` is an int >= 0."""
+    if not isinstance(rows, int) or isinstance(rows, bool):
+        raise TypeError(f"rows must be an int >= 0, got {rows!r}")
+    if rows < 0:
+        raise ValueError(f"rows must be >= 0, got {rows!r}")
+
+
+def check_grain(grain: object) -> None:
+    """Raise TypeError/ValueError unless ``grain`` is an int >= 1."""
+    if not isinstance(grain, int) or isinstance(grain, bool):
+        raise TypeError(f"grain must be an int >= 1 or None, got {grain!r}")
+    if grain < 1:
+        raise ValueError(f"grain must be >= 1, got {grain!r}")
+
+
+def check_callable(name: str, f: object) -> None:
+    """Raise TypeError naming ``name`` unless ``f`` is callable."""
+    if not callable(f):
+        raise TypeError(f"{name} must be callable, got {f!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class RowSpace:
+    """Rows ``0..rows`` handed to ``f`` in chunks of ``grain`` rows."""
+
+    rows: int
+    f: RowFunction
+    grain: int
+    chunks: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "chunks", math.ceil(self.rows / self.grain))
+
+
+class Job:
+    """One dispatch: ``share(job, index)`` runs once per participant; errors are collected."""
+
+    __slots__ = ("epoch", "errors", "failed", "n_participants", "share")
+
+    def __init__(self, epoch: int, share: Callable[[Job, int], object], n_participants: int):
+        self.epoch = epoch
+        self.share = share
+        self.n_participants = n_participants
+        self.errors: list[tuple[int, BaseException]] = []
+        self.failed = False
+
+    @classmethod
+    def rows(cls, epoch: int, spaces: Sequence[RowSpace], n_participants: int) -> Job:
+        """A job whose participants pull chunks of ``spaces`` until none are left."""
+        starts = [0, *accumulate(space.chunks for space in spaces)]
+        total = starts.pop()
+        cursor = Cursor()
+
+        def share(job: Job, index: int) -> None:
+            claim = cursor.next
+            while not job.failed:
+                chunk = claim()
+                if chunk >= total:
+                    return
+                at = bisect_right(starts, chunk) - 1
+                space = spaces[at]
+                low = (chunk - starts[at]) * space.grain
+                space.f(low, min(low + space.grain, space.rows))
+
+        return cls(epoch, share, n_participants)
+
+    def run_share(self, index: int) -> None:
+        """Run participant ``index``'s share, recording instead of raising its exception."""
+        try:
+            self.share(self, index)
+        except BaseException as exc:
+            self.failed = True
+            self.errors.append((index, exc))
+
+    def raise_errors(self) -> None:
+        """Re-raise the collected errors: one as itself, several as a BaseExceptionGroup."""
+        if not self.errors:
+            return
+        errors = sorted(self.errors, key=lambda item: item[0])
+        for index, exc in errors:
+            exc.add_note(f"raised in CPUPool participant {index} of {self.n_participants}")
+        if len(errors) == 1:
+            raise errors[0][1]
+        excs = [exc for _, exc in errors]
+        raise BaseExceptionGroup(f"{len(excs)} CPUPool participants raised", excs)
