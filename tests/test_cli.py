@@ -250,3 +250,30 @@ def test_bench_without_benchmarks_says_where_it_looked(tmp_path: Path) -> None:
     proc = hwpool("bench", "--dir", str(tmp_path))
     assert proc.returncode == 1
     assert "no bench_*.py" in proc.stderr
+
+
+def test_demo_reports_the_cpu_stage() -> None:
+    proc = hwpool("demo", "--seconds", "0.5", env={"HWPOOL_THREADS": "2"})
+    assert proc.returncode == 0, proc.stderr
+    assert "CPU stage: 8 rows of hashing" in proc.stdout
+    assert "team of 2 threads" in proc.stdout
+    assert "x over serial" in proc.stdout
+
+
+def test_demo_with_bad_threads_variable_fails_before_any_output() -> None:
+    proc = hwpool("demo", "--seconds", "0.5", env={"HWPOOL_THREADS": "many"})
+    assert_user_error(proc, "HWPOOL_THREADS", "many")
+
+
+def test_info_shows_cpus_and_files(tmp_path: Path) -> None:
+    data = tmp_path / "data.bin"
+    data.write_bytes(b"y" * 8192)
+    proc = hwpool("info", "--file", str(data))
+    assert proc.returncode == 0, proc.stderr
+    assert "CPUs: " in proc.stdout
+    assert "CPUPool.from_env(): team of" in proc.stdout
+    assert f"{data}: sampled pages in the page cache by NUMA node" in proc.stdout
+    doc = json.loads(hwpool("info", "--json", "--file", str(data)).stdout)
+    assert doc["files"][0]["path"] == str(data)
+    assert doc["cpus"]["usable"] >= 1
+    assert_user_error(hwpool("info", "--file", str(tmp_path / "nope")), "--file", "nope")

@@ -10,12 +10,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from . import _bench, _demo, _info, _plot, _report, _sim, _trace
 from ._progress import ProgressBar
+from ._sizing import effective_threads
 
 __all__ = ["main"]
 
@@ -35,6 +37,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _bench.BenchError as exc:
         print(f"hwpool: error: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # the reader went away (`hwpool ... | head`): not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     return status
 
 
@@ -46,6 +51,10 @@ def _parser() -> argparse.ArgumentParser:
 
     info = commands.add_parser("info", help="what hwpool detects on this machine, and from where")
     info.add_argument("--json", action="store_true", help="print JSON instead of text")
+    info.add_argument(
+        "--file", action="append", default=[], metavar="PATH",
+        help="also show which NUMA nodes hold PATH's cached pages (repeatable)",
+    )  # fmt: skip
     info.set_defaults(run=_cmd_info)
 
     demo = commands.add_parser("demo", help="run a mixed workload through a real GPUPool")
@@ -110,9 +119,11 @@ def _policies(text: str) -> list[str]:
 # ----------------------------------------------------------------- commands
 def _cmd_info(args: argparse.Namespace) -> int:
     try:
-        info = _info.gather()
+        info = _info.gather(args.file)
     except ValueError as exc:  # a malformed environment variable, named in the message
         raise UserError(str(exc)) from None
+    except OSError as exc:
+        raise UserError(f"--file: cannot read {exc.filename!r}: {exc.strerror}") from None
     print(json.dumps(info, indent=2) if args.json else _info.format_info(info))
     return 0
 
@@ -138,6 +149,10 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     if args.plot is not None:
         _check_plot_target(args.plot)
+    try:
+        effective_threads()  # a malformed HWPOOL_THREADS fails here, before any output
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
     tasks = _demo.demo_workload(args.seconds)
     num_gpus = _demo.DEMO_GPUS
     print(f"GPU stage: {len(tasks)} calls on a GPUPool of {num_gpus} logical GPUs, real time")
@@ -150,7 +165,18 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     if args.plot is not None:
         _write_plot([measured], args.plot, f"hwpool demo: {num_gpus} GPUs, real time")
     print(_report.format_table([measured, predicted]))
+    _demo_cpu_stage(max(4, round(16 * args.seconds)))
     return 0
+
+
+def _demo_cpu_stage(rows: int) -> None:
+    print(f"\nCPU stage: {rows} rows of hashing (4 MiB each), serial, then on CPUPool.from_env()")
+    sys.stdout.flush()
+    stage = _demo.run_cpu_stage(rows)
+    print(
+        f"  serial {stage.serial_s:.2f} s; team of {stage.team} threads {stage.pool_s:.2f} s: "
+        f"speed-up {stage.speedup:.2f}x over serial"
+    )
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
