@@ -35,3 +35,16 @@ def test_main_must_return_text(tmp_path: Path) -> None:
     (tmp_path / "bench_n.py").write_text("x = 1\n")
     with pytest.raises(_bench.BenchError, match="has no main"):
         list(_bench.run_benchmarks(tmp_path))
+
+
+def test_main_taking_argv_gets_an_empty_one_and_its_print_is_not_doubled(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "bench_argv.py").write_text(
+        "def main(argv=None):\n"
+        "    assert argv == [], argv\n"
+        "    print('warming up')\n"
+        "    print('the table')\n"
+        "    return 'the table'\n"
+    )
+    assert list(_bench.run_benchmarks(tmp_path)) == ["warming up\nthe table"]

@@ -277,3 +277,11 @@ def test_info_shows_cpus_and_files(tmp_path: Path) -> None:
     assert doc["files"][0]["path"] == str(data)
     assert doc["cpus"]["usable"] >= 1
     assert_user_error(hwpool("info", "--file", str(tmp_path / "nope")), "--file", "nope")
+
+
+def test_demo_plot_writes_a_gantt_chart(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "demo.png"
+    proc = hwpool("demo", "--seconds", "0.5", "--plot", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_bytes().startswith(b"\x89PNG")

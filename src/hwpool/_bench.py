@@ -1,14 +1,18 @@
 """``hwpool bench``: find the benchmark scripts of a source checkout and run them.
 
 Benchmarks live in ``bench/bench_*.py`` of a checkout, not in the wheel. Each module has a
-``main() -> str`` that runs it and returns its table.
+``main() -> str`` (or ``main(argv) -> str``, then called with ``[]``) that runs it and returns
+its table; what it prints is captured, and shown only where it is more than that table.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import inspect
+import io
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 __all__ = ["BenchError", "find_bench_dir", "run_benchmarks"]
@@ -20,7 +24,8 @@ class BenchError(RuntimeError):
 
 def find_bench_dir() -> Path:
     """``./bench`` if it holds benchmarks, else the ``bench/`` of the checkout this runs from."""
-    candidates = [Path.cwd() / "bench", Path(__file__).resolve().parents[2] / "bench"]
+    here = Path(__file__).resolve().parents[2] / "bench"
+    candidates = list(dict.fromkeys([Path.cwd() / "bench", here]))
     for candidate in candidates:
         if any(candidate.glob("bench_*.py")):
             return candidate
@@ -63,7 +68,7 @@ def _run_one(script: Path) -> str:
         entry = getattr(module, "main", None)
         if not callable(entry):
             raise BenchError(f"{script.name} has no main() function")
-        table = entry()
+        table, printed = _call_main(entry)
     except BenchError:
         raise
     except Exception as exc:
@@ -72,4 +77,14 @@ def _run_one(script: Path) -> str:
         sys.path.remove(str(script.parent))
     if not isinstance(table, str):
         raise BenchError(f"{script.name}: main() returned {type(table).__name__}, not a str")
-    return table
+    extra = printed.replace(table, "", 1).strip()  # what main() printed besides its table
+    return f"{extra}\n{table}" if extra else table
+
+
+def _call_main(entry: Callable[..., object]) -> tuple[object, str]:
+    """Call a benchmark's ``main``, with an empty argv if it takes one (so that it does not
+    parse hwpool's own arguments); return its result and what it printed."""
+    takes_argv = bool(inspect.signature(entry).parameters)
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        result = entry([]) if takes_argv else entry()
+    return result, printed.getvalue()
