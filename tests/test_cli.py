@@ -176,9 +176,10 @@ def test_plot_without_matplotlib_says_how_to_install(tmp_path: Path) -> None:
     assert not (tmp_path / "x.png").exists()
 
 
-def test_plot_into_missing_directory_is_a_user_error() -> None:
+def test_plot_into_missing_directory_is_a_user_error(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     assert_user_error(hwpool("simulate", "batch", "--plot", "/nonexistent/x.png"), "--plot")
+    assert_user_error(hwpool("demo", "--plot", str(tmp_path)), "is a directory")
 
 
 def test_simulate_plot_writes_a_png(tmp_path: Path) -> None:

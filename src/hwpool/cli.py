@@ -2,7 +2,7 @@
 
 Exit status: 0 on success, 2 for bad usage or bad input (a one-line ``hwpool: error: ...`` on
 stderr, no traceback), 1 when something the user could not have prevented fails (a benchmark
-raised, no benchmarks to run).
+raised, no benchmarks to run), 130 when interrupted with Ctrl-C.
 """
 
 from __future__ import annotations
@@ -37,6 +37,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _bench.BenchError as exc:
         print(f"hwpool: error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("hwpool: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:  # the reader went away (`hwpool ... | head`): not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
@@ -194,6 +197,8 @@ def _check_plot_target(path: str) -> None:
         _plot.require_matplotlib()
     except _plot.PlotUnavailableError as exc:
         raise UserError(f"--plot: {exc}") from None
+    if Path(path).is_dir():
+        raise UserError(f"--plot: {path!r} is a directory; give a file name such as chart.png")
     parent = Path(path).resolve().parent
     if not parent.is_dir():
         raise UserError(f"--plot: no such directory {str(parent)!r} for {path!r}")
