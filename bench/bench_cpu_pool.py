@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -67,8 +69,50 @@ def _latencies(team: int, calls: int, repeats: int) -> dict[str, float]:
     return results
 
 
+_ALL_CORE_CHILD = """
+import statistics, sys, time
+import numpy as np
+from threadpoolctl import threadpool_limits
+rows, cols, team, repeats = map(int, sys.argv[1:5])
+rng = np.random.default_rng(0)
+weights = rng.standard_normal((rows, cols), dtype=np.float32)
+x = rng.standard_normal(cols, dtype=np.float32)
+out = np.empty(rows, dtype=np.float32)
+times = []
+with threadpool_limits(team):
+    np.dot(weights, x, out=out)
+    for _ in range(repeats):
+        start = time.perf_counter()
+        np.dot(weights, x, out=out)
+        times.append(time.perf_counter() - start)
+print(statistics.median(times))
+"""
+
+
+def _all_core_numpy(team: int, repeats: int) -> float:
+    """Median seconds of one NumPy matvec with BLAS on ``team`` threads, in a child process.
+
+    Once OpenBLAS has run multi-threaded in a process, its idle threads keep competing with
+    other threads there (measured: a CPUPool split fell from about 48 to 25-31 GB/s on 2 cores,
+    even seconds later), so this baseline gets a process of its own.
+    """
+    argv = [str(MATRIX_ROWS), str(MATRIX_COLS), str(team), str(repeats)]
+    result = subprocess.run(
+        [sys.executable, "-c", _ALL_CORE_CHILD, *argv],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    return float(result.stdout)
+
+
 def _matvec(team: int, repeats: int) -> dict[str, float]:
-    """Seconds per 4096x4096 float32 matvec, median of ``repeats``, three ways."""
+    """Seconds per 4096x4096 float32 matvec, median of ``repeats``, three ways.
+
+    NumPy with one BLAS thread and the CPUPool split are timed in turns in this process; the
+    all-core NumPy baseline runs between their two halves, in a child process.
+    """
     rng = np.random.default_rng(0)
     weights = rng.standard_normal((MATRIX_ROWS, MATRIX_COLS), dtype=np.float32)
     x = rng.standard_normal(MATRIX_COLS, dtype=np.float32)
@@ -80,28 +124,29 @@ def _matvec(team: int, repeats: int) -> dict[str, float]:
     def rows(start: int, end: int) -> None:
         np.dot(weights[start:end], x, out=out[start:end])
 
-    with hwpool.CPUPool(team - 1) as pool:
-        methods: dict[str, tuple[int, Callable[[], object]]] = {
-            "NumPy, BLAS 1 thread": (1, numpy_call),
-            "CPUPool.run_rows, BLAS 1 thread": (1, lambda: pool.run_rows(MATRIX_ROWS, rows)),
-            f"NumPy, BLAS {team} threads": (team, numpy_call),
+    with hwpool.CPUPool(team - 1) as pool, threadpool_limits(1):
+        methods: dict[str, Callable[[], object]] = {
+            "NumPy, BLAS 1 thread": numpy_call,
+            "CPUPool.run_rows, BLAS 1 thread": lambda: pool.run_rows(MATRIX_ROWS, rows),
         }
-        return _interleaved(methods, repeats)
+        first = _interleaved(methods, repeats // 2)
+        all_core = _all_core_numpy(team, repeats)
+        second = _interleaved(methods, repeats - repeats // 2)
+    medians = {name: statistics.median(first[name] + second[name]) for name in methods}
+    medians[f"NumPy, BLAS {team} threads"] = all_core
+    return medians
 
 
-def _interleaved(
-    methods: dict[str, tuple[int, Callable[[], object]]], repeats: int
-) -> dict[str, float]:
-    """Median seconds per call of each method, timed in turns so that noise hits all alike."""
+def _interleaved(methods: dict[str, Callable[[], object]], repeats: int) -> dict[str, list[float]]:
+    """Seconds per call of each method, timed in turns so that noise hits all alike."""
     times: dict[str, list[float]] = {name: [] for name in methods}
     for _ in range(repeats):
-        for name, (blas_threads, call) in methods.items():
-            with threadpool_limits(blas_threads):
-                call()
-                start = time.perf_counter()
-                call()
-                times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in times.items()}
+        for name, call in methods.items():
+            call()
+            start = time.perf_counter()
+            call()
+            times[name].append(time.perf_counter() - start)
+    return times
 
 
 def _blas_line() -> str:
