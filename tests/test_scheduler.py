@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -198,23 +196,35 @@ def test_head_is_granted_when_its_reserved_gpu_drains() -> None:
     assert [g.ticket for g in grants] == [head]
 
 
+class _CountingQueue(dict):  # type: ignore[type-arg]
+    """The core's queue, counting the waiters a walk visits."""
+
+    count = 0
+
+    def items(self):  # type: ignore[no-untyped-def, override]
+        self.count = 0
+        for item in super().items():
+            self.count += 1
+            yield item
+
+
+def count_visits(core: Scheduler) -> _CountingQueue:
+    queue = _CountingQueue(core._queue)
+    core._queue = queue
+    return queue
+
+
 def test_walk_stops_early_when_nothing_behind_can_fit() -> None:
     core = Scheduler(2, units_per_gpu=U)
     core.submit(whole(2))
     for _ in range(10_000):
         core.submit(frac(0.9))
-    visited = 0
-    original_take = core._take_in
-
-    def counting_take(order: Any, count: int, units: int) -> tuple[int, ...] | None:
-        nonlocal visited
-        visited += 1
-        return original_take(order, count, units)
-
-    core._take_in = counting_take  # type: ignore[method-assign]
+    visits = count_visits(core)
     grants = core.release(0, U)  # one GPU free: the head waiter takes it, the next reserves
     assert len(grants) == 1
-    assert visited <= 4
+    # The head is granted on GPU 0, the next two reserve GPUs 0 and 1; the walk takes one more
+    # waiter from the queue, sees no GPU left open, and stops.
+    assert visits.count == 4
 
 
 def test_walk_finds_small_waiter_far_back_for_backfill() -> None:
@@ -403,14 +413,8 @@ def test_backfill_scan_stops_when_no_waiter_behind_can_fit() -> None:
     core.submit(whole(3))  # reservations stop: GPUs 1 and 2 stay open for backfill
     for _ in range(10_000):
         core.submit(frac(0.9))
-    visited = 0
-    original_take = core._take_in
-
-    def counting_take(order: Any, count: int, units: int) -> tuple[int, ...] | None:
-        nonlocal visited
-        visited += 1
-        return original_take(order, count, units)
-
-    core._take_in = counting_take  # type: ignore[method-assign]
+    visits = count_visits(core)
     assert core.release(1, 200) == []  # 0.2 free on GPU 1 serves nobody behind
-    assert visited <= 3  # nothing behind needs less than 0.9: the scan ends at once
+    # The head reserves GPU 0, the 3-GPU waiter stops reservations; the first 0.9 waiter is taken
+    # from the queue, nothing behind needs less than 0.9 > 0.2 free, and the scan ends.
+    assert visits.count == 3
