@@ -401,22 +401,31 @@ def test_lease_timeout() -> None:
 
 
 # ----------------------------------------------------------------- blocking front and threads
-def test_blocking_acquire_woken_by_release_from_another_thread() -> None:
+def test_blocking_acquire_woken_by_release_from_another_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     pool = GPUPool(1)
     pool.acquire_blocking(1.0)
     result: list[int] = []
     done = threading.Event()
+    parked = threading.Event()
+
+    class ParkingEvent(threading.Event):
+        """The waiter's own event: says when the waiter is about to sleep on it."""
+
+        def wait(self, timeout: float | None = None) -> bool:
+            parked.set()
+            return super().wait(timeout)
 
     def worker() -> None:
         result.append(pool.acquire_blocking(0.5, timeout=BOUND))
         done.set()
 
+    monkeypatch.setattr(gpu_pool_module.threading, "Event", ParkingEvent)
     thread = threading.Thread(target=worker)
     thread.start()
-    for _ in range(10_000):  # bounded: wait until the worker is parked in the pool
-        if pool.snapshot().waiting:
-            break
-        threading.Event().wait(0.001)
+    assert parked.wait(BOUND)
+    assert len(pool.snapshot().waiting) == 1
     pool.release(0)
     assert done.wait(BOUND) and result == [0]
     thread.join(BOUND)
