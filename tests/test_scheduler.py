@@ -276,17 +276,6 @@ def test_bad_release_raises_and_changes_nothing(
     assert (core.free, core.reservations()) == before and core.is_waiting(t1)
 
 
-@pytest.mark.parametrize(
-    ("count", "units", "error"),
-    [(0, 10, ValueError), (3, 1000, ValueError), (1, 0, ValueError), (1, 1001, ValueError),
-     (2, 500, ValueError), (True, 10, TypeError), (1, 1.5, TypeError)],
-)  # fmt: skip
-def test_demand_validation(count: object, units: object, error: type[Exception]) -> None:
-    core = Scheduler(2, units_per_gpu=U)
-    with pytest.raises(error):
-        core.demand(count, units)  # type: ignore[arg-type]
-
-
 @pytest.mark.parametrize("num_gpus", [0, -1, True, 1.0])
 def test_scheduler_rejects_bad_gpu_count(num_gpus: object) -> None:
     with pytest.raises(ValueError, match="num_gpus"):

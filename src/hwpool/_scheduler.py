@@ -168,7 +168,8 @@ class Scheduler:
 
     ``submit`` and ``grant_now`` take new requests, ``release`` and ``cancel`` report what
     finished or gave up; each returns the grants it made so the caller can wake those waiters.
-    Bad input raises ValueError or TypeError and leaves the state unchanged.
+    Demands come validated from the fronts (GPUPool, the trace reader); a bad release or
+    cancel raises ValueError or KeyError and leaves the state unchanged.
     """
 
     def __init__(self, num_gpus: int, units_per_gpu: int = UNITS_PER_GPU) -> None:
@@ -214,20 +215,6 @@ class Scheduler:
         return dict(self._reserved)
 
     # ----------------------------------------------------------------- inputs
-    def demand(self, count: int, units: int) -> Demand:
-        """A validated demand: ``count`` GPUs with ``units`` each (whole GPUs if count > 1)."""
-        if isinstance(count, bool) or not isinstance(count, int):
-            raise TypeError(f"count must be an int, got {count!r}")
-        if not 1 <= count <= self.num_gpus:
-            raise ValueError(f"count must be between 1 and num_gpus={self.num_gpus}, got {count}")
-        if isinstance(units, bool) or not isinstance(units, int):
-            raise TypeError(f"units must be an int, got {units!r}")
-        if not 1 <= units <= self.units_per_gpu:
-            raise ValueError(f"units must be in [1, {self.units_per_gpu}], got {units}")
-        if count > 1 and units != self.units_per_gpu:
-            raise ValueError(f"a demand for count={count} GPUs must take whole GPUs, got {units=}")
-        return Demand(count, units)
-
     def grant_now(self, demand: Demand) -> Grant | None:
         """Grant ``demand`` where a new arrival would be granted at once, or return None.
 
@@ -274,8 +261,7 @@ class Scheduler:
         pending: dict[int, int] = {}
         for gpu, units in releases:
             self._check_gpu(gpu)
-            if isinstance(units, bool) or not isinstance(units, int) or units <= 0:
-                raise ValueError(f"units to release must be a positive int, got {units!r}")
+            self._check_units(units)
             pending[gpu] = pending.get(gpu, 0) + units
         for gpu, units in pending.items():
             self._check_release(gpu, units)
@@ -297,9 +283,13 @@ class Scheduler:
         if isinstance(gpu, bool) or not isinstance(gpu, int) or not 0 <= gpu < self.num_gpus:
             raise ValueError(f"gpu_id must be an int in [0, {self.num_gpus}), got {gpu!r}")
 
-    def _check_release(self, gpu: int, units: object) -> None:
+    @staticmethod
+    def _check_units(units: object) -> None:
         if isinstance(units, bool) or not isinstance(units, int) or units <= 0:
             raise ValueError(f"units to release must be a positive int, got {units!r}")
+
+    def _check_release(self, gpu: int, units: int) -> None:
+        self._check_units(units)
         held = self.units_per_gpu - self._free[gpu]
         if units > held:
             raise ValueError(f"cannot release {units} units on GPU {gpu}: only {held} held")
