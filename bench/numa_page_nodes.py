@@ -12,8 +12,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from hwpool._numa import sample_pages
-from hwpool._numa_kernel import LinuxKernel
+from hwpool._numa._kernel import LinuxKernel
+from hwpool._numa._pages import sample_pages
 
 
 class NoMovePages(LinuxKernel):

@@ -1,4 +1,4 @@
-"""Regenerate the example traces bundled in src/hwpool/traces (deterministic: fixed seeds).
+"""Regenerate the example traces bundled in src/hwpool/_sim/traces (deterministic: fixed seeds).
 
 python examples/make_example_traces.py
 """
@@ -9,7 +9,7 @@ import json
 import random
 from pathlib import Path
 
-TRACES = Path(__file__).resolve().parents[1] / "src" / "hwpool" / "traces"
+TRACES = Path(__file__).resolve().parents[1] / "src" / "hwpool" / "_sim" / "traces"
 
 
 def embedding_service(seed: int = 1) -> list[dict[str, object]]:

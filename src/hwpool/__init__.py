@@ -1,15 +1,15 @@
 """hwpool: share one machine's GPUs and CPU cores among concurrent work, fairly and fast."""
 
-from ._capacity import UNITS_PER_GPU
-from ._cpu_pool import CPUPool
-from ._detect import GPUDetection, GPUInfo, GPUSource, detect_gpus
+from ._core._capacity import UNITS_PER_GPU
+from ._cpu._pool import CPUPool
 from ._errors import PoolClosedError, WouldBlock
-from ._gpu_pool import GPULease, GPUPool, PoolSnapshot, WaiterSnapshot, current_gpus
-from ._numa import BindReason, NumaBinding, page_nodes
-from ._numa_bind import TwoNodes
-from ._numa_place import PagePlacement, file_page_nodes
-from ._sizing import effective_threads, set_threads
-from ._topology import CPUTopology, NumaNode, cpu_topology
+from ._gpu._pool import GPULease, GPUPool, PoolSnapshot, WaiterSnapshot, current_gpus
+from ._host._detect import GPUDetection, GPUInfo, GPUSource, detect_gpus
+from ._host._sizing import effective_threads, set_threads
+from ._host._topology import CPUTopology, NumaNode, cpu_topology
+from ._numa._bind import TwoNodes
+from ._numa._pages import BindReason, NumaBinding, page_nodes
+from ._numa._place import PagePlacement, file_page_nodes
 
 __version__ = "0.1.0"
 

@@ -1,0 +1,126 @@
+"""``hwpool info``: what the library detects on this machine, and from where.
+
+:func:`gather` builds one JSON-ready dict (the ``--json`` output); :func:`format_info` renders
+the same dict as text, so the two can never disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .._host._detect import GPUDetection, detect_gpus
+from .._host._sizing import effective_threads
+from .._host._topology import CPUTopology, cpu_topology
+from .._numa._place import file_page_nodes
+
+__all__ = ["format_info", "gather"]
+
+
+def gather(files: Sequence[str] = ()) -> dict[str, Any]:
+    """Everything ``hwpool info`` reports, as plain JSON types; ``files`` adds their page nodes.
+
+    Raises ValueError (naming the variable) for a malformed environment variable, OSError
+    (naming the file) for a file that cannot be opened.
+    """
+    topology = cpu_topology()
+    team = effective_threads(topology=topology)
+    info: dict[str, Any] = {"gpus": _gpus_json(detect_gpus()), "cpus": _cpus_json(topology, team)}
+    if files:
+        info["files"] = [_file_json(path) for path in files]
+    return info
+
+
+def _file_json(path: str) -> dict[str, Any]:
+    """Where the page cache holds a sample of ``path``'s pages: NUMA node -> pages."""
+    nodes = file_page_nodes(path)
+    return {"path": path, "page_nodes": {str(node): n for node, n in sorted(nodes.items())}}
+
+
+def _cpus_json(topology: CPUTopology, team: int) -> dict[str, Any]:
+    return {
+        "online": list(topology.online),
+        "affinity": list(topology.affinity),
+        "cgroup_quota": topology.cgroup_quota,
+        "usable": topology.usable,
+        "numa_nodes": [{"id": node.id, "cpus": list(node.cpus)} for node in topology.nodes],
+        "smt_groups": [list(group) for group in topology.smt_groups],
+        "big_cores": list(topology.big_cores),
+        "cpu_pool_threads": team,
+    }
+
+
+def _gpus_json(found: GPUDetection) -> dict[str, Any]:
+    return {
+        "count": found.count,
+        "source": str(found.source),
+        "detail": found.detail,
+        "devices": [
+            {
+                "index": gpu.index,
+                "device_id": gpu.device_id,
+                "uuid": gpu.uuid,
+                "memory_mib": gpu.memory_mib,
+            }
+            for gpu in found.gpus
+        ],
+    }
+
+
+def format_info(info: dict[str, Any]) -> str:
+    """The text form of :func:`gather`'s dict."""
+    lines = _gpu_lines(info["gpus"]) + _cpu_lines(info["cpus"])
+    for entry in info.get("files", []):
+        nodes = entry["page_nodes"]
+        where = ", ".join(f"node {node}: {n}" for node, n in nodes.items())
+        where = where or "none cached (or the file is empty)"
+        lines.append(f"{entry['path']}: sampled pages in the page cache by NUMA node: {where}")
+    return "\n".join(lines)
+
+
+def _gpu_lines(gpus: dict[str, Any]) -> list[str]:
+    lines = [f"GPUs: {gpus['count']} (source: {gpus['source']}; {gpus['detail']})"]
+    for dev in gpus["devices"]:
+        extra = []
+        if dev["uuid"]:
+            extra.append(dev["uuid"])
+        if dev["memory_mib"] is not None:
+            extra.append(f"{dev['memory_mib']} MiB")
+        suffix = f" ({', '.join(extra)})" if extra else ""
+        lines.append(f"  GPU {dev['index']}: device {dev['device_id']}{suffix}")
+    return lines
+
+
+def _cpu_lines(cpus: dict[str, Any]) -> list[str]:
+    quota = cpus["cgroup_quota"]
+    smt = [group for group in cpus["smt_groups"] if len(group) > 1]
+    big = cpus["big_cores"]
+    team = cpus["cpu_pool_threads"]
+    lines = [
+        f"CPUs: {cpus['usable']} usable (online {cpu_list(cpus['online'])}; "
+        f"affinity {cpu_list(cpus['affinity'])}; "
+        f"cgroup quota {'none' if quota is None else f'{quota:g} CPUs'})",
+        f"  SMT: {f'{len(smt)} cores with siblings' if smt else 'off or absent'}",
+        f"  big cores: {cpu_list(big) if big else 'none (homogeneous CPU)'}",
+    ]
+    lines += [f"  NUMA node {n['id']}: CPUs {cpu_list(n['cpus'])}" for n in cpus["numa_nodes"]]
+    lines.append(
+        f"CPUPool.from_env(): team of {_plural(team, 'thread')}"
+        + (f" ({_plural(team - 1, 'worker')} + the caller)" if team > 1 else " (None: serial)")
+    )
+    return lines
+
+
+def cpu_list(cpus: list[int]) -> str:
+    """CPU numbers in the kernel's list form: ``[0, 1, 2, 5]`` -> ``0-2,5``."""
+    ranges: list[str] = []
+    for cpu in sorted(cpus):
+        if ranges and cpu == int(ranges[-1].split("-")[-1]) + 1:
+            ranges[-1] = f"{ranges[-1].split('-')[0]}-{cpu}"
+        else:
+            ranges.append(str(cpu))
+    return ",".join(ranges) if ranges else "-"
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

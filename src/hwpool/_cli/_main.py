@@ -1,0 +1,213 @@
+"""The ``hwpool`` command: ``info``, ``demo``, ``simulate`` and ``bench``.
+
+Exit status: 0 on success, 2 for bad usage or bad input (a one-line ``hwpool: error: ...`` on
+stderr, no traceback), 1 when something the user could not have prevented fails (a benchmark
+raised, no benchmarks to run), 130 when interrupted with Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from .._host._sizing import effective_threads
+from .._sim import _simulate as _sim
+from .._sim import _trace
+from . import _bench, _demo, _info, _plot, _report
+from ._progress import ProgressBar
+
+__all__ = ["main"]
+
+
+class UserError(Exception):
+    """A mistake in the command line or its input: reported in one line, exit status 2."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``hwpool`` command with ``argv`` (default: ``sys.argv[1:]``); return its status."""
+    args = _parser().parse_args(argv)
+    try:
+        status: int = args.run(args)
+    except UserError as exc:
+        print(f"hwpool: error: {exc}", file=sys.stderr)
+        return 2
+    except _bench.BenchError as exc:
+        print(f"hwpool: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("hwpool: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # the reader went away (`hwpool ... | head`): not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    return status
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hwpool", description="Share one machine's GPUs and CPU cores; see what it does."
+    )
+    commands = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
+
+    info = commands.add_parser("info", help="what hwpool detects on this machine, and from where")
+    info.add_argument("--json", action="store_true", help="print JSON instead of text")
+    info.add_argument(
+        "--file", action="append", default=[], metavar="PATH",
+        help="also show which NUMA nodes hold PATH's cached pages (repeatable)",
+    )  # fmt: skip
+    info.set_defaults(run=_cmd_info)
+
+    demo = commands.add_parser("demo", help="run a mixed workload through a real GPUPool")
+    demo.add_argument(
+        "--seconds", type=_positive_float, default=_demo.DEMO_SECONDS, metavar="S",
+        help=f"scale the workload to about S seconds (default {_demo.DEMO_SECONDS:g})",
+    )  # fmt: skip
+    demo.add_argument("--plot", metavar="FILE.png", help="also write a Gantt chart")
+    demo.set_defaults(run=_cmd_demo)
+
+    sim = commands.add_parser("simulate", help="replay a trace in virtual time")
+    sim.add_argument(
+        "trace", metavar="TRACE",
+        help="a JSON Lines or CSV file (arrival, demand, duration[, name]), or a bundled "
+        f"example: {', '.join(_trace.EXAMPLE_TRACES)}",
+    )  # fmt: skip
+    sim.add_argument(
+        "--gpus", type=_positive_int, default=4, metavar="N", help="GPUs to simulate (default 4)"
+    )
+    sim.add_argument(
+        "--policy", type=_policies, default=["hwpool"], metavar="P[,P...]",
+        help=f"policies to compare: {', '.join(_sim.POLICIES)}, or 'all' (default hwpool)",
+    )  # fmt: skip
+    sim.add_argument("--json", action="store_true", help="print one JSON object instead")
+    sim.add_argument("--plot", metavar="FILE.png", help="also write Gantt and utilisation charts")
+    sim.set_defaults(run=_cmd_simulate)
+
+    bench = commands.add_parser("bench", help="run the benchmarks in bench/ and print their tables")
+    bench.add_argument("names", nargs="*", metavar="NAME", help="only these (e.g. gpu_pool)")
+    bench.add_argument("--dir", type=Path, metavar="DIR", help="the bench/ directory to use")
+    bench.set_defaults(run=_cmd_bench)
+    return parser
+
+
+# ----------------------------------------------------------------- argument types
+def _positive_int(text: str) -> int:
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return int(text)
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
+    return value
+
+
+def _policies(text: str) -> list[str]:
+    names = list(_sim.POLICIES) if text == "all" else [p.strip() for p in text.split(",")]
+    for name in names:
+        if name not in _sim.POLICIES:
+            raise argparse.ArgumentTypeError(
+                f"unknown policy {name!r}; choose from {', '.join(_sim.POLICIES)} or 'all'"
+            )
+    return list(dict.fromkeys(names))
+
+
+# ----------------------------------------------------------------- commands
+def _cmd_info(args: argparse.Namespace) -> int:
+    try:
+        info = _info.gather(args.file)
+    except ValueError as exc:  # a malformed environment variable, named in the message
+        raise UserError(str(exc)) from None
+    except OSError as exc:
+        raise UserError(f"--file: cannot read {exc.filename!r}: {exc.strerror}") from None
+    print(json.dumps(info, indent=2) if args.json else _info.format_info(info))
+    return 0
+
+
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    if args.plot is not None:
+        _check_plot_target(args.plot)
+    try:
+        tasks = _trace.load_trace(args.trace)
+        outcomes = [_sim.simulate(tasks, args.gpus, policy) for policy in args.policy]
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    if args.plot is not None:
+        _write_plot(outcomes, args.plot, f"{args.trace} on {args.gpus} GPUs")
+    if args.json:
+        print(json.dumps(_report.outcomes_json(outcomes), indent=1))
+    else:
+        print(f"{args.trace}: {len(tasks)} tasks on {args.gpus} GPUs (virtual time)")
+        print(_report.format_table(outcomes))
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    if args.plot is not None:
+        _check_plot_target(args.plot)
+    try:
+        effective_threads()  # a malformed HWPOOL_THREADS fails here, before any output
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    tasks = _demo.demo_workload(args.seconds)
+    num_gpus = _demo.DEMO_GPUS
+    print(f"GPU stage: {len(tasks)} calls on a GPUPool of {num_gpus} logical GPUs, real time")
+    sys.stdout.flush()
+    bar = ProgressBar(len(tasks), "calls done", sys.stderr)
+    runs = _demo.run_gpu_stage(tasks, num_gpus, bar.advance)
+    bar.close()
+    measured = _sim.outcome("GPUPool (measured)", num_gpus, runs)
+    predicted = dataclasses.replace(_sim.simulate(tasks, num_gpus), policy="simulated")
+    if args.plot is not None:
+        _write_plot([measured], args.plot, f"hwpool demo: {num_gpus} GPUs, real time")
+    print(_report.format_table([measured, predicted]))
+    _demo_cpu_stage(max(4, round(16 * args.seconds)))
+    return 0
+
+
+def _demo_cpu_stage(rows: int) -> None:
+    print(f"\nCPU stage: {rows} rows of hashing (4 MiB each), serial, then on CPUPool.from_env()")
+    sys.stdout.flush()
+    stage = _demo.run_cpu_stage(rows)
+    print(
+        f"  serial {stage.serial_s:.2f} s; team of {stage.team} threads {stage.pool_s:.2f} s: "
+        f"speed-up {stage.speedup:.2f}x over serial"
+    )
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    directory = args.dir if args.dir is not None else _bench.find_bench_dir()
+    for table in _bench.run_benchmarks(directory, args.names):
+        print(table)
+        sys.stdout.flush()
+    return 0
+
+
+# ----------------------------------------------------------------- plotting
+def _check_plot_target(path: str) -> None:
+    """Fail before any work if the chart cannot be written: no matplotlib, no such folder."""
+    try:
+        _plot.require_matplotlib()
+    except _plot.PlotUnavailableError as exc:
+        raise UserError(f"--plot: {exc}") from None
+    if Path(path).is_dir():
+        raise UserError(f"--plot: {path!r} is a directory; give a file name such as chart.png")
+    parent = Path(path).resolve().parent
+    if not parent.is_dir():
+        raise UserError(f"--plot: no such directory {str(parent)!r} for {path!r}")
+
+
+def _write_plot(outcomes: Sequence[_sim.Outcome], path: str, title: str) -> None:
+    try:
+        _plot.plot_outcomes(outcomes, path, title)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"--plot: cannot write {path!r}: {exc}") from None

@@ -1,0 +1,74 @@
+"""Text tables and JSON documents for simulated or measured schedules (used by the CLI)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .._sim._simulate import Outcome, TaskRun
+
+__all__ = ["format_table", "outcome_json", "outcomes_json"]
+
+JSONValue = None | bool | int | float | str | list["JSONValue"] | dict[str, "JSONValue"]
+
+
+def format_table(outcomes: Sequence[Outcome]) -> str:
+    """One column per policy: makespan, lower bound, utilisation, then waits per demand class."""
+    rows: list[tuple[str, list[str]]] = [
+        ("makespan (s)", [f"{o.makespan:.2f}" for o in outcomes]),
+        ("makespan lower bound (s)", [f"{o.lower_bound:.2f}" for o in outcomes]),
+        ("GPU utilisation", [f"{o.utilization:.0%}" for o in outcomes]),
+        ("  at the lower bound", [f"{o.best_utilization:.0%}" for o in outcomes]),
+    ]
+    for index, stats in enumerate(outcomes[0].classes):
+        rows.append((f"{stats.label} x{stats.count}", [""] * len(outcomes)))
+        for metric in ("p50", "p99", "worst"):
+            values = [f"{getattr(o.classes[index], metric):.2f}" for o in outcomes]
+            rows.append((f"  {metric} wait (s)", values))
+    header = ("", [o.policy for o in outcomes])
+    label_width = max(len(label) for label, _ in rows)
+    widths = [max(len(h), *(len(r[1][i]) for r in rows)) for i, h in enumerate(header[1])]
+    lines = []
+    for label, cells in [header, *rows]:
+        padded = (cell.rjust(width) for cell, width in zip(cells, widths, strict=True))
+        lines.append(f"{label.ljust(label_width)}  " + "  ".join(padded))
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _run_json(run: TaskRun) -> dict[str, JSONValue]:
+    return {
+        "name": run.task.name,
+        "arrival": run.task.arrival,
+        "demand": run.task.demand,
+        "duration": run.task.duration,
+        "start": run.start,
+        "end": run.end,
+        "wait": run.wait,
+        "gpus": list(run.gpus),
+    }
+
+
+def outcome_json(outcome: Outcome) -> dict[str, JSONValue]:
+    """One schedule as a JSON-ready dict: tasks, makespan, lower bound, utilisation, waits."""
+    return {
+        "policy": outcome.policy,
+        "gpus": outcome.num_gpus,
+        "makespan": outcome.makespan,
+        "lower_bound": outcome.lower_bound,
+        "utilization": outcome.utilization,
+        "waits": {
+            s.label: {"count": s.count, "p50": s.p50, "p99": s.p99, "max": s.worst}
+            for s in outcome.classes
+        },
+        "tasks": [_run_json(run) for run in outcome.runs],
+    }
+
+
+def outcomes_json(outcomes: Sequence[Outcome]) -> dict[str, JSONValue]:
+    """One policy: its object. Several: shared fields plus ``policies``, one object each."""
+    if len(outcomes) == 1:
+        return outcome_json(outcomes[0])
+    return {
+        "gpus": outcomes[0].num_gpus,
+        "lower_bound": outcomes[0].lower_bound,
+        "policies": {o.policy: outcome_json(o) for o in outcomes},
+    }

@@ -1,0 +1,1 @@
+"""The pure scheduling core: capacity units, demands, grants, the scheduler (no I/O, no clock)."""

@@ -1,0 +1,1 @@
+"""The CPU pool: persistent workers, row-parallel jobs and the shared cursor."""

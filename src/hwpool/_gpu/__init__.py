@@ -1,0 +1,1 @@
+"""The GPUPool front: leases, current_gpus and snapshots, over a backend."""

@@ -1,0 +1,1 @@
+"""What the machine has: GPU detection, CPU topology, cgroup quotas and team sizing."""

@@ -1,0 +1,1 @@
+"""NUMA placement on multi-socket Linux: page nodes, binding, page placement."""

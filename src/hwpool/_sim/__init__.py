@@ -1,0 +1,1 @@
+"""Traces, the virtual-time simulator, baseline policies and shipped traces."""

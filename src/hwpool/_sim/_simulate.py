@@ -1,0 +1,220 @@
+"""Virtual-time simulation of a workload through the hwpool scheduler core (or a baseline).
+
+An event queue of arrivals and completions, nothing else: no clock, no threads, no sleeping, so
+a day of workload replays in milliseconds and the same trace always gives the same schedule.
+The ``hwpool`` policy is the very :class:`~hwpool._scheduler.Scheduler` that GPUPool drives.
+At one instant, completions are handled before arrivals, and arrivals in trace order.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from .._core._capacity import UNITS_PER_GPU
+from .._core._scheduler import Demand, Grant, Scheduler
+from ._baselines import FifoPolicy, FirstFitPolicy, ShortestQueuePolicy, Start
+from ._trace import Task
+
+__all__ = [
+    "POLICIES",
+    "ClassStats",
+    "Outcome",
+    "TaskRun",
+    "class_stats",
+    "lower_bound",
+    "outcome",
+    "percentile",
+    "simulate",
+]
+
+POLICIES = ("hwpool", "fifo", "first-fit", "shortest-queue")
+_COMPLETION, _ARRIVAL = 0, 1  # event order at one instant
+
+
+class Policy(Protocol):
+    """A scheduling rule, as the event loop sees it."""
+
+    def submit(self, task: int, demand: Demand) -> list[Start]: ...
+
+    def finish(self, task: int) -> list[Start]: ...
+
+
+class HwpoolPolicy:
+    """The hwpool scheduler core, with tickets mapped to task indices."""
+
+    def __init__(self, num_gpus: int) -> None:
+        self.core = Scheduler(num_gpus)
+        self._task_of: dict[int, int] = {}
+        self._held: dict[int, Grant] = {}
+
+    def submit(self, task: int, demand: Demand) -> list[Start]:
+        ticket, grant = self.core.submit(demand)
+        self._task_of[ticket] = task
+        return self._started([] if grant is None else [grant])
+
+    def finish(self, task: int) -> list[Start]:
+        grant = self._held.pop(task)
+        return self._started(self.core.release_many([(g, grant.units) for g in grant.gpus]))
+
+    def _started(self, grants: list[Grant]) -> list[Start]:
+        started = []
+        for grant in grants:
+            task = self._task_of.pop(grant.ticket)
+            self._held[task] = grant
+            started.append((task, grant.gpus))
+        return started
+
+
+def make_policy(name: str, num_gpus: int) -> Policy:
+    """A fresh policy by name (one of :data:`POLICIES`)."""
+    if name == "hwpool":
+        return HwpoolPolicy(num_gpus)
+    baselines = {
+        "fifo": FifoPolicy,
+        "first-fit": FirstFitPolicy,
+        "shortest-queue": ShortestQueuePolicy,
+    }
+    if name not in baselines:
+        raise ValueError(f"policy must be one of {', '.join(POLICIES)}; got {name!r}")
+    return baselines[name](num_gpus, UNITS_PER_GPU)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRun:
+    """When and where one task ran."""
+
+    task: Task
+    start: float
+    end: float
+    gpus: tuple[int, ...]
+
+    @property
+    def wait(self) -> float:
+        """Seconds from arrival to start."""
+        return self.start - self.task.arrival
+
+
+@dataclass(frozen=True, slots=True)
+class ClassStats:
+    """Waits of one demand class: how many tasks, median, 99th percentile and worst."""
+
+    label: str
+    count: int
+    p50: float
+    p99: float
+    worst: float
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """A schedule and its figures: makespan against its lower bound, and GPU utilisation.
+
+    ``utilization`` is the work (GPU-seconds) over ``num_gpus`` times the span from the first
+    arrival to the makespan; ``best_utilization`` is the same at the lower bound.
+    """
+
+    policy: str
+    num_gpus: int
+    runs: tuple[TaskRun, ...]
+    makespan: float
+    lower_bound: float
+    utilization: float
+    best_utilization: float
+    classes: tuple[ClassStats, ...]
+
+
+def simulate(tasks: Sequence[Task], num_gpus: int, policy: str = "hwpool") -> Outcome:
+    """Replay ``tasks`` on ``num_gpus`` GPUs under ``policy`` in virtual time.
+
+    Raises ValueError, naming the task, for a task that needs more GPUs than there are.
+    """
+    rule = make_policy(policy, num_gpus)
+    for task in tasks:
+        if task.count > num_gpus:
+            raise ValueError(f"task {task.name!r} needs {task.count} GPUs but gpus={num_gpus}")
+    events = [(task.arrival, _ARRIVAL, i) for i, task in enumerate(tasks)]
+    heapq.heapify(events)
+    started: dict[int, tuple[float, tuple[int, ...]]] = {}
+    while events:
+        now, kind, index = heapq.heappop(events)
+        if kind == _ARRIVAL:
+            task = tasks[index]
+            starts = rule.submit(index, Demand(task.count, task.units))
+        else:
+            starts = rule.finish(index)
+        for begun, gpus in starts:
+            started[begun] = (now, gpus)
+            heapq.heappush(events, (now + tasks[begun].duration, _COMPLETION, begun))
+    if len(started) != len(tasks):
+        raise RuntimeError(f"policy {policy!r} left {len(tasks) - len(started)} tasks unstarted")
+    runs = [
+        TaskRun(task, started[i][0], started[i][0] + task.duration, started[i][1])
+        for i, task in enumerate(tasks)
+    ]
+    return outcome(policy, num_gpus, runs)
+
+
+def outcome(policy: str, num_gpus: int, runs: Sequence[TaskRun]) -> Outcome:
+    """The figures of a finished schedule (simulated or measured)."""
+    tasks = [run.task for run in runs]
+    makespan = max(run.end for run in runs)
+    bound = lower_bound(tasks, num_gpus)
+    first = min(task.arrival for task in tasks)
+    work = sum(task.gpu_seconds for task in tasks)
+    return Outcome(
+        policy=policy,
+        num_gpus=num_gpus,
+        runs=tuple(runs),
+        makespan=makespan,
+        lower_bound=bound,
+        utilization=_ratio(work, num_gpus * (makespan - first)),
+        best_utilization=_ratio(work, num_gpus * (bound - first)),
+        classes=class_stats(runs),
+    )
+
+
+def _ratio(work: float, capacity: float) -> float:
+    return min(1.0, work / capacity) if capacity > 0 else 1.0
+
+
+def lower_bound(tasks: Sequence[Task], num_gpus: int) -> float:
+    """A makespan no schedule can beat.
+
+    The larger of: the latest ``arrival + duration``; and, for every arrival time ``a``, ``a``
+    plus the work arriving at or after ``a`` spread perfectly over all GPUs.
+    """
+    ordered = sorted(tasks, key=lambda task: task.arrival)
+    bound = max(task.arrival + task.duration for task in ordered)
+    remaining = 0.0
+    for task in reversed(ordered):
+        remaining += task.gpu_seconds
+        bound = max(bound, task.arrival + remaining / num_gpus)
+    return bound
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The nearest-rank ``q`` percentile (0 < q <= 100) of non-empty ``values``."""
+    if not values:
+        raise ValueError("percentile of no values")
+    if not 0 < q <= 100:
+        raise ValueError(f"q must be in (0, 100], got {q!r}")
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+
+def class_stats(runs: Sequence[TaskRun]) -> tuple[ClassStats, ...]:
+    """Wait statistics per demand class, smallest demands first."""
+    waits: dict[tuple[int, int], list[float]] = {}
+    labels: dict[tuple[int, int], str] = {}
+    for run in runs:
+        key = (run.task.count, run.task.units)
+        waits.setdefault(key, []).append(run.wait)
+        labels[key] = run.task.label
+    return tuple(
+        ClassStats(labels[key], len(w), percentile(w, 50), percentile(w, 99), max(w))
+        for key, w in sorted(waits.items())
+    )

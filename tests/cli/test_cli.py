@@ -1,0 +1,288 @@
+"""The ``hwpool`` command, run as a user runs it: a subprocess, real exit codes and output."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+
+def hwpool(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    environ = {**os.environ, "PYTHONPATH": SRC, **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "hwpool", *args],
+        capture_output=True,
+        text=True,
+        env=environ,
+        cwd=cwd,
+        timeout=60,
+        check=False,
+    )
+
+
+def assert_user_error(proc: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    """Exit 2, nothing on stdout, one line on stderr that says what is wrong, no traceback."""
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+# ----------------------------------------------------------------- usage
+def test_help_lists_the_commands() -> None:
+    proc = hwpool("--help")
+    assert proc.returncode == 0
+    for command in ("info", "demo", "simulate", "bench"):
+        assert command in proc.stdout
+
+
+def test_no_command_is_bad_usage() -> None:
+    proc = hwpool()
+    assert proc.returncode == 2
+    assert "usage: hwpool" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("simulate", "batch", "--bogus"),
+        ("info", "--verbose"),
+        ("frobnicate",),
+        ("simulate", "batch", "--gpus", "0"),
+        ("simulate", "batch", "--gpus", "two"),
+        ("simulate", "batch", "--policy", "random"),
+        ("demo", "--seconds", "-1"),
+    ],
+)
+def test_bad_flags_exit_2_without_traceback(args: tuple[str, ...]) -> None:
+    proc = hwpool(*args)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert "Traceback" not in proc.stderr
+    assert "error:" in proc.stderr
+
+
+# ----------------------------------------------------------------- simulate
+HAND_TRACE = """\
+arrival,demand,duration,name
+0,0.7,4,x
+0,0.6,3,y
+0,0.6,2,z
+1,2,1,w
+1.5,0.3,1,s
+"""
+
+
+def test_simulate_json_matches_the_hand_worked_schedule(tmp_path: Path) -> None:
+    trace = tmp_path / "hand.csv"
+    trace.write_text(HAND_TRACE)
+    proc = hwpool("simulate", str(trace), "--gpus", "3", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["policy"] == "hwpool"
+    assert doc["makespan"] == 4.0
+    assert doc["lower_bound"] == 4.0
+    assert doc["utilization"] == pytest.approx(8.1 / 12)
+    got = {t["name"]: (t["start"], t["end"], t["gpus"]) for t in doc["tasks"]}
+    assert got == {
+        "x": (0, 4, [0]),
+        "y": (0, 3, [1]),
+        "z": (0, 2, [2]),
+        "w": (3, 4, [1, 2]),
+        "s": (1.5, 2.5, [0]),
+    }
+    assert {t["name"]: t["demand"] for t in doc["tasks"]}["w"] == 2
+    assert {t["name"]: t["arrival"] for t in doc["tasks"]}["s"] == 1.5
+
+
+def test_simulate_all_policies_json_has_one_object_per_policy() -> None:
+    proc = hwpool("simulate", "batch", "--policy", "all", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert list(doc["policies"]) == ["hwpool", "fifo", "first-fit", "shortest-queue"]
+    for result in doc["policies"].values():
+        assert {"tasks", "makespan", "lower_bound", "utilization"} <= set(result)
+        assert result["makespan"] >= doc["lower_bound"]
+        assert len(result["tasks"]) == len(doc["policies"]["hwpool"]["tasks"])
+
+
+def test_simulate_table_shows_policies_side_by_side() -> None:
+    proc = hwpool("simulate", "batch", "--policy", "hwpool,first-fit")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("batch: ")
+    header = lines[1].split()
+    assert header == ["hwpool", "first-fit"]
+    assert any(line.startswith("makespan lower bound (s)") for line in lines)
+    assert any(line.startswith("2 GPUs x") for line in lines)
+    p99 = [line.split() for line in lines if line.strip().startswith("p99 wait")]
+    assert p99 and all(len(cells) == 5 for cells in p99)  # "p99 wait (s)" + two columns
+
+
+def test_simulate_is_deterministic() -> None:
+    first = hwpool("simulate", "embedding", "--policy", "all", "--json")
+    second = hwpool("simulate", "embedding", "--policy", "all", "--json")
+    assert first.returncode == 0
+    assert first.stdout == second.stdout
+
+
+@pytest.mark.parametrize(
+    ("content", "fragments"),
+    [
+        ("arrival,demand,duration\n0,0.5,1\n1,1.5,2\n", ("line 3", "'demand'")),
+        ("arrival,demand\n0,0.5\n", ("line 1", "'duration'")),
+        ('{"arrival": 0, "demand": 0.5, "duration": 1}\n{"arrival": 1}\n', ("line 2",)),
+        ("arrival,demand,duration\n0,4,1\n", ("needs 4 GPUs", "gpus=2")),
+    ],
+)
+def test_bad_traces_exit_2_naming_the_line(
+    tmp_path: Path, content: str, fragments: tuple[str, ...]
+) -> None:
+    trace = tmp_path / ("bad.jsonl" if content.startswith("{") else "bad.csv")
+    trace.write_text(content)
+    assert_user_error(hwpool("simulate", str(trace), "--gpus", "2"), *fragments)
+
+
+def test_missing_trace_file() -> None:
+    assert_user_error(hwpool("simulate", "/nonexistent/trace.csv"), "/nonexistent/trace.csv")
+
+
+def test_plot_without_matplotlib_says_how_to_install(tmp_path: Path) -> None:
+    code = (
+        "import sys; sys.modules['matplotlib'] = None\n"
+        "from hwpool._cli._main import main\n"
+        f"sys.exit(main(['simulate', 'batch', '--plot', {str(tmp_path / 'x.png')!r}]))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": SRC},
+        timeout=60,
+        check=False,
+    )
+    assert_user_error(proc, "pip install 'hwpool[plot]'")
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_plot_into_missing_directory_is_a_user_error(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    assert_user_error(hwpool("simulate", "batch", "--plot", "/nonexistent/x.png"), "--plot")
+    assert_user_error(hwpool("demo", "--plot", str(tmp_path)), "is a directory")
+
+
+def test_simulate_plot_writes_a_png(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "chart.png"
+    proc = hwpool("simulate", "batch", "--policy", "hwpool,first-fit", "--plot", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_bytes().startswith(b"\x89PNG")
+
+
+# ----------------------------------------------------------------- info
+def test_info_text_and_json_agree() -> None:
+    env = {"HWPOOL_NUM_GPUS": "3"}
+    text = hwpool("info", env=env)
+    doc = hwpool("info", "--json", env=env)
+    assert text.returncode == doc.returncode == 0
+    info = json.loads(doc.stdout)
+    assert info["gpus"]["count"] == 3
+    assert info["gpus"]["source"] == "env"
+    assert [d["index"] for d in info["gpus"]["devices"]] == [0, 1, 2]
+    assert "GPUs: 3 (source: env" in text.stdout
+
+
+def test_info_with_bad_environment_variable() -> None:
+    assert_user_error(hwpool("info", env={"HWPOOL_NUM_GPUS": "lots"}), "HWPOOL_NUM_GPUS", "lots")
+
+
+# ----------------------------------------------------------------- demo
+def test_demo_runs_a_short_workload_and_prints_the_table() -> None:
+    proc = hwpool("demo", "--seconds", "1.5")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "GPUPool (measured)" in out
+    assert "simulated" in out
+    counts = {
+        line.split(" x")[0]: int(line.split(" x")[1])
+        for line in out.splitlines()
+        if " GPU" in line and " x" in line and not line.startswith(" ")
+    }
+    assert set(counts) == {"0.1 GPU", "0.2 GPU", "0.25 GPU", "0.5 GPU", "2 GPUs"}
+    assert counts["2 GPUs"] == 3
+    header = out.splitlines()[0]
+    assert f"{sum(counts.values())} calls" in header
+
+
+# ----------------------------------------------------------------- bench
+def test_bench_runs_each_script_and_prints_its_table(tmp_path: Path) -> None:
+    (tmp_path / "bench_alpha.py").write_text("def main():\n    return 'alpha table'\n")
+    (tmp_path / "bench_beta.py").write_text("def main():\n    return 'beta table'\n")
+    proc = hwpool("bench", "--dir", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["alpha table", "beta table"]
+    only = hwpool("bench", "beta", "--dir", str(tmp_path))
+    assert only.stdout.splitlines() == ["beta table"]
+
+
+def test_bench_failures_are_reported_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "bench_bad.py").write_text("def main():\n    raise OSError('disk on fire')\n")
+    proc = hwpool("bench", "--dir", str(tmp_path))
+    assert proc.returncode == 1
+    assert "bench_bad.py failed: OSError: disk on fire" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    unknown = hwpool("bench", "gamma", "--dir", str(tmp_path))
+    assert unknown.returncode == 1
+    assert "no benchmark 'gamma'" in unknown.stderr
+
+
+def test_bench_without_benchmarks_says_where_it_looked(tmp_path: Path) -> None:
+    proc = hwpool("bench", "--dir", str(tmp_path))
+    assert proc.returncode == 1
+    assert "no bench_*.py" in proc.stderr
+
+
+def test_demo_reports_the_cpu_stage() -> None:
+    proc = hwpool("demo", "--seconds", "0.5", env={"HWPOOL_THREADS": "2"})
+    assert proc.returncode == 0, proc.stderr
+    assert "CPU stage: 8 rows of hashing" in proc.stdout
+    assert "team of 2 threads" in proc.stdout
+    assert "x over serial" in proc.stdout
+
+
+def test_demo_with_bad_threads_variable_fails_before_any_output() -> None:
+    proc = hwpool("demo", "--seconds", "0.5", env={"HWPOOL_THREADS": "many"})
+    assert_user_error(proc, "HWPOOL_THREADS", "many")
+
+
+def test_info_shows_cpus_and_files(tmp_path: Path) -> None:
+    data = tmp_path / "data.bin"
+    data.write_bytes(b"y" * 8192)
+    proc = hwpool("info", "--file", str(data))
+    assert proc.returncode == 0, proc.stderr
+    assert "CPUs: " in proc.stdout
+    assert "CPUPool.from_env(): team of" in proc.stdout
+    assert f"{data}: sampled pages in the page cache by NUMA node" in proc.stdout
+    doc = json.loads(hwpool("info", "--json", "--file", str(data)).stdout)
+    assert doc["files"][0]["path"] == str(data)
+    assert doc["cpus"]["usable"] >= 1
+    assert_user_error(hwpool("info", "--file", str(tmp_path / "nope")), "--file", "nope")
+
+
+def test_demo_plot_writes_a_gantt_chart(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "demo.png"
+    proc = hwpool("demo", "--seconds", "0.5", "--plot", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_bytes().startswith(b"\x89PNG")

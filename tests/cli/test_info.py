@@ -1,0 +1,78 @@
+"""``hwpool info`` rendering: the JSON dict and its text form, on a made-up machine."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hwpool._cli._info import _cpus_json, cpu_list, format_info, gather
+from hwpool._host._topology import CPUTopology, NumaNode
+
+BIG_BOX = CPUTopology(
+    online=tuple(range(8)),
+    affinity=(0, 1, 2, 3, 4, 5),
+    nodes=(NumaNode(0, (0, 1, 2, 3)), NumaNode(1, (4, 5, 6, 7))),
+    smt_groups=((0, 4), (1, 5), (2, 6), (3, 7)),
+    big_cores=(0, 1, 4, 5),
+    cgroup_quota=2.5,
+    usable=3,
+)
+
+
+def test_cpu_list_uses_kernel_ranges() -> None:
+    assert cpu_list([5, 0, 1, 2]) == "0-2,5"
+    assert cpu_list([3]) == "3"
+    assert cpu_list([0, 2, 4, 5, 6, 9]) == "0,2,4-6,9"
+    assert cpu_list([]) == "-"
+
+
+def test_cpu_section_text() -> None:
+    info = {
+        "gpus": {"count": 0, "source": "cuda_visible_devices", "detail": "x", "devices": []},
+        "cpus": _cpus_json(BIG_BOX, 3),
+    }
+    text = format_info(json.loads(json.dumps(info)))  # what --json users get back
+    assert "CPUs: 3 usable (online 0-7; affinity 0-5; cgroup quota 2.5 CPUs)" in text
+    assert "SMT: 4 cores with siblings" in text
+    assert "big cores: 0-1,4-5" in text
+    assert "NUMA node 1: CPUs 4-7" in text
+    assert "CPUPool.from_env(): team of 3 threads (2 workers + the caller)" in text
+
+
+def test_single_cpu_team_runs_serially() -> None:
+    lone = CPUTopology((0,), (0,), (NumaNode(0, (0,)),), ((0,),), (), None, 1)
+    info = {"gpus": {"count": 1, "source": "default", "detail": "", "devices": []}}
+    text = format_info({**info, "cpus": _cpus_json(lone, 1)})
+    assert "team of 1 thread (None: serial)" in text
+    assert "SMT: off or absent" in text
+    assert "cgroup quota none" in text
+
+
+def test_gpu_devices_with_nvidia_smi_details() -> None:
+    gpus = {
+        "count": 1,
+        "source": "nvidia-smi",
+        "detail": "nvidia-smi",
+        "devices": [{"index": 0, "device_id": "0", "uuid": "GPU-abc", "memory_mib": 81920}],
+    }
+    text = format_info({"gpus": gpus, "cpus": _cpus_json(BIG_BOX, 3)})
+    assert "  GPU 0: device 0 (GPU-abc, 81920 MiB)" in text
+
+
+def test_gather_live_machine_with_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HWPOOL_NUM_GPUS", "2")
+    data = tmp_path / "data.bin"
+    data.write_bytes(b"x" * 65536)
+    empty = tmp_path / "empty.bin"
+    empty.write_bytes(b"")
+    info = gather([str(data), str(empty)])
+    assert info["gpus"]["count"] == 2
+    assert info["cpus"]["usable"] >= 1
+    assert info["cpus"]["cpu_pool_threads"] >= 1
+    assert info["files"][1] == {"path": str(empty), "page_nodes": {}}
+    assert all(n > 0 for n in info["files"][0]["page_nodes"].values())
+    assert "none cached (or the file is empty)" in format_info(info)
+    with pytest.raises(OSError):
+        gather([str(tmp_path / "missing")])

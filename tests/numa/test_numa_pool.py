@@ -1,0 +1,120 @@
+"""CPUPool's NUMA methods (hwpool._numa._methods): real worker threads, fake machine and kernel."""
+
+from __future__ import annotations
+
+import mmap
+import threading
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fakes.numa import FakeKernel, smt_two_nodes
+from hwpool import CPUPool
+from hwpool._host._topology import cpu_topology
+from hwpool._numa._bind import NumaBinder, TwoNodes
+from hwpool._numa._pages import BindReason
+
+NODE0 = (0, 1, 2, 3)
+NODE1 = (4, 5, 6, 7)
+
+
+class ThreadKernel(FakeKernel):
+    """Records each thread's mask by thread name instead of changing it."""
+
+    def set_affinity(self, cpus: Iterable[int]) -> None:
+        self.masks[threading.current_thread().name] = tuple(sorted(cpus))
+
+
+@pytest.fixture
+def pool(tmp_path: Path) -> Iterator[tuple[CPUPool, ThreadKernel]]:
+    topology = smt_two_nodes(tmp_path, range(16))
+    kernel = ThreadKernel()
+    with CPUPool(3) as team:  # 4 participants: one per physical core of a node
+        team._numa = NumaBinder(team, topology=lambda: topology, kernel=kernel, environ={})
+        yield team, kernel
+
+
+def on_node(kernel: FakeKernel, node: int) -> np.ndarray:
+    data = np.zeros(1 << 18, dtype=np.uint8)
+    kernel.place(data.ctypes.data, data.nbytes, node)
+    return data
+
+
+def test_bind_numa_binds_the_workers_and_the_caller(pool: tuple[CPUPool, ThreadKernel]) -> None:
+    team, kernel = pool
+    got = team.bind_numa(on_node(kernel, 1))
+    assert got.node == 1 and got.cpus == NODE1
+    me = threading.current_thread().name
+    assert set(kernel.masks) == {*(f"hwpool-cpu-{i}" for i in range(3)), me}
+    assert set(kernel.masks.values()) == {got.cpus}
+
+
+def test_two_nodes_on_real_workers(pool: tuple[CPUPool, ThreadKernel]) -> None:
+    team, kernel = pool
+    team.bind_node(0)
+    assert team.bind_two_nodes() == TwoNodes(0, 1, 3, 1)
+    assert team.two_nodes == TwoNodes(0, 1, 3, 1)
+    assert kernel.masks["hwpool-cpu-1"] == NODE1
+    assert kernel.masks["hwpool-cpu-0"] == kernel.masks["hwpool-cpu-2"] == NODE0
+    assert kernel.masks[threading.current_thread().name] == NODE0
+    assert [team.far_worker(w) for w in range(4)] == [False, True, False, False]
+    team.unbind_two_nodes()
+    assert team.two_nodes is None and kernel.masks["hwpool-cpu-1"] == NODE0
+
+
+def test_a_new_calling_thread_adopts_the_mask_at_its_dispatch(
+    pool: tuple[CPUPool, ThreadKernel],
+) -> None:
+    team, kernel = pool
+    team.bind_node(1)
+    other = threading.Thread(target=team.run, args=(lambda i, n: None,), name="other-caller")
+    other.start()
+    other.join(timeout=30)
+    assert kernel.masks["other-caller"] == NODE1
+
+
+def test_an_adopted_caller_is_not_rebound_at_each_dispatch(
+    pool: tuple[CPUPool, ThreadKernel],
+) -> None:
+    team, kernel = pool
+    team.bind_node(1)
+    kernel.masks.clear()
+    team.run(lambda i, n: None)  # already adopted: no new mask for anybody
+    assert kernel.masks == {}
+
+
+# --- the real machine (one node here: every call is a no-op with its reason) -----------------
+
+
+def test_real_pool_on_this_host_reports_its_decision() -> None:
+    with CPUPool(1) as team:
+        got = team.bind_numa([np.ones(1 << 16)])
+        if len(cpu_topology().nodes) < 2:
+            assert got.reason == BindReason.SINGLE_NODE and not got.bound
+            assert team.bind_two_nodes(hint=0) is None
+        assert team.two_nodes is None and not team.far_worker(0) and not team.far_worker(1)
+
+
+def test_real_pool_rejects_bad_arguments(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with CPUPool(1) as team:
+        with pytest.raises(TypeError, match="buffers must be a buffer or a list of buffers"):
+            team.bind_numa(3)
+        with pytest.raises(TypeError, match=r"buffers\[1\] must support the buffer protocol"):
+            team.bind_numa([b"x", 3.5])
+        with pytest.raises(ValueError, match="node must be one of the NUMA nodes"):
+            team.bind_node(1 << 20)
+        with pytest.raises(ValueError, match=r"w must be a participant index in range\(2\)"):
+            team.far_worker(2)
+        with pytest.raises(ValueError, match=r"home\[0\] must lie in a memory-mapped file"):
+            team.place_file_pages([np.ones(4096)], [], (0, 1))
+        monkeypatch.setenv("HWPOOL_NUMA", "sometimes")
+        with pytest.raises(ValueError, match="HWPOOL_NUMA must be 0, off, on or node:<n>"):
+            team.bind_numa([b"x"])
+        monkeypatch.setenv("HWPOOL_NUMA", "off")
+        assert team.bind_numa([b"x"]).reason == BindReason.DISABLED
+        path = tmp_path / "f"
+        path.write_bytes(bytes(8192))
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as view:
+            assert team.place_file_pages([view], [], (0, 1)) is None
