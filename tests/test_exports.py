@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import inspect
+import pickle
+from importlib import metadata
 from pathlib import Path
 
 import hwpool
@@ -43,3 +45,19 @@ def test_public_objects_are_documented_and_annotated() -> None:
 
 def test_package_is_marked_typed() -> None:
     assert Path(inspect.getfile(hwpool)).with_name("py.typed").exists()
+
+
+def test_public_names_live_in_hwpool() -> None:
+    for name in hwpool.__all__:
+        obj = getattr(hwpool, name)
+        if inspect.isclass(obj) or inspect.isfunction(obj):
+            assert obj.__module__ == "hwpool", f"{name}.__module__ is {obj.__module__}"
+
+
+def test_public_classes_pickle_by_their_public_name() -> None:
+    assert pickle.loads(pickle.dumps(hwpool.GPUSource.ENV)) is hwpool.GPUSource.ENV
+    assert pickle.dumps(hwpool.GPUPool).count(b"hwpool._") == 0
+
+
+def test_one_version_source() -> None:
+    assert hwpool.__version__ == metadata.version("hwpool")

@@ -10,8 +10,7 @@ from ._host._topology import CPUTopology, NumaNode, cpu_topology
 from ._numa._bind import TwoNodes
 from ._numa._pages import BindReason, NumaBinding, page_nodes
 from ._numa._place import PagePlacement, file_page_nodes
-
-__version__ = "0.1.0"
+from ._version import __version__
 
 __all__ = [
     "UNITS_PER_GPU",
@@ -40,3 +39,18 @@ __all__ = [
     "page_nodes",
     "set_threads",
 ]
+
+
+def _publish() -> None:
+    """Give every public class and function ``__module__ = "hwpool"``.
+
+    Reprs, tracebacks and pickles (Ray pickles what it ships) then name ``hwpool.GPUPool``,
+    not a private module path that the next reorganisation would break.
+    """
+    for name in __all__:
+        obj = globals()[name]
+        if isinstance(obj, type) or callable(obj):
+            obj.__module__ = __name__
+
+
+_publish()

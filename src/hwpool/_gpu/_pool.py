@@ -14,9 +14,9 @@ import contextlib
 import contextvars
 import threading
 import time
-from dataclasses import dataclass
 from types import TracebackType
 
+from .._backends._base import PoolSnapshot, WaiterSnapshot
 from .._core._capacity import (
     UNITS_PER_GPU,
     check_count,
@@ -38,29 +38,6 @@ _current: contextvars.ContextVar[tuple[int, ...]] = contextvars.ContextVar(
 def current_gpus() -> list[int]:
     """The GPUs of the innermost lease entered in this context (``[]`` outside any lease)."""
     return list(_current.get())
-
-
-@dataclass(frozen=True, slots=True)
-class WaiterSnapshot:
-    """One waiting request: ``count`` GPUs of ``fraction`` each, its reservation and wait."""
-
-    count: int
-    fraction: float
-    reserved: tuple[int, ...]
-    waited_s: float
-
-
-@dataclass(frozen=True, slots=True)
-class PoolSnapshot:
-    """A consistent picture of a GPUPool, taken under its lock."""
-
-    num_gpus: int
-    free: tuple[float, ...]
-    waiting: tuple[WaiterSnapshot, ...]
-    granted: int
-    released: int
-    cancelled: int
-    timed_out: int
 
 
 class _Waiter:

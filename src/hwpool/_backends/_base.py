@@ -1,0 +1,78 @@
+"""The seam between the GPUPool front and what owns the scheduler core.
+
+The front (``hwpool.GPUPool``: validation, ``GPULease``, ``current_gpus``, the ``acquire*``
+methods) exists once; a backend only grants and takes back. The in-process backend is a lock,
+the core and its parked waiters; the host-server client and the Ray backend implement the same
+protocol. A backend receives demands that the front has already validated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from .._core._scheduler import Demand, Grant
+from .._host._detect import GPUInfo
+
+__all__ = ["Backend", "PoolSnapshot", "WaiterSnapshot"]
+
+
+@dataclass(frozen=True, slots=True)
+class WaiterSnapshot:
+    """One waiting request: ``count`` GPUs of ``fraction`` each, its reservation and wait."""
+
+    count: int
+    fraction: float
+    reserved: tuple[int, ...]
+    waited_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSnapshot:
+    """A consistent picture of a GPUPool, taken under its lock."""
+
+    num_gpus: int
+    free: tuple[float, ...]
+    waiting: tuple[WaiterSnapshot, ...]
+    granted: int
+    released: int
+    cancelled: int
+    timed_out: int
+
+
+class Backend(Protocol):
+    """Grant and take back GPU capacity; the GPUPool front is written against this alone.
+
+    A grant returned (or raised past) is owned by the caller until it is passed to
+    ``release``. Cancellation, a timeout or KeyboardInterrupt while waiting must leave no
+    trace: the request is withdrawn, or a grant that raced ahead is handed back.
+    """
+
+    @property
+    def gpus(self) -> tuple[GPUInfo, ...]:
+        """One entry per logical GPU, in index order (what detection found, or logical ones)."""
+        ...
+
+    async def acquire(self, demand: Demand, timeout: float | None) -> Grant:
+        """Wait in the queue on the running event loop; raise TimeoutError after ``timeout``."""
+        ...
+
+    def acquire_blocking(self, demand: Demand, timeout: float | None) -> Grant:
+        """Block the calling thread until granted; raise TimeoutError after ``timeout``."""
+        ...
+
+    def acquire_now(self, demand: Demand) -> Grant | None:
+        """Grant at once where that jumps no waiter, else None (never queues)."""
+        ...
+
+    def release(self, grant: Grant) -> None:
+        """Give back everything ``grant`` holds. A grant is released once; again raises."""
+        ...
+
+    def snapshot(self) -> PoolSnapshot:
+        """Free capacity per GPU, the queue in order and the counters, taken atomically."""
+        ...
+
+    def close(self) -> None:
+        """Stop serving: later calls raise ``hwpool.PoolClosedError``. Idempotent."""
+        ...

@@ -1,0 +1,3 @@
+"""The one place the package version is written (hatchling reads it for the build)."""
+
+__version__ = "0.2.0.dev0"
