@@ -13,7 +13,7 @@ import numbers
 import re
 from collections.abc import Mapping
 
-__all__ = ["check_int", "check_real", "check_timeout", "env_int"]
+__all__ = ["check_bool", "check_int", "check_real", "check_timeout", "env_int"]
 
 _ASCII_DIGITS = re.compile(r"[0-9]+")
 
@@ -40,6 +40,13 @@ def check_int(
         bound = f"between {minimum} and {maximum}" if minimum is not None else f"<= {maximum}"
         raise ValueError(f"{name} must be {bound}, got {number}")
     return number
+
+
+def check_bool(name: str, value: object) -> bool:
+    """``value`` if it is ``True`` or ``False``; TypeError for anything else (``0``, ``"yes"``)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {value!r} ({_type_name(value)})")
+    return value
 
 
 def check_real(name: str, value: object) -> float:

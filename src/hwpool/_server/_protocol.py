@@ -1,0 +1,705 @@
+"""The wire protocol between hwpool clients and ``hwpool serve``: pure, versioned and strict.
+
+Framing: one JSON object per line, UTF-8, ending in ``\\n``, at most ``MAX_LINE`` bytes with the
+newline. Every object has an ``op``. The client speaks first (``hello``, carrying
+``PROTOCOL_VERSION``); the server answers ``welcome`` or a fatal ``error`` and closes. After
+that every client request carries ``req``, an int the client picks and never reuses on one
+connection; the server answers each request exactly once, with the same ``req`` (an
+``acquire`` that waits also gets a ``queued`` first), and may push ``revoked`` at any time.
+Fields the receiver does not know are ignored, so later versions may add optional ones.
+
+This module does no I/O: it turns bytes into validated messages and back. Decoding raises
+:class:`ProtocolError`, whose ``code`` says whether the connection can go on (``fatal``).
+``docs/protocol.md`` documents every message.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import ClassVar
+
+from .._check import check_bool, check_int, check_real
+from .._host._detect import GPUInfo
+
+__all__ = [
+    "MAX_LINE",
+    "PROTOCOL_VERSION",
+    "Acquire",
+    "Busy",
+    "Cancel",
+    "ClientMessage",
+    "Done",
+    "ErrorCode",
+    "ErrorReply",
+    "Granted",
+    "Hello",
+    "LeaseRecord",
+    "LineBuffer",
+    "ProtocolError",
+    "Queued",
+    "Reclaim",
+    "Reclaimed",
+    "Release",
+    "Revoked",
+    "ServerMessage",
+    "Status",
+    "StatusReply",
+    "WaiterRecord",
+    "Welcome",
+    "Withdraw",
+    "decode_client",
+    "decode_server",
+    "encode",
+]
+
+PROTOCOL_VERSION = 1
+MAX_LINE = 64 * 1024
+"""The longest line either side accepts, newline included; a longer one is a fatal error."""
+MAX_TEXT = 4096
+"""The longest ``name`` or ``command`` string a request may carry (in characters)."""
+MAX_ID = 2**53 - 1  # ids and counters stay exact in any JSON implementation
+MAX_GPUS = 4096
+
+
+class ErrorCode(enum.StrEnum):
+    """Why a request or a connection failed (the ``code`` of an ``error`` message)."""
+
+    BAD_JSON = "bad_json"  # not UTF-8 JSON, or not an object
+    TOO_LONG = "too_long"  # a line longer than MAX_LINE
+    BAD_MESSAGE = "bad_message"  # a field missing, of the wrong type or out of range
+    UNKNOWN_OP = "unknown_op"
+    VERSION = "version"  # the hello's version is not one the server speaks
+    HELLO_FIRST = "hello_first"  # a request before hello, or a second hello
+    HELLO_TIMEOUT = "hello_timeout"  # no hello, or half a line, for too long
+    REFUSED = "refused"  # this uid may not use this server, or too many connections
+    FORBIDDEN = "forbidden"  # not the owner (nor an admin) of what the request names
+    NOT_FOUND = "not_found"  # no such request, lease or waiter
+    BAD_REQUEST = "bad_request"  # a demand this server can never serve
+    LOST = "lost"  # a reclaimed lease that no longer fits after a restart
+    CANCELLED = "cancelled"  # an admin withdrew this waiting request
+    SHUTTING_DOWN = "shutting_down"
+
+    @property
+    def fatal(self) -> bool:
+        """Whether the server closes the connection after sending this error."""
+        return self in _FATAL
+
+
+_FATAL = frozenset(
+    {
+        ErrorCode.BAD_JSON,
+        ErrorCode.TOO_LONG,
+        ErrorCode.VERSION,
+        ErrorCode.HELLO_FIRST,
+        ErrorCode.HELLO_TIMEOUT,
+        ErrorCode.REFUSED,
+        ErrorCode.SHUTTING_DOWN,
+    }
+)
+
+
+class ProtocolError(Exception):
+    """A message that cannot be served: ``code``, a human ``message`` and its ``req`` if known."""
+
+    def __init__(self, code: ErrorCode, message: str, req: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.req = req
+
+    def reply(self) -> ErrorReply:
+        """The ``error`` message that reports this to the peer."""
+        return ErrorReply(self.req, self.code, self.message)
+
+
+# ----------------------------------------------------------------- framing
+class LineBuffer:
+    """Splits a byte stream into lines, refusing any line longer than ``MAX_LINE``.
+
+    ``feed`` returns the complete lines (without their newline) and keeps the rest; it raises
+    ProtocolError(TOO_LONG) as soon as the unfinished line is too long, so a peer can never
+    make the receiver hold more than ``MAX_LINE`` bytes.
+    """
+
+    __slots__ = ("_pending",)
+
+    def __init__(self) -> None:
+        self._pending = b""
+
+    @property
+    def partial(self) -> bool:
+        """Whether half a line is waiting for the rest."""
+        return bool(self._pending)
+
+    def feed(self, data: bytes) -> list[bytes]:
+        if b"\n" not in data:
+            self._pending += data
+            self._check(self._pending, 1)  # it still needs its newline
+            return []
+        lines = (self._pending + data).split(b"\n")
+        self._pending = lines.pop()
+        for line in lines:
+            self._check(line, 1)
+        self._check(self._pending, 1)
+        return lines
+
+    @staticmethod
+    def _check(line: bytes, newline: int) -> None:
+        if len(line) + newline > MAX_LINE:
+            raise ProtocolError(ErrorCode.TOO_LONG, f"a line is longer than {MAX_LINE} bytes")
+
+
+def encode(message: ClientMessage | ServerMessage) -> bytes:
+    """One message as its line (compact JSON and a newline); ValueError if over MAX_LINE."""
+    line = json.dumps(message.wire(), separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+    if len(line) > MAX_LINE:
+        raise ValueError(f"{message.op} message of {len(line)} bytes exceeds {MAX_LINE}")
+    return line
+
+
+# ----------------------------------------------------------------- field reading
+class _Fields:
+    """Typed access to one decoded object; every failure is a BAD_MESSAGE naming the field."""
+
+    __slots__ = ("obj", "op", "req")
+
+    def __init__(self, obj: Mapping[str, object], op: str, req: int | None) -> None:
+        self.obj, self.op, self.req = obj, op, req
+
+    def fail(self, what: str) -> ProtocolError:
+        return ProtocolError(ErrorCode.BAD_MESSAGE, f"{self.op}: {what}", self.req)
+
+    def get(self, key: str) -> object:
+        if key not in self.obj:
+            raise self.fail(f"field {key!r} is missing")
+        return self.obj[key]
+
+    def num(self, key: str, lo: int = 0, hi: int = MAX_ID) -> int:
+        try:
+            return check_int(key, self.get(key), minimum=lo, maximum=hi)
+        except (TypeError, ValueError) as exc:
+            raise self.fail(str(exc)) from None
+
+    def opt_num(self, key: str, lo: int = 0, hi: int = MAX_ID) -> int | None:
+        return None if self.obj.get(key) is None else self.num(key, lo, hi)
+
+    def flag(self, key: str) -> bool:
+        try:
+            return check_bool(key, self.get(key))
+        except TypeError as exc:
+            raise self.fail(str(exc)) from None
+
+    def age(self, key: str) -> float:
+        try:
+            number = check_real(key, self.get(key))
+        except (TypeError, ValueError) as exc:
+            raise self.fail(str(exc)) from None
+        if not 0.0 <= number < math.inf:
+            raise self.fail(f"{key} must be a finite number >= 0, got {number!r}")
+        return number
+
+    def text(self, key: str, limit: int = MAX_TEXT) -> str:
+        value = self.get(key)
+        if not isinstance(value, str):
+            raise self.fail(f"{key} must be a string, got {value!r}")
+        if len(value) > limit:
+            raise self.fail(f"{key} is longer than {limit} characters")
+        return value
+
+    def opt_text(self, key: str) -> str | None:
+        return None if self.obj.get(key) is None else self.text(key)
+
+    def ints(self, key: str, hi: int = MAX_GPUS - 1) -> tuple[int, ...]:
+        value = self.get(key)
+        if not isinstance(value, list) or len(value) > MAX_GPUS:
+            raise self.fail(f"{key} must be a list of at most {MAX_GPUS} ints")
+        return tuple(_Fields({key: v}, self.op, self.req).num(key, 0, hi) for v in value)
+
+    def pairs(self, key: str) -> tuple[tuple[int, int], ...]:
+        value = self.get(key)
+        if not isinstance(value, list) or not 0 < len(value) <= MAX_GPUS:
+            raise self.fail(f"{key} must be a non-empty list of [gpu, units] pairs")
+        pairs = []
+        for item in value:
+            if not isinstance(item, list) or len(item) != 2:
+                raise self.fail(f"{key} must hold [gpu, units] pairs, got {item!r}")
+            pair = _Fields({"gpu": item[0], "units": item[1]}, self.op, self.req)
+            pairs.append((pair.num("gpu", 0, MAX_GPUS - 1), pair.num("units", 1)))
+        return tuple(pairs)
+
+    def objects(self, key: str) -> list[_Fields]:
+        value = self.get(key)
+        if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+            raise self.fail(f"{key} must be a list of objects")
+        return [_Fields(v, self.op, self.req) for v in value]
+
+
+def _load(line: bytes) -> dict[str, object]:
+    try:
+        obj = json.loads(line)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise ProtocolError(ErrorCode.BAD_JSON, "a line is not valid UTF-8 JSON") from None
+    if not isinstance(obj, dict):
+        raise ProtocolError(ErrorCode.BAD_JSON, f"a message must be a JSON object, got {obj!r}")
+    return obj
+
+
+def _opened(line: bytes, side: str) -> _Fields:
+    """The object of ``line`` with its op and, best effort, its req (for error replies)."""
+    obj = _load(line)
+    op = obj.get("op")
+    try:
+        req: int | None = check_int("req", obj.get("req"), minimum=0, maximum=MAX_ID)
+    except (TypeError, ValueError):
+        req = None
+    if not isinstance(op, str):
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, f"a {side} message needs a string 'op'", req)
+    return _Fields(obj, op, req)
+
+
+def _texts(f: _Fields) -> dict[str, str | None]:
+    return {"name": f.opt_text("name"), "command": f.opt_text("command")}
+
+
+# ----------------------------------------------------------------- client messages
+@dataclass(frozen=True, slots=True)
+class Hello:
+    """The first message of a connection: the protocol version the client speaks."""
+
+    version: int
+    client: str
+    op: ClassVar[str] = "hello"
+
+    def wire(self) -> dict[str, object]:
+        return {"op": self.op, "version": self.version, "client": self.client}
+
+
+@dataclass(frozen=True, slots=True)
+class Acquire:
+    """Ask for ``count`` GPUs with ``units`` each; ``wait=False`` is the nowait form.
+
+    ``name`` and ``command`` only label the request in ``hwpool status``.
+    """
+
+    req: int
+    count: int
+    units: int
+    wait: bool
+    name: str | None = None
+    command: str | None = None
+    op: ClassVar[str] = "acquire"
+
+    def wire(self) -> dict[str, object]:
+        out: dict[str, object] = {
+            "op": self.op, "req": self.req, "count": self.count, "units": self.units,
+            "wait": self.wait,
+        }  # fmt: skip
+        _put_texts(out, self.name, self.command)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Withdraw:
+    """Give up request ``of``: withdraw it if it waits, give its grant back if it raced ahead."""
+
+    req: int
+    of: int
+    timed_out: bool = False
+    op: ClassVar[str] = "withdraw"
+
+    def wire(self) -> dict[str, object]:
+        return {"op": self.op, "req": self.req, "of": self.of, "timed_out": self.timed_out}
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """Give back all of lease ``of``, or only ``units`` on its GPU ``gpu`` (both or neither)."""
+
+    req: int
+    of: int
+    gpu: int | None = None
+    units: int | None = None
+    op: ClassVar[str] = "release"
+
+    def wire(self) -> dict[str, object]:
+        out: dict[str, object] = {"op": self.op, "req": self.req, "of": self.of}
+        if self.gpu is not None:
+            out["gpu"], out["units"] = self.gpu, self.units
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Reclaim:
+    """After a reconnect: re-declare request ``id`` of the previous connection under ``req``.
+
+    ``held`` lists the ``(gpu, units)`` a lease still holds; ``None`` means the request was
+    still waiting. ``age_s`` is how long it has been held or waited.
+    """
+
+    req: int
+    id: int
+    count: int
+    units: int
+    held: tuple[tuple[int, int], ...] | None
+    age_s: float
+    name: str | None = None
+    command: str | None = None
+    op: ClassVar[str] = "reclaim"
+
+    def wire(self) -> dict[str, object]:
+        out: dict[str, object] = {
+            "op": self.op, "req": self.req, "id": self.id, "count": self.count,
+            "units": self.units, "age_s": self.age_s,
+            "held": None if self.held is None else [list(p) for p in self.held],
+        }  # fmt: skip
+        _put_texts(out, self.name, self.command)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Reclaimed:
+    """After a reconnect: every lease and waiter of this client has been re-declared."""
+
+    req: int
+    op: ClassVar[str] = "reclaimed"
+
+    def wire(self) -> dict[str, object]:
+        return {"op": self.op, "req": self.req}
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """Ask for the whole host's state (``hwpool status``, ``snapshot()``)."""
+
+    req: int
+    op: ClassVar[str] = "status"
+
+    def wire(self) -> dict[str, object]:
+        return {"op": self.op, "req": self.req}
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    """Withdraw the waiter or revoke the lease with server-wide ``id`` (owner or admin only)."""
+
+    req: int
+    id: int
+    op: ClassVar[str] = "cancel"
+
+    def wire(self) -> dict[str, object]:
+        return {"op": self.op, "req": self.req, "id": self.id}
+
+
+def _put_texts(out: dict[str, object], name: str | None, command: str | None) -> None:
+    if name is not None:
+        out["name"] = name
+    if command is not None:
+        out["command"] = command
+
+
+ClientMessage = Hello | Acquire | Withdraw | Release | Reclaim | Reclaimed | Status | Cancel
+
+
+def _hello(f: _Fields) -> Hello:
+    return Hello(f.num("version"), f.text("client", 256))
+
+
+def _acquire(f: _Fields) -> Acquire:
+    return Acquire(
+        f.num("req"), f.num("count", 1, MAX_GPUS), f.num("units", 1), f.flag("wait"), **_texts(f)
+    )
+
+
+def _withdraw(f: _Fields) -> Withdraw:
+    return Withdraw(f.num("req"), f.num("of"), f.flag("timed_out"))
+
+
+def _release(f: _Fields) -> Release:
+    gpu, units = f.opt_num("gpu", 0, MAX_GPUS - 1), f.opt_num("units", 1)
+    if (gpu is None) != (units is None):
+        raise f.fail("give both 'gpu' and 'units', or neither")
+    return Release(f.num("req"), f.num("of"), gpu, units)
+
+
+def _reclaim(f: _Fields) -> Reclaim:
+    held = None if f.get("held") is None else f.pairs("held")
+    return Reclaim(
+        f.num("req"), f.num("id", 1), f.num("count", 1, MAX_GPUS), f.num("units", 1), held,
+        f.age("age_s"), **_texts(f),
+    )  # fmt: skip
+
+
+_CLIENT: dict[str, Callable[[_Fields], ClientMessage]] = {
+    "hello": _hello,
+    "acquire": _acquire,
+    "withdraw": _withdraw,
+    "release": _release,
+    "reclaim": _reclaim,
+    "reclaimed": lambda f: Reclaimed(f.num("req")),
+    "status": lambda f: Status(f.num("req")),
+    "cancel": lambda f: Cancel(f.num("req"), f.num("id", 1)),
+}
+
+
+def decode_client(line: bytes) -> ClientMessage:
+    """Validate one line from a client; raise ProtocolError saying what is wrong."""
+    f = _opened(line, "client")
+    parse = _CLIENT.get(f.op)
+    if parse is None:
+        raise ProtocolError(ErrorCode.UNKNOWN_OP, f"unknown op {f.op[:64]!r}", f.req)
+    return parse(f)
+
+
+# ----------------------------------------------------------------- server messages
+@dataclass(frozen=True, slots=True)
+class Welcome:
+    """The server's answer to hello: who it is and the GPUs it shares out.
+
+    ``recovering`` is true during the grace period after a restart, while clients reclaim.
+    """
+
+    version: int
+    server: str
+    pid: int
+    uid: int
+    units_per_gpu: int
+    gpus: tuple[GPUInfo, ...]
+    recovering: bool
+    op: ClassVar[str] = "welcome"
+
+    def wire(self) -> dict[str, object]:
+        return {
+            "op": self.op, "version": self.version, "server": self.server, "pid": self.pid,
+            "uid": self.uid, "units_per_gpu": self.units_per_gpu,
+            "gpus": [
+                {"index": g.index, "device_id": g.device_id, "uuid": g.uuid,
+                 "memory_mib": g.memory_mib}
+                for g in self.gpus
+            ],
+            "recovering": self.recovering,
+        }  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Granted:
+    """Request ``req`` holds ``units`` on each of ``gpus``; ``id`` names it host-wide."""
+
+    req: int
+    id: int
+    gpus: tuple[int, ...]
+    units: int
+    op: ClassVar[str] = "granted"
+
+    def wire(self) -> dict[str, object]:
+        return {
+            "op": self.op, "req": self.req, "id": self.id, "gpus": list(self.gpus),
+            "units": self.units,
+        }  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Queued:
+    """Request ``req`` waits in the queue as ``id``; a ``granted`` (or ``error``) follows."""
+
+    req: int
+    id: int
+    op: ClassVar[str] = "queued"
+
+    def wire(self) -> dict[str, object]:
+        return {"op": self.op, "req": self.req, "id": self.id}
+
+
+@dataclass(frozen=True, slots=True)
+class Busy:
+    """A nowait request that cannot be granted without waiting."""
+
+    req: int
+    op: ClassVar[str] = "would_block"
+
+    def wire(self) -> dict[str, object]:
+        return {"op": self.op, "req": self.req}
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """Request ``req`` (withdraw, release, reclaimed, cancel) is done."""
+
+    req: int
+    op: ClassVar[str] = "ok"
+
+    def wire(self) -> dict[str, object]:
+        return {"op": self.op, "req": self.req}
+
+
+@dataclass(frozen=True, slots=True)
+class Revoked:
+    """Lease ``req`` (host-wide ``id``) was revoked by uid ``by``: its release is now a no-op."""
+
+    req: int
+    id: int
+    by: int
+    op: ClassVar[str] = "revoked"
+
+    def wire(self) -> dict[str, object]:
+        return {"op": self.op, "req": self.req, "id": self.id, "by": self.by}
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorReply:
+    """Request ``req`` (None: the connection itself) failed with ``code``."""
+
+    req: int | None
+    code: ErrorCode
+    message: str
+    op: ClassVar[str] = "error"
+
+    def wire(self) -> dict[str, object]:
+        return {"op": self.op, "req": self.req, "code": self.code.value, "message": self.message}
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRecord:
+    """One lease in a status reply: who holds what, for how long."""
+
+    id: int
+    uid: int
+    pid: int
+    held: tuple[tuple[int, int], ...]
+    age_s: float
+    name: str | None = None
+    command: str | None = None
+
+    def wire(self) -> dict[str, object]:
+        out: dict[str, object] = {
+            "id": self.id, "uid": self.uid, "pid": self.pid,
+            "held": [list(p) for p in self.held], "age_s": round(self.age_s, 6),
+        }  # fmt: skip
+        _put_texts(out, self.name, self.command)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class WaiterRecord:
+    """One waiting request in a status reply, in queue order, with its reservation."""
+
+    id: int
+    uid: int
+    pid: int
+    count: int
+    units: int
+    reserved: tuple[int, ...]
+    age_s: float
+    name: str | None = None
+    command: str | None = None
+
+    def wire(self) -> dict[str, object]:
+        out: dict[str, object] = {
+            "id": self.id, "uid": self.uid, "pid": self.pid, "count": self.count,
+            "units": self.units, "reserved": list(self.reserved), "age_s": round(self.age_s, 6),
+        }  # fmt: skip
+        _put_texts(out, self.name, self.command)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class StatusReply:
+    """The host's state: free units per GPU, leases, the queue in order, the counters.
+
+    ``recovering_s`` is the time left in the grace period after a restart (0 when serving).
+    """
+
+    req: int
+    free: tuple[int, ...]
+    leases: tuple[LeaseRecord, ...]
+    waiting: tuple[WaiterRecord, ...]
+    granted: int
+    released: int
+    cancelled: int
+    timed_out: int
+    recovering_s: float
+    uptime_s: float
+    op: ClassVar[str] = "status"
+
+    def wire(self) -> dict[str, object]:
+        return {
+            "op": self.op, "req": self.req, "free": list(self.free),
+            "leases": [lease.wire() for lease in self.leases],
+            "waiting": [waiter.wire() for waiter in self.waiting],
+            "granted": self.granted, "released": self.released, "cancelled": self.cancelled,
+            "timed_out": self.timed_out, "recovering_s": round(self.recovering_s, 6),
+            "uptime_s": round(self.uptime_s, 6),
+        }  # fmt: skip
+
+
+ServerMessage = Welcome | Granted | Queued | Busy | Done | Revoked | ErrorReply | StatusReply
+
+
+def _welcome(f: _Fields) -> Welcome:
+    gpus = tuple(
+        GPUInfo(g.num("index", 0, MAX_GPUS - 1), g.text("device_id", 256), g.opt_text("uuid"),
+                g.opt_num("memory_mib"))
+        for g in f.objects("gpus")
+    )  # fmt: skip
+    if not gpus or [g.index for g in gpus] != list(range(len(gpus))):
+        raise f.fail("gpus must list GPUs 0..n-1 in order")
+    return Welcome(
+        f.num("version"), f.text("server", 256), f.num("pid"), f.num("uid"),
+        f.num("units_per_gpu", 1), gpus, f.flag("recovering"),
+    )  # fmt: skip
+
+
+def _error(f: _Fields) -> ErrorReply:
+    raw = f.text("code", 64)
+    try:
+        code = ErrorCode(raw)
+    except ValueError:
+        raise f.fail(f"unknown error code {raw!r}") from None
+    return ErrorReply(f.opt_num("req"), code, f.text("message", MAX_LINE))
+
+
+def _lease_record(f: _Fields) -> LeaseRecord:
+    return LeaseRecord(
+        f.num("id"), f.num("uid"), f.num("pid"), f.pairs("held"), f.age("age_s"), **_texts(f)
+    )
+
+
+def _waiter_record(f: _Fields) -> WaiterRecord:
+    return WaiterRecord(
+        f.num("id"), f.num("uid"), f.num("pid"), f.num("count", 1, MAX_GPUS), f.num("units", 1),
+        f.ints("reserved"), f.age("age_s"), **_texts(f),
+    )  # fmt: skip
+
+
+def _status(f: _Fields) -> StatusReply:
+    return StatusReply(
+        f.num("req"), f.ints("free", MAX_ID),
+        tuple(_lease_record(x) for x in f.objects("leases")),
+        tuple(_waiter_record(x) for x in f.objects("waiting")),
+        f.num("granted"), f.num("released"), f.num("cancelled"), f.num("timed_out"),
+        f.age("recovering_s"), f.age("uptime_s"),
+    )  # fmt: skip
+
+
+_SERVER: dict[str, Callable[[_Fields], ServerMessage]] = {
+    "welcome": _welcome,
+    "granted": lambda f: Granted(f.num("req"), f.num("id", 1), f.ints("gpus"), f.num("units", 1)),
+    "queued": lambda f: Queued(f.num("req"), f.num("id", 1)),
+    "would_block": lambda f: Busy(f.num("req")),
+    "ok": lambda f: Done(f.num("req")),
+    "revoked": lambda f: Revoked(f.num("req"), f.num("id", 1), f.num("by")),
+    "error": _error,
+    "status": _status,
+}
+
+
+def decode_server(line: bytes) -> ServerMessage:
+    """Validate one line from the server; raise ProtocolError saying what is wrong."""
+    f = _opened(line, "server")
+    parse = _SERVER.get(f.op)
+    if parse is None:
+        raise ProtocolError(ErrorCode.UNKNOWN_OP, f"unknown op {f.op[:64]!r}", f.req)
+    return parse(f)

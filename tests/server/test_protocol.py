@@ -1,0 +1,186 @@
+"""The wire protocol: every message round-trips, and every malformed line is refused by code."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hwpool import GPUInfo
+from hwpool._check import check_bool
+from hwpool._server import _protocol as p
+from hwpool._server._protocol import ErrorCode, ProtocolError
+
+CLIENT_MESSAGES: list[p.ClientMessage] = [
+    p.Hello(p.PROTOCOL_VERSION, "hwpool 0.2.0"),
+    p.Acquire(1, 1, 500_000, True),
+    p.Acquire(2, 2, 1_000_000, False, name="train", command="python train.py"),
+    p.Withdraw(3, 1, timed_out=True),
+    p.Release(4, 2),
+    p.Release(5, 2, gpu=1, units=250_000),
+    p.Reclaim(6, 17, 2, 1_000_000, ((0, 1_000_000), (1, 1_000_000)), 3.5, name="tp"),
+    p.Reclaim(7, 18, 1, 100, None, 0.0),
+    p.Reclaimed(8),
+    p.Status(9),
+    p.Cancel(10, 17),
+]
+
+SERVER_MESSAGES: list[p.ServerMessage] = [
+    p.Welcome(1, "hwpool 0.2.0", 42, 0, 1_000_000, (GPUInfo(0, "0"), GPUInfo(1, "GPU-x", "GPU-x", 80)), False),
+    p.Granted(1, 5, (0, 1), 1_000_000),
+    p.Queued(2, 6),
+    p.Busy(3),
+    p.Done(4),
+    p.Revoked(5, 5, 0),
+    p.ErrorReply(6, ErrorCode.NOT_FOUND, "no lease 9"),
+    p.ErrorReply(None, ErrorCode.TOO_LONG, "too long"),
+    p.StatusReply(
+        7, (0, 500_000),
+        (p.LeaseRecord(5, 0, 99, ((0, 1_000_000),), 1.25, name="x", command="y"),),
+        (p.WaiterRecord(6, 1000, 100, 1, 600_000, (1,), 0.5),),
+        3, 2, 1, 0, 0.0, 12.0,
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("message", CLIENT_MESSAGES, ids=lambda m: m.op)
+def test_client_messages_round_trip(message: p.ClientMessage) -> None:
+    line = p.encode(message)
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    assert p.decode_client(line[:-1]) == message
+
+
+@pytest.mark.parametrize("message", SERVER_MESSAGES, ids=lambda m: m.op)
+def test_server_messages_round_trip(message: p.ServerMessage) -> None:
+    assert p.decode_server(p.encode(message)[:-1]) == message
+
+
+def test_error_codes_say_which_are_fatal() -> None:
+    assert ErrorCode.TOO_LONG.fatal and ErrorCode.BAD_JSON.fatal and ErrorCode.VERSION.fatal
+    assert not ErrorCode.UNKNOWN_OP.fatal and not ErrorCode.BAD_MESSAGE.fatal
+    assert not ErrorCode.FORBIDDEN.fatal and not ErrorCode.NOT_FOUND.fatal
+
+
+def _refused(line: bytes) -> ProtocolError:
+    with pytest.raises(ProtocolError) as info:
+        p.decode_client(line)
+    return info.value
+
+
+@pytest.mark.parametrize(
+    ("line", "code"),
+    [
+        (b"{not json", ErrorCode.BAD_JSON),
+        (b"\xff\xfe", ErrorCode.BAD_JSON),
+        (b"[1, 2]", ErrorCode.BAD_JSON),
+        (b'"hello"', ErrorCode.BAD_JSON),
+        (b"[" * 100_000, ErrorCode.BAD_JSON),
+        (b"{}", ErrorCode.BAD_MESSAGE),
+        (b'{"op": 3}', ErrorCode.BAD_MESSAGE),
+        (b'{"op": "format_disk", "req": 1}', ErrorCode.UNKNOWN_OP),
+        (b'{"op": "acquire", "req": 1, "count": 1, "units": 5}', ErrorCode.BAD_MESSAGE),
+    ],
+)
+def test_malformed_lines_are_refused_by_code(line: bytes, code: ErrorCode) -> None:
+    assert _refused(line).code is code
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"req": True}, "req"),
+        ({"req": -1}, "req"),
+        ({"req": 2**60}, "req"),
+        ({"req": 1.0}, "req"),
+        ({"count": 0}, "count"),
+        ({"count": "2"}, "count"),
+        ({"units": 0}, "units"),
+        ({"units": None}, "units"),
+        ({"wait": 1}, "wait"),
+        ({"name": 5}, "name"),
+        ({"name": "x" * (p.MAX_TEXT + 1)}, "name"),
+    ],
+)
+def test_bad_acquire_fields_are_named(fields: dict[str, object], named: str) -> None:
+    obj = {"op": "acquire", "req": 1, "count": 1, "units": 5, "wait": True, **fields}
+    error = _refused(json.dumps(obj).encode())
+    assert error.code is ErrorCode.BAD_MESSAGE and named in error.message
+    assert error.reply().code is ErrorCode.BAD_MESSAGE
+
+
+def test_error_reply_carries_the_req_when_it_is_readable() -> None:
+    line = json.dumps({"op": "acquire", "req": 7, "count": 0, "units": 5, "wait": True})
+    assert _refused(line.encode()).req == 7
+    assert _refused(b'{"op": "nope", "req": "x"}').req is None
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        {"op": "release", "req": 1, "of": 2, "gpu": 0},
+        {"op": "release", "req": 1, "of": 2, "units": 5},
+        {"op": "reclaim", "req": 1, "id": 2, "count": 1, "units": 5, "held": [], "age_s": 0},
+        {"op": "reclaim", "req": 1, "id": 2, "count": 1, "units": 5, "held": [[0]], "age_s": 0},
+        {"op": "reclaim", "req": 1, "id": 2, "count": 1, "units": 5, "held": None, "age_s": -1},
+        {"op": "reclaim", "req": 1, "id": 2, "count": 1, "units": 5, "held": None, "age_s": 1e999},
+        {"op": "cancel", "req": 1, "id": 0},
+        {"op": "hello", "version": "1", "client": "x"},
+        {"op": "withdraw", "req": 1, "of": 2},
+    ],
+)
+def test_other_bad_fields_are_refused(obj: dict[str, object]) -> None:
+    assert _refused(json.dumps(obj).encode()).code is ErrorCode.BAD_MESSAGE
+
+
+def test_unknown_fields_are_ignored_for_later_versions() -> None:
+    obj = {"op": "status", "req": 3, "since_v2": [1, 2]}
+    assert p.decode_client(json.dumps(obj).encode()) == p.Status(3)
+
+
+def test_welcome_must_list_gpus_in_order() -> None:
+    good = json.loads(p.encode(SERVER_MESSAGES[0]))
+    good["gpus"].reverse()
+    with pytest.raises(ProtocolError, match="in order"):
+        p.decode_server(json.dumps(good).encode())
+
+
+def test_unknown_server_error_code_is_refused() -> None:
+    line = b'{"op": "error", "req": 1, "code": "gremlins", "message": ""}'
+    with pytest.raises(ProtocolError, match="gremlins"):
+        p.decode_server(line)
+
+
+# ----------------------------------------------------------------- framing
+def test_line_buffer_splits_and_keeps_the_rest() -> None:
+    buf = p.LineBuffer()
+    assert buf.feed(b'{"a":1}\n{"b"') == [b'{"a":1}']
+    assert buf.partial
+    assert buf.feed(b":2}\n\n") == [b'{"b":2}', b""]
+    assert not buf.partial
+
+
+def test_line_buffer_accepts_a_line_of_exactly_the_cap() -> None:
+    buf = p.LineBuffer()
+    line = b"x" * (p.MAX_LINE - 1)
+    assert buf.feed(line[:1000]) == []
+    assert buf.feed(line[1000:] + b"\n") == [line]
+
+
+@pytest.mark.parametrize("chunks", [[b"x" * p.MAX_LINE], [b"x" * 40_000, b"x" * 40_000 + b"\n"]])
+def test_line_buffer_refuses_an_oversized_line_before_it_ends(chunks: list[bytes]) -> None:
+    buf = p.LineBuffer()
+    with pytest.raises(ProtocolError) as info:
+        for chunk in chunks:
+            buf.feed(chunk)
+    assert info.value.code is ErrorCode.TOO_LONG
+
+
+def test_encode_refuses_what_the_peer_would_refuse() -> None:
+    with pytest.raises(ValueError, match="exceeds"):
+        p.encode(p.Acquire(1, 1, 5, True, command="x" * p.MAX_LINE))
+
+
+def test_check_bool_accepts_only_bools() -> None:
+    assert check_bool("wait", False) is False
+    with pytest.raises(TypeError, match="wait must be a bool, got 0"):
+        check_bool("wait", 0)
