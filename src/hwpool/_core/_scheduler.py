@@ -408,3 +408,27 @@ class Scheduler:
             demand = self._queue.pop(grant.ticket)
             self._index_of(demand).remove(self._key_of(demand))
         return grants
+
+    def restore(self, gpus: tuple[int, ...], units: int) -> Grant:
+        """Re-create a grant that was held before a restart: ``units`` on each of ``gpus``.
+
+        The host server calls this while its clients re-declare their leases, before it
+        queues anything, so no reservation or queue walk is involved. Raises ValueError,
+        changing nothing, if requests wait, ``gpus`` is empty, repeats or names an unknown
+        GPU, or any of them has fewer than ``units`` free.
+        """
+        if self._queue:
+            raise ValueError(f"cannot restore a grant while {len(self._queue)} requests wait")
+        if not gpus or len(set(gpus)) != len(gpus):
+            raise ValueError(f"gpus to restore must be distinct and non-empty, got {gpus!r}")
+        for gpu in gpus:
+            self._check_gpu(gpu)
+        self._check_units(units)
+        for gpu in gpus:
+            if self._free[gpu] < units:
+                raise ValueError(
+                    f"cannot restore {units} units on GPU {gpu}: only {self._free[gpu]} free"
+                )
+        for gpu in gpus:
+            self._free[gpu] -= units
+        return Grant(next(self._tickets), tuple(gpus), units)
