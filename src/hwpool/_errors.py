@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["PoolClosedError", "WouldBlock"]
+__all__ = ["PoolClosedError", "RevokedError", "WouldBlock"]
 
 
 class WouldBlock(Exception):
@@ -11,3 +11,7 @@ class WouldBlock(Exception):
 
 class PoolClosedError(RuntimeError):
     """Raised when a pool is used after ``close()``."""
+
+
+class RevokedError(RuntimeError):
+    """Raised in a request that ``hwpool cancel`` withdrew from the host server's queue."""

@@ -26,7 +26,8 @@ CLIENT_MESSAGES: list[p.ClientMessage] = [
 ]
 
 SERVER_MESSAGES: list[p.ServerMessage] = [
-    p.Welcome(1, "hwpool 0.2.0", 42, 0, 1_000_000, (GPUInfo(0, "0"), GPUInfo(1, "GPU-x", "GPU-x", 80)), False),
+    p.Welcome(1, "hwpool 0.2.0", 42, 0, 1_000_000,
+              (GPUInfo(0, "0"), GPUInfo(1, "GPU-x", "GPU-x", 80)), False),
     p.Granted(1, 5, (0, 1), 1_000_000),
     p.Queued(2, 6),
     p.Busy(3),

@@ -18,7 +18,7 @@ from pathlib import Path
 from .._host._sizing import effective_threads
 from .._sim import _simulate as _sim
 from .._sim import _trace
-from . import _bench, _demo, _info, _plot, _report
+from . import _bench, _demo, _host_cmds, _info, _plot, _report
 from ._progress import ProgressBar
 
 __all__ = ["main"]
@@ -91,6 +91,7 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("names", nargs="*", metavar="NAME", help="only these (e.g. gpu_pool)")
     bench.add_argument("--dir", type=Path, metavar="DIR", help="the bench/ directory to use")
     bench.set_defaults(run=_cmd_bench)
+    _host_cmds.register(commands)
     return parser
 
 

@@ -74,7 +74,7 @@ class ErrorCode(enum.StrEnum):
     UNKNOWN_OP = "unknown_op"
     VERSION = "version"  # the hello's version is not one the server speaks
     HELLO_FIRST = "hello_first"  # a request before hello, or a second hello
-    HELLO_TIMEOUT = "hello_timeout"  # no hello, or half a line, for too long
+    TIMEOUT = "timeout"  # no hello, or half a line, for too long
     REFUSED = "refused"  # this uid may not use this server, or too many connections
     FORBIDDEN = "forbidden"  # not the owner (nor an admin) of what the request names
     NOT_FOUND = "not_found"  # no such request, lease or waiter
@@ -82,6 +82,7 @@ class ErrorCode(enum.StrEnum):
     LOST = "lost"  # a reclaimed lease that no longer fits after a restart
     CANCELLED = "cancelled"  # an admin withdrew this waiting request
     SHUTTING_DOWN = "shutting_down"
+    INTERNAL = "internal"  # a bug in the server: this connection is closed, the others go on
 
     @property
     def fatal(self) -> bool:
@@ -95,7 +96,8 @@ _FATAL = frozenset(
         ErrorCode.TOO_LONG,
         ErrorCode.VERSION,
         ErrorCode.HELLO_FIRST,
-        ErrorCode.HELLO_TIMEOUT,
+        ErrorCode.TIMEOUT,
+        ErrorCode.INTERNAL,
         ErrorCode.REFUSED,
         ErrorCode.SHUTTING_DOWN,
     }

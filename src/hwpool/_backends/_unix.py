@@ -1,0 +1,662 @@
+"""UnixBackend: the GPUPool backend that asks ``hwpool serve`` instead of deciding itself.
+
+One connection per process carries every request of every asyncio task (on any loop) and
+thread; requests are told apart by ``req``, a key this backend never reuses, which is also
+the ticket of the grants it returns. A reader thread reads the server's messages and wakes
+the one waiter each concerns: an asyncio waiter through ``call_soon_threadsafe``, a thread
+through its own ``threading.Event``.
+
+- **Cancellation**: a waiter that gives up sends ``withdraw``, which the server applies to
+  whatever the request has become (waiting: withdrawn; granted meanwhile: given back), and
+  any grant that was already on its way is dropped on arrival.
+- **Losing the server**: the reader reconnects with bounded backoff (``reconnect_timeout``);
+  on the new connection it re-declares every lease and waiter (``reclaim``, in the original
+  order), then ``reclaimed``. A lease the new server cannot take back is reported as lost.
+  If no server comes back in time, waiters raise ConnectionError and leases are dropped.
+- **Fork**: the child forgets the parent's connection and requests (their releases become
+  no-ops there) and opens its own connection on first use.
+- **Locking**: state is changed in *sections* (the lock, with its owner noted). What may run
+  in a finalizer (a release, an abandoned waiter, a delivery a closed loop dropped) never
+  waits for a section of its own thread: it is queued and run when that section ends.
+  Messages are queued in an outbox under the lock and sent after it, so the reader thread
+  never waits for a sender.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import enum
+import itertools
+import logging
+import os
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from threading import get_ident
+
+from .._check import check_timeout
+from .._core._capacity import units_to_fraction
+from .._core._scheduler import Demand, Grant
+from .._errors import PoolClosedError, RevokedError
+from .._host._detect import GPUInfo
+from .._server._paths import socket_path
+from .._server._protocol import (
+    Acquire,
+    Busy,
+    ClientMessage,
+    ErrorCode,
+    ErrorReply,
+    Granted,
+    Queued,
+    Reclaim,
+    Reclaimed,
+    Release,
+    Revoked,
+    ServerMessage,
+    Status,
+    StatusReply,
+    Withdraw,
+    encode,
+)
+from ._base import PoolSnapshot, WaiterSnapshot
+from ._wire import Wire
+
+__all__ = ["UnixBackend"]
+
+_log = logging.getLogger("hwpool")
+REPLY_TIMEOUT_S = 60.0  # a status or nowait reply that takes longer means the server hangs
+
+
+class _State(enum.Enum):
+    SENT = "sent"  # sent, no answer yet
+    QUEUED = "queued"  # waiting in the server's queue as ``id``
+    HELD = "held"  # granted: holds ``demand.units`` on each of ``gpus``
+
+
+class _Req:
+    """One request of this process, from ``acquire`` until it is released or fails."""
+
+    __slots__ = (
+        "demand", "error", "event", "future", "gpus", "id", "key", "loop", "since", "state",
+        "wait",
+    )  # fmt: skip
+
+    def __init__(
+        self, key: int, demand: Demand, wait: bool, loop: asyncio.AbstractEventLoop | None
+    ) -> None:
+        self.key = key
+        self.demand = demand
+        self.wait = wait
+        self.loop = loop
+        self.future: asyncio.Future[None] | None = None if loop is None else loop.create_future()
+        self.event: threading.Event | None = threading.Event() if loop is None else None
+        self.state = _State.SENT
+        self.id: int | None = None
+        self.gpus: tuple[int, ...] = ()
+        self.since = time.monotonic()
+        self.error: BaseException | None = None
+
+    def grant(self) -> Grant | None:
+        """What the request holds, or None (refused nowait); raises the error it failed with."""
+        if self.error is not None:
+            raise self.error
+        return Grant(self.key, self.gpus, self.demand.units) if self.state is _State.HELD else None
+
+
+class _Call:
+    """A request answered once (status): a thread waits for ``reply`` on ``event``."""
+
+    __slots__ = ("error", "event", "reply")
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.reply: StatusReply | None = None
+        self.error: BaseException | None = None
+
+
+class _Delivery:
+    """Resolves a waiter's future on its loop; if the loop drops it unrun, gives the grant back."""
+
+    __slots__ = ("backend", "req")
+
+    def __init__(self, backend: UnixBackend, req: _Req) -> None:
+        self.backend: UnixBackend | None = backend
+        self.req = req
+
+    def __call__(self) -> None:
+        self.backend = None
+        future = self.req.future
+        if future is not None and not future.done():
+            future.set_result(None)
+
+    def __del__(self) -> None:
+        backend, self.backend = self.backend, None
+        if backend is not None:
+            backend._abandon(self.req, timed_out=False)
+
+
+class _Opened:
+    """The connections a backend opened in this process, closed when the backend is collected."""
+
+    __slots__ = ("pid", "wires")
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.wires: list[Wire] = []
+
+    def close_all(self) -> None:
+        for wire in self.wires:
+            if self.pid == os.getpid():
+                wire.shutdown()
+            else:  # a forked child's copy: closing it leaves the parent's connection alone
+                wire.sock.close()
+        self.wires.clear()
+
+
+_BACKENDS: weakref.WeakSet[UnixBackend] = weakref.WeakSet()
+
+
+def _forget_parents() -> None:
+    for backend in list(_BACKENDS):
+        backend._after_fork()
+
+
+os.register_at_fork(after_in_child=_forget_parents)
+
+
+class UnixBackend:
+    """A client of the host server on ``socket`` (default: see ``hwpool serve``).
+
+    Connects at once: ConnectionError, naming the socket and how to start a server, if none
+    answers. ``reconnect_timeout`` bounds how long a lost server is waited for.
+    """
+
+    def __init__(self, socket: str | os.PathLike[str] | None = None, *,
+                 reconnect_timeout: float = 30.0) -> None:  # fmt: skip
+        self._path: Path = socket_path(socket)
+        self._reconnect_s = check_timeout(reconnect_timeout, "reconnect_timeout") or 0.0
+        self._lock = threading.Lock()
+        self._owner = 0
+        self._send_lock = threading.Lock()
+        self._send_owner = 0
+        self._connect_lock = threading.Lock()
+        self._keys = itertools.count(1)
+        self._reqs: dict[int, _Req] = {}
+        self._calls: dict[int, _Call] = {}
+        self._orphans: set[int] = set()  # keys whose release is a no-op (revoked, lost, forked)
+        self._later: collections.deque[Callable[[], None]] = collections.deque()
+        self._outbox: collections.deque[bytes] = collections.deque()
+        self._to_wake: list[_Req | _Call] = []
+        self._wire: Wire | None = None
+        self._reconnecting = False
+        self._closed = False
+        self._gpus: tuple[GPUInfo, ...] = ()
+        self._opened = _Opened()
+        weakref.finalize(self, self._opened.close_all)
+        self._open()
+        _BACKENDS.add(self)
+
+    def __repr__(self) -> str:
+        return f"UnixBackend(socket={str(self._path)!r}, num_gpus={len(self._gpus)})"
+
+    @property
+    def gpus(self) -> tuple[GPUInfo, ...]:
+        """The server's GPUs, in index order."""
+        return self._gpus
+
+    @property
+    def socket(self) -> Path:
+        """The socket this backend connects to."""
+        return self._path
+
+    # ----------------------------------------------------------------- sections
+    @contextlib.contextmanager
+    def _section(self) -> Iterator[None]:
+        """Hold the state lock; then wake, send and run what was deferred meanwhile."""
+        with self._lock:
+            self._owner = get_ident()
+            try:
+                yield
+                while self._later:
+                    self._later.popleft()()
+            finally:
+                self._owner = 0
+                wake, self._to_wake = self._to_wake, []
+        for item in wake:
+            self._wake(item)
+        self._pump()
+        if self._later:
+            self._flush()
+
+    def _defer(self, op: Callable[[], None]) -> None:
+        """Run ``op`` in a section, now or, inside one of this thread's, when that one ends."""
+        self._later.append(op)
+        self._flush()
+
+    def _flush(self) -> None:
+        while self._later:
+            if self._owner == get_ident() and self._lock.locked():
+                return
+            with self._section():
+                pass
+
+    def _post(self, message: ClientMessage) -> None:
+        """In a section: queue ``message`` for the current connection (none: nothing to say)."""
+        if self._wire is not None:
+            self._outbox.append(encode(message))
+
+    def _pump(self) -> None:
+        """Send the outbox, unless this thread is sending already (then that send will)."""
+        while self._outbox and self._send_owner != get_ident():
+            with self._send_lock:
+                self._send_owner = get_ident()
+                try:
+                    lines = []
+                    with contextlib.suppress(IndexError):
+                        while True:
+                            lines.append(self._outbox.popleft())
+                    wire = self._wire
+                    if wire is not None and lines:
+                        with contextlib.suppress(OSError):  # the reader sees the loss
+                            wire.send_bytes(b"".join(lines))
+                finally:
+                    self._send_owner = 0
+
+    def _wake(self, item: _Req | _Call) -> None:
+        if item.event is not None:
+            item.event.set()
+            return
+        assert isinstance(item, _Req) and item.loop is not None
+        delivery = _Delivery(self, item)
+        try:
+            item.loop.call_soon_threadsafe(delivery)
+        except RuntimeError:  # its loop is closed: nobody will take this grant
+            delivery.backend = None
+            self._abandon(item, timed_out=False)
+
+    # ----------------------------------------------------------------- connecting
+    def _open(self) -> None:
+        """Connect (ConnectionError if no server answers) and start reading."""
+        wire = Wire(self._path)
+        self._opened.wires.append(wire)
+        with self._section():
+            self._wire = wire
+            self._gpus = wire.welcome.gpus
+        thread = threading.Thread(
+            target=_read, args=(weakref.ref(self), wire), name="hwpool-unix-reader", daemon=True
+        )
+        thread.start()
+
+    def _connected(self) -> None:
+        """Before a request: refuse if closed; connect if this process has no connection."""
+        if self._closed:
+            raise PoolClosedError("the GPU pool is closed")
+        if self._wire is None and not self._reconnecting:
+            with self._connect_lock:
+                if self._wire is None and not self._reconnecting and not self._closed:
+                    self._open()
+
+    def _lost(self, wire: Wire, reason: ConnectionError) -> Wire | None:
+        """The reader lost ``wire``: reconnect and re-declare, or fail what waits."""
+        with self._section():
+            if self._wire is not wire:
+                return None  # closed, or this process forked: not ours to repair
+            self._wire = None
+            with contextlib.suppress(ValueError):
+                self._opened.wires.remove(wire)
+            wire.sock.close()
+            for call in self._calls.values():
+                call.error = reason
+                self._to_wake.append(call)
+            self._calls.clear()
+            if not self._reqs:
+                return None  # nothing to keep: the next request connects again
+            self._reconnecting = True
+        deadline = time.monotonic() + self._reconnect_s
+        delay = 0.01
+        while not self._closed:
+            try:
+                new = Wire(self._path, timeout=max(0.1, min(5.0, deadline - time.monotonic())))
+            except ConnectionError as exc:
+                reason = exc
+                if time.monotonic() + delay >= deadline:
+                    break
+                time.sleep(delay)  # backoff between attempts, bounded by the deadline
+                delay = min(2 * delay, 0.5)
+                continue
+            self._opened.wires.append(new)
+            if self._resume(new):
+                return new
+            new.shutdown()
+            return None
+        self._give_up(reason)
+        return None
+
+    def _resume(self, wire: Wire) -> bool:
+        """Re-declare every lease and waiter on ``wire``, in their original order."""
+        with self._send_lock:
+            self._send_owner = get_ident()
+            try:
+                with self._section():
+                    if self._closed:
+                        return False
+                    lines = [encode(m) for m in self._declarations()]
+                    self._outbox.clear()  # superseded by the declarations
+                    self._wire, self._reconnecting = wire, False
+                    self._gpus = wire.welcome.gpus
+                with contextlib.suppress(OSError):
+                    wire.send_bytes(b"".join(lines))
+            finally:
+                self._send_owner = 0
+        self._pump()
+        _log.info("hwpool: reconnected to %s; re-declared %d requests", self._path, len(lines) - 1)
+        return True
+
+    def _declarations(self) -> list[ClientMessage]:
+        now = time.monotonic()
+        out: list[ClientMessage] = []
+        for r in sorted(self._reqs.values(), key=lambda r: r.key):
+            d = r.demand
+            if r.id is None:
+                out.append(Acquire(r.key, d.count, d.units, r.wait))
+            else:
+                held = tuple((g, d.units) for g in r.gpus) if r.state is _State.HELD else None
+                out.append(Reclaim(r.key, r.id, d.count, d.units, held, now - r.since))
+        out.append(Reclaimed(next(self._keys)))
+        return out
+
+    def _give_up(self, reason: ConnectionError) -> None:
+        error = ConnectionError(
+            f"lost the hwpool server on {str(self._path)!r} and none answered within "
+            f"reconnect_timeout={self._reconnect_s:g}s ({reason})"
+        )
+        with self._section():
+            self._reconnecting = False
+            self._drop_all(error)
+        _log.warning("hwpool: %s; leases held are dropped", error)
+
+    def _drop_all(self, error: BaseException) -> None:
+        """In a section: fail every waiting request with ``error``; held leases are dropped."""
+        for r in self._reqs.values():
+            if r.state is _State.HELD:
+                self._orphans.add(r.key)
+            else:
+                r.error = error
+                self._to_wake.append(r)
+        self._reqs.clear()
+
+    def _after_fork(self) -> None:
+        """In a forked child: forget the parent's connection and requests (they are its)."""
+        self._lock, self._send_lock = threading.Lock(), threading.Lock()
+        self._connect_lock = threading.Lock()
+        self._owner = self._send_owner = 0
+        self._orphans |= {r.key for r in self._reqs.values() if r.state is _State.HELD}
+        self._reqs.clear()
+        self._calls.clear()
+        self._later.clear()
+        self._outbox.clear()
+        self._to_wake = []
+        self._wire, self._reconnecting = None, False
+        self._opened.close_all()  # this process's copies only: the parent's connection lives on
+        self._opened.pid = os.getpid()
+
+    # ----------------------------------------------------------------- the reader's side
+    def _dispatch(self, message: ServerMessage) -> None:
+        with self._section():
+            match message:
+                case Granted():
+                    self._on_granted(message)
+                case Queued():
+                    r = self._reqs.get(message.req)
+                    if r is not None:
+                        r.id = message.id
+                        if r.state is _State.SENT:
+                            r.state = _State.QUEUED
+                case Busy():
+                    r = self._reqs.pop(message.req, None)
+                    if r is not None:
+                        self._to_wake.append(r)
+                case ErrorReply():
+                    self._on_error(message)
+                case Revoked():
+                    self._on_revoked(message)
+                case StatusReply():
+                    call = self._calls.pop(message.req, None)
+                    if call is not None:
+                        call.reply = message
+                        self._to_wake.append(call)
+
+    def _on_granted(self, message: Granted) -> None:
+        r = self._reqs.get(message.req)
+        if r is None:
+            return  # withdrawn on the way: the withdraw gives it back
+        r.id = message.id
+        if r.state is _State.HELD:
+            return  # a reclaimed lease, confirmed
+        r.state, r.gpus, r.since = _State.HELD, message.gpus, time.monotonic()
+        self._to_wake.append(r)
+
+    def _on_error(self, message: ErrorReply) -> None:
+        if message.req is None:
+            _log.info("hwpool: the server on %s says: %s", self._path, message.message)
+            return
+        call = self._calls.pop(message.req, None)
+        if call is not None:
+            call.error = ConnectionError(message.message)
+            self._to_wake.append(call)
+        r = self._reqs.pop(message.req, None)
+        if r is None:
+            return
+        if r.state is _State.HELD:  # a reclaim the new server could not take
+            self._orphans.add(r.key)
+            _log.warning(
+                "hwpool: lease #%s on GPUs %s is lost after a server restart: %s",
+                r.id, list(r.gpus), message.message,
+            )  # fmt: skip
+            return
+        r.error = _error_for(message)
+        self._to_wake.append(r)
+
+    def _on_revoked(self, message: Revoked) -> None:
+        r = self._reqs.pop(message.req, None)
+        if r is None:
+            return
+        self._orphans.add(r.key)
+        _log.warning(
+            "hwpool: lease #%s on GPUs %s was revoked by uid %s (hwpool cancel); the code "
+            "using it goes on, its release is a no-op",
+            message.id, list(r.gpus), message.by,
+        )  # fmt: skip
+
+    # ----------------------------------------------------------------- acquiring
+    def _submit(self, demand: Demand, wait: bool, loop: asyncio.AbstractEventLoop | None) -> _Req:
+        self._connected()
+        with self._section():
+            if self._closed:
+                raise PoolClosedError("the GPU pool is closed")
+            r = _Req(next(self._keys), demand, wait, loop)
+            self._reqs[r.key] = r
+            self._post(Acquire(r.key, demand.count, demand.units, wait))
+        return r
+
+    async def acquire(self, demand: Demand, timeout: float | None) -> Grant:
+        """Wait in the server's queue on the running loop; TimeoutError after ``timeout``."""
+        r = self._submit(demand, True, asyncio.get_running_loop())
+        assert r.future is not None
+        try:
+            if timeout is None:
+                await r.future
+            else:
+                async with asyncio.timeout(timeout):
+                    await r.future
+            grant = r.grant()
+        except BaseException as exc:
+            self._abandon(r, timed_out=isinstance(exc, TimeoutError))
+            raise
+        assert grant is not None
+        return grant
+
+    def acquire_blocking(self, demand: Demand, timeout: float | None) -> Grant:
+        """Block this thread until the server grants; TimeoutError after ``timeout``."""
+        r = self._submit(demand, True, None)
+        assert r.event is not None
+        try:
+            if not r.event.wait(timeout):
+                self._time_out(r, timeout)
+            grant = r.grant()
+        except BaseException as exc:
+            self._abandon(r, timed_out=isinstance(exc, TimeoutError))
+            raise
+        assert grant is not None
+        return grant
+
+    def _time_out(self, r: _Req, timeout: float | None) -> None:
+        """Withdraw ``r`` after its timeout and raise, unless a grant won the race."""
+        with self._section():
+            if r.state is _State.HELD or r.error is not None:
+                return
+            if self._reqs.pop(r.key, None) is r:
+                self._post(Withdraw(next(self._keys), r.key, timed_out=True))
+        raise TimeoutError(f"no GPU capacity granted within timeout={timeout}s")
+
+    def acquire_now(self, demand: Demand) -> Grant | None:
+        """Ask the server for a grant that jumps no waiter; None if it would have to wait."""
+        r = self._submit(demand, False, None)
+        assert r.event is not None
+        try:
+            if not r.event.wait(REPLY_TIMEOUT_S):
+                raise ConnectionError(f"no reply from the hwpool server on {str(self._path)!r}")
+            return r.grant()
+        except BaseException:
+            self._abandon(r, timed_out=False)
+            raise
+
+    def _abandon(self, r: _Req, *, timed_out: bool) -> None:
+        """The waiter gave up (may run in a finalizer): withdraw, or give back a late grant."""
+
+        def op() -> None:
+            if self._reqs.get(r.key) is r:
+                del self._reqs[r.key]
+                self._post(Withdraw(next(self._keys), r.key, timed_out=timed_out))
+
+        self._defer(op)
+
+    # ----------------------------------------------------------------- releasing
+    def release(self, grant: Grant) -> None:
+        """Give back ``grant`` or some of its GPUs; ValueError, changing nothing, if not held.
+
+        A lease revoked by ``hwpool cancel``, lost in a restart, or inherited over fork is
+        released as a no-op. After ``close()`` releasing does nothing: closing gave it back.
+        """
+        r = self._reqs.get(grant.ticket)
+        if r is None or r.state is not _State.HELD:
+            if grant.ticket in self._orphans or self._closed:
+                self._orphans.discard(grant.ticket)
+                return
+            raise ValueError(
+                f"grant {grant.ticket} ({units_to_fraction(grant.units)} of GPU(s) "
+                f"{list(grant.gpus)}) is not held: it was released already, or was not "
+                "granted by this pool"
+            )
+        rest = tuple(g for g in r.gpus if g not in grant.gpus)
+        if (
+            grant.units != r.demand.units
+            or len(set(grant.gpus)) != len(grant.gpus)
+            or len(rest) + len(grant.gpus) != len(r.gpus)
+        ):
+            raise ValueError(f"GPUs {list(grant.gpus)} are not held under grant {grant.ticket}")
+        self._defer(lambda: self._give_back(r, grant.gpus, rest))
+
+    def _give_back(self, r: _Req, gpus: tuple[int, ...], rest: tuple[int, ...]) -> None:
+        if self._reqs.get(r.key) is not r:
+            return  # revoked or lost in the meantime
+        if not rest:
+            del self._reqs[r.key]
+            self._post(Release(next(self._keys), r.key))
+            return
+        r.gpus = rest
+        for gpu in gpus:
+            self._post(Release(next(self._keys), r.key, gpu, r.demand.units))
+
+    # ----------------------------------------------------------------- the rest
+    def snapshot(self) -> PoolSnapshot:
+        """The whole host's state, as the server sees it (one round trip)."""
+        self._connected()
+        call = _Call()
+        with self._section():
+            key = next(self._keys)
+            self._calls[key] = call
+            self._post(Status(key))
+        if not call.event.wait(REPLY_TIMEOUT_S):
+            with self._section():
+                self._calls.pop(key, None)
+            raise ConnectionError(f"no status from the hwpool server on {str(self._path)!r}")
+        if call.error is not None:
+            raise call.error
+        assert call.reply is not None
+        return _snapshot(call.reply)
+
+    def close(self) -> None:
+        """Close the connection: the server gives back everything this process held or waited
+        for; waiting requests raise PoolClosedError; later releases are no-ops. Idempotent."""
+        with self._section():
+            if self._closed:
+                return
+            self._closed = True
+            wire, self._wire = self._wire, None
+            self._drop_all(PoolClosedError("the GPU pool was closed while this request waited"))
+            for call in self._calls.values():
+                call.error = PoolClosedError("the GPU pool is closed")
+                self._to_wake.append(call)
+            self._calls.clear()
+        if wire is not None:
+            wire.shutdown()
+
+
+def _error_for(message: ErrorReply) -> BaseException:
+    if message.code is ErrorCode.CANCELLED:
+        return RevokedError(message.message)
+    if message.code is ErrorCode.BAD_REQUEST:
+        return ValueError(message.message)
+    return ConnectionError(f"the hwpool server refused the request: {message.message}")
+
+
+def _snapshot(reply: StatusReply) -> PoolSnapshot:
+    return PoolSnapshot(
+        num_gpus=len(reply.free),
+        free=tuple(units_to_fraction(u) for u in reply.free),
+        waiting=tuple(
+            WaiterSnapshot(w.count, units_to_fraction(w.units), w.reserved, w.age_s)
+            for w in reply.waiting
+        ),
+        granted=reply.granted,
+        released=reply.released,
+        cancelled=reply.cancelled,
+        timed_out=reply.timed_out,
+    )
+
+
+def _read(ref: weakref.ref[UnixBackend], wire: Wire | None) -> None:
+    """The reader thread: dispatch each message; on a lost connection, let the backend repair.
+
+    It holds the backend only while handling a message, so an unused backend can be
+    collected (its connection then closes and the server frees what it held).
+    """
+    while wire is not None:
+        try:
+            message = wire.read()
+        except ConnectionError as exc:
+            backend = ref()
+            wire = None if backend is None else backend._lost(wire, exc)
+            del backend
+            continue
+        backend = ref()
+        if backend is None:
+            wire.shutdown()
+            return
+        backend._dispatch(message)
+        del backend

@@ -1,0 +1,114 @@
+"""A client's end of one connection to ``hwpool serve``: connect, hello, send and read lines.
+
+Blocking sockets only; the unix backend reads from a thread, ``hwpool status`` and
+``hwpool cancel`` read inline. A server that is absent, refuses this user or speaks another
+protocol version is reported as a ``ConnectionError`` that names the socket and what to do.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import socket
+from pathlib import Path
+
+from .._server._protocol import (
+    PROTOCOL_VERSION,
+    ErrorReply,
+    Hello,
+    LineBuffer,
+    ProtocolError,
+    ServerMessage,
+    Welcome,
+    decode_server,
+    encode,
+)
+from .._version import __version__
+
+__all__ = ["Wire", "no_server_error"]
+
+CONNECT_TIMEOUT_S = 10.0
+
+
+def no_server_error(path: Path, reason: str) -> ConnectionError:
+    """The error for a socket nobody serves, saying how to start a server there."""
+    how = "hwpool serve" if os.environ.get("HWPOOL_SOCKET") else f"hwpool serve --socket {path}"
+    return ConnectionError(
+        f"no hwpool server on {str(path)!r} ({reason}); start one with `{how}` "
+        "(or point HWPOOL_SOCKET at a machine-wide one)"
+    )
+
+
+class Wire:
+    """One connected, welcomed socket. ``read`` blocks for the next server message."""
+
+    def __init__(self, path: Path, timeout: float = CONNECT_TIMEOUT_S) -> None:
+        """Connect to ``path`` and exchange hellos; ConnectionError if that fails."""
+        self.path = path
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        self._buffer = LineBuffer()
+        self._lines: collections.deque[bytes] = collections.deque()
+        try:
+            self.welcome = self._open(timeout)
+        except BaseException:
+            self.sock.close()
+            raise
+
+    def _open(self, timeout: float) -> Welcome:
+        self.sock.settimeout(timeout)
+        try:
+            self.sock.connect(os.fspath(self.path))
+        except (FileNotFoundError, ConnectionRefusedError) as exc:
+            raise no_server_error(self.path, exc.strerror or str(exc)) from None
+        except PermissionError:
+            raise ConnectionError(
+                f"permission denied on {str(self.path)!r}: that server belongs to another user "
+                "(start your own with `hwpool serve`, or ask its owner for --group)"
+            ) from None
+        except OSError as exc:
+            raise ConnectionError(f"cannot connect to {str(self.path)!r}: {exc}") from None
+        self.send_bytes(encode(Hello(PROTOCOL_VERSION, f"hwpool {__version__}")))
+        reply = self.read()
+        if isinstance(reply, ErrorReply):
+            raise ConnectionError(f"the hwpool server on {str(self.path)!r}: {reply.message}")
+        if not isinstance(reply, Welcome):
+            raise ConnectionError(f"the hwpool server on {str(self.path)!r} did not welcome us")
+        self.sock.settimeout(None)
+        return reply
+
+    def send_bytes(self, line: bytes) -> None:
+        """Send one encoded line (OSError if the connection is gone)."""
+        self.sock.sendall(line)
+
+    def read(self) -> ServerMessage:
+        """The next message; ConnectionError when the server closed or spoke nonsense."""
+        while not self._lines:
+            try:
+                data = self.sock.recv(1 << 16)
+            except TimeoutError:
+                raise ConnectionError(
+                    f"the hwpool server on {str(self.path)!r} timed out"
+                ) from None
+            except OSError as exc:
+                raise ConnectionError(
+                    f"lost the hwpool server on {str(self.path)!r}: {exc}"
+                ) from None
+            if not data:
+                raise ConnectionError(
+                    f"the hwpool server on {str(self.path)!r} closed the connection"
+                )
+            try:
+                self._lines.extend(self._buffer.feed(data))
+            except ProtocolError as exc:
+                raise ConnectionError(f"bad data from {str(self.path)!r}: {exc}") from None
+        try:
+            return decode_server(self._lines.popleft())
+        except ProtocolError as exc:
+            raise ConnectionError(f"bad message from {str(self.path)!r}: {exc}") from None
+
+    def shutdown(self) -> None:
+        """End the connection for both sides (wakes a thread blocked in ``read``)."""
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        self.sock.close()

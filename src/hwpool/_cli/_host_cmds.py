@@ -1,0 +1,262 @@
+"""``hwpool serve``, ``hwpool status`` and ``hwpool cancel``: the host-wide GPU queue.
+
+Each command reports its own errors in one line (``hwpool: error: ...``): exit 2 for bad usage
+or a request the server refuses (an unknown id, someone else's lease), 1 when no server can be
+reached, 0 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import grp
+import json
+import pwd
+import sys
+from pathlib import Path
+from typing import Any
+
+from .._backends._wire import Wire
+from .._host._detect import GPUInfo, detect_gpus
+from .._server import _listen
+from .._server._paths import socket_path
+from .._server._protocol import Cancel, Done, ErrorReply, Status, StatusReply, encode
+from .._server._server import ServeConfig, serve
+
+__all__ = ["register"]
+
+
+class _Usage(Exception):
+    """Bad usage: one line on stderr, exit status 2."""
+
+
+def register(commands: Any) -> None:
+    """Add ``serve``, ``status`` and ``cancel`` to the ``hwpool`` subcommands."""
+    srv = commands.add_parser("serve", help="share this host's GPUs among all its processes")
+    _socket_option(srv)
+    srv.add_argument("--gpus", type=_count, metavar="N", help="N logical GPUs (default: detect)")
+    srv.add_argument(
+        "--group", metavar="NAME",
+        help="also serve the members of group NAME (directory 0770, socket 0660)",
+    )  # fmt: skip
+    srv.add_argument(
+        "--grace", type=_seconds, default=5.0, metavar="S",
+        help="after a restart, grant nothing new for up to S s while clients reclaim (default 5)",
+    )  # fmt: skip
+    srv.add_argument(
+        "--max-connections", type=_count, default=64, metavar="N",
+        help="connections allowed per uid (default 64)",
+    )  # fmt: skip
+    srv.add_argument(
+        "--hello-timeout", type=_seconds, default=10.0, metavar="S",
+        help="close a connection that sends no hello, or half a message, for S s (default 10)",
+    )  # fmt: skip
+    srv.set_defaults(run=_guarded(_cmd_serve))
+
+    status = commands.add_parser("status", help="the host-wide queue: GPUs, leases, waiters")
+    _socket_option(status)
+    status.add_argument("--json", action="store_true", help="print JSON instead of text")
+    status.set_defaults(run=_guarded(_cmd_status))
+
+    cancel = commands.add_parser("cancel", help="withdraw a waiter or revoke a lease by id")
+    cancel.add_argument("id", type=_count, metavar="ID", help="as `hwpool status` shows it")
+    _socket_option(cancel)
+    cancel.set_defaults(run=_guarded(_cmd_cancel))
+
+
+def _socket_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--socket", metavar="PATH",
+        help="the server's socket (default: $HWPOOL_SOCKET, else "
+        "$XDG_RUNTIME_DIR/hwpool/hwpool.sock, else /tmp/hwpool-UID/hwpool.sock)",
+    )  # fmt: skip
+
+
+def _count(text: str) -> int:
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return int(text)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
+    return value
+
+
+def _guarded(command: Any) -> Any:
+    def run(args: argparse.Namespace) -> int:
+        try:
+            status: int = command(args)
+        except _Usage as exc:
+            print(f"hwpool: error: {exc}", file=sys.stderr)
+            return 2
+        except ConnectionError as exc:
+            print(f"hwpool: error: {exc}", file=sys.stderr)
+            return 1
+        return status
+
+    return run
+
+
+def _path(args: argparse.Namespace) -> Path:
+    try:
+        return socket_path(args.socket)
+    except ValueError as exc:
+        raise _Usage(str(exc).replace("socket:", "--socket:", 1)) from None
+
+
+# ----------------------------------------------------------------- serve
+def _cmd_serve(args: argparse.Namespace) -> int:
+    path = _path(args)
+    config = ServeConfig(
+        socket=path, gpus=_gpus(args.gpus), group=_group(args.group), grace_s=args.grace,
+        hello_timeout_s=args.hello_timeout, max_connections=args.max_connections,
+    )  # fmt: skip
+    try:
+        serve(config)
+    except _listen.ServeError as exc:
+        raise _Usage(str(exc)) from None
+    return 0
+
+
+def _gpus(count: int | None) -> tuple[GPUInfo, ...]:
+    if count is not None:
+        return tuple(GPUInfo(i, str(i)) for i in range(count))
+    try:
+        found = detect_gpus()
+    except ValueError as exc:  # a malformed HWPOOL_NUM_GPUS
+        raise _Usage(str(exc)) from None
+    return found.gpus if found.count else (GPUInfo(0, "0"),)
+
+
+def _group(name: str | None) -> int | None:
+    if name is None:
+        return None
+    if name.isdigit():
+        return int(name)
+    try:
+        return grp.getgrnam(name).gr_gid
+    except KeyError:
+        raise _Usage(f"--group: no group named {name!r}") from None
+
+
+# ----------------------------------------------------------------- status and cancel
+def _cmd_status(args: argparse.Namespace) -> int:
+    wire = Wire(_path(args))
+    try:
+        wire.send_bytes(encode(Status(1)))
+        reply = wire.read()
+    finally:
+        wire.shutdown()
+    if not isinstance(reply, StatusReply):
+        raise ConnectionError(f"unexpected reply to status: {reply.op}")
+    report = _report(wire, reply)
+    print(json.dumps(report, indent=2) if args.json else _format(report))
+    return 0
+
+
+def _cmd_cancel(args: argparse.Namespace) -> int:
+    wire = Wire(_path(args))
+    try:
+        wire.send_bytes(encode(Cancel(1, args.id)))
+        reply = wire.read()
+    finally:
+        wire.shutdown()
+    if isinstance(reply, ErrorReply):
+        raise _Usage(reply.message)
+    if not isinstance(reply, Done):
+        raise ConnectionError(f"unexpected reply to cancel: {reply.op}")
+    print(f"cancelled #{args.id}")
+    return 0
+
+
+def _user(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def _report(wire: Wire, reply: StatusReply) -> dict[str, Any]:
+    """The status as plain data, fractions of a GPU instead of units (for --json and text)."""
+    welcome, full = wire.welcome, wire.welcome.units_per_gpu
+    return {
+        "socket": str(wire.path),
+        "server": {
+            "pid": welcome.pid, "uid": welcome.uid, "user": _user(welcome.uid),
+            "version": welcome.server, "uptime_s": reply.uptime_s,
+            "recovering_s": reply.recovering_s,
+        },
+        "gpus": [
+            {"index": g.index, "device_id": g.device_id, "uuid": g.uuid,
+             "memory_mib": g.memory_mib, "free": free / full}
+            for g, free in zip(welcome.gpus, reply.free, strict=False)
+        ],
+        "leases": [
+            {"id": x.id, "uid": x.uid, "user": _user(x.uid), "pid": x.pid,
+             "held": [[gpu, units / full] for gpu, units in x.held], "held_s": x.age_s,
+             "name": x.name, "command": x.command}
+            for x in reply.leases
+        ],
+        "waiting": [
+            {"position": n, "id": w.id, "uid": w.uid, "user": _user(w.uid), "pid": w.pid,
+             "count": w.count, "fraction": w.units / full, "reserved": list(w.reserved),
+             "waited_s": w.age_s, "name": w.name, "command": w.command}
+            for n, w in enumerate(reply.waiting, 1)
+        ],
+        "counters": {
+            "granted": reply.granted, "released": reply.released,
+            "cancelled": reply.cancelled, "timed_out": reply.timed_out,
+        },
+    }  # fmt: skip
+
+
+def _held(held: list[list[float]]) -> str:
+    if all(f == 1.0 for _, f in held):
+        gpus = ",".join(str(int(g)) for g, _ in held)
+        return f"GPU {gpus}" if len(held) == 1 else f"GPUs {gpus}"
+    return ", ".join(f"{f:g} of GPU {int(g)}" for g, f in held)
+
+
+def _label(item: dict[str, Any]) -> str:
+    parts = [p for p in (item["name"], item["command"]) if p]
+    return f"  [{' | '.join(parts)}]" if parts else ""
+
+
+def _format(report: dict[str, Any]) -> str:
+    server = report["server"]
+    lines = [
+        f"hwpool server on {report['socket']}: pid {server['pid']}, user {server['user']}, "
+        f"up {server['uptime_s']:.0f} s, {server['version']}"
+    ]
+    if server["recovering_s"]:
+        lines.append(
+            f"recovering after a restart: nothing new is granted for {server['recovering_s']:.1f}"
+            " s more, while clients reclaim their leases"
+        )
+    lines.append("GPU  free  device")
+    lines += [f"{g['index']:>3}  {g['free']:.2f}  {g['device_id']}" for g in report["gpus"]]
+    lines.append(f"leases ({len(report['leases'])}):")
+    lines += [
+        f"  #{x['id']} {x['user']} pid {x['pid']}: {_held(x['held'])}, held {x['held_s']:.1f} s"
+        + _label(x)
+        for x in report["leases"]
+    ]
+    lines.append(f"queue ({len(report['waiting'])}, in order):")
+    for w in report["waiting"]:
+        what = f"{w['count']} whole GPUs" if w["count"] > 1 else f"{w['fraction']:g} of a GPU"
+        reserve = f", reserves GPU {','.join(map(str, w['reserved']))}" if w["reserved"] else ""
+        lines.append(
+            f"  {w['position']}. #{w['id']} {w['user']} pid {w['pid']}: {what}{reserve}, "
+            f"waiting {w['waited_s']:.1f} s" + _label(w)
+        )
+    c = report["counters"]
+    lines.append(
+        f"granted {c['granted']}, released {c['released']}, cancelled {c['cancelled']}, "
+        f"timed out {c['timed_out']}"
+    )
+    return "\n".join(lines)

@@ -1,0 +1,472 @@
+"""The host server's bookkeeping over the scheduler core: who holds and who waits for what.
+
+Sans-I/O, like the core: every input is a decoded message from a known client (plus the time,
+passed in), every output a list of ``(client, message)`` deliveries for the I/O layer to send.
+The first delivery of each call is the reply to the caller; the rest are grants (or
+revocations) pushed to other clients. A request belongs to the connection that made it:
+``disconnect`` withdraws its waiters and releases its leases in one step.
+
+After a restart the state starts in recovery: new requests are held back (queued, not
+granted) while clients reclaim their leases and waiters; recovery ends when every client the
+journal names has sent ``reclaimed`` or is dead, or at the deadline, and the held-back
+waiters then enter the core in their original id order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from .._core._capacity import UNITS_PER_GPU
+from .._core._scheduler import Demand, Grant, Scheduler
+from ._journal import Journal, JournalEntry
+from ._protocol import (
+    Acquire,
+    Busy,
+    Cancel,
+    Done,
+    ErrorCode,
+    ErrorReply,
+    Granted,
+    LeaseRecord,
+    ProtocolError,
+    Queued,
+    Reclaim,
+    Release,
+    Revoked,
+    ServerMessage,
+    StatusReply,
+    WaiterRecord,
+    Withdraw,
+)
+
+__all__ = ["ID_BLOCK", "Client", "Delivery", "Entry", "HostState", "Recovery"]
+
+ID_BLOCK = 1024
+"""Ids are handed out in blocks whose end is journaled first, so none is reused after a crash."""
+
+
+@dataclass(eq=False)
+class Client:
+    """One connection: the peer's kernel-given identity and its requests by ``req``."""
+
+    number: int
+    uid: int
+    pid: int
+    entries: dict[int, Entry] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return f"uid {self.uid} pid {self.pid}"
+
+
+@dataclass(eq=False)
+class Entry:
+    """One request of a client: waiting (``held is None``) or granted (``held``: gpu -> units).
+
+    ``ticket`` is its core ticket while it waits in the core; ``None`` while it is held back
+    during recovery, or once granted.
+    """
+
+    id: int
+    client: Client
+    req: int
+    demand: Demand
+    since: float
+    name: str | None = None
+    command: str | None = None
+    ticket: int | None = None
+    held: dict[int, int] | None = None
+
+
+Delivery = tuple[Client, ServerMessage]
+
+
+@dataclass
+class Recovery:
+    """The grace period after a restart: until ``deadline``, for what ``pending`` names."""
+
+    deadline: float
+    pending: dict[int, JournalEntry]  # journaled requests of live pids, not reclaimed yet
+    complete: bool = True  # False when the journal was unreadable: only the deadline ends it
+
+
+def _no_log(line: str) -> None:
+    pass
+
+
+def _journaled(entry: Entry) -> JournalEntry:
+    held = None if entry.held is None else tuple(sorted(entry.held.items()))
+    c = entry.client
+    return JournalEntry(entry.id, c.uid, c.pid, entry.demand.count, entry.demand.units, held)
+
+
+class HostState:
+    """The leases and waiters of every client, over one :class:`Scheduler`.
+
+    ``admins`` are the uids that may cancel anyone's requests (root and the server's own).
+    Methods raise :class:`ProtocolError` for a request that cannot be served, changing nothing.
+    """
+
+    def __init__(
+        self,
+        num_gpus: int,
+        *,
+        units_per_gpu: int = UNITS_PER_GPU,
+        admins: Iterable[int] = (0,),
+        first_id: int = 1,
+        log: Callable[[str], None] = _no_log,
+    ) -> None:
+        self.core = Scheduler(num_gpus, units_per_gpu)
+        self.admins = frozenset(admins)
+        self.log = log
+        self.next_id = first_id
+        self.id_limit = first_id  # ids below this are journaled as used
+        self.changes = 0  # bumped on every change worth journaling
+        self.recovery: Recovery | None = None
+        self._by_id: dict[int, Entry] = {}
+        self._by_ticket: dict[int, Entry] = {}
+        self._held_back: list[Entry] = []
+        self.granted = self.released = self.cancelled = self.timed_out = 0
+
+    # ----------------------------------------------------------------- ids and checks
+    def _new_id(self) -> int:
+        ident = self.next_id
+        self.next_id += 1
+        if ident >= self.id_limit:
+            self.id_limit = ident + ID_BLOCK  # the I/O layer journals this before replying
+        return ident
+
+    def _demand(self, count: int, units: int, req: int) -> Demand:
+        core = self.core
+        if count > core.num_gpus:
+            raise ProtocolError(
+                ErrorCode.BAD_REQUEST, f"count={count} but this host has {core.num_gpus} GPUs", req
+            )
+        if units > core.units_per_gpu or (count > 1 and units != core.units_per_gpu):
+            raise ProtocolError(
+                ErrorCode.BAD_REQUEST,
+                f"units={units} for count={count}: a GPU has {core.units_per_gpu} units and "
+                "several GPUs are granted whole",
+                req,
+            )
+        return Demand(count, units)
+
+    @staticmethod
+    def _fresh_req(client: Client, req: int) -> None:
+        if req in client.entries:
+            raise ProtocolError(ErrorCode.BAD_MESSAGE, f"req {req} is already in use", req)
+
+    def _entry(self, client: Client, req: int, of: int) -> Entry:
+        entry = client.entries.get(of)
+        if entry is None:
+            raise ProtocolError(ErrorCode.NOT_FOUND, f"no request {of} on this connection", req)
+        return entry
+
+    # ----------------------------------------------------------------- requests
+    def acquire(self, client: Client, msg: Acquire, now: float) -> list[Delivery]:
+        """A new request: granted at once, queued, or (nowait) refused with ``would_block``."""
+        demand = self._demand(msg.count, msg.units, msg.req)
+        self._fresh_req(client, msg.req)
+        if not msg.wait:
+            grant = None if self.recovery else self.core.grant_now(demand)
+            if grant is None:
+                return [(client, Busy(msg.req))]
+            entry = self._add(client, msg, demand, now)
+            return [self._granted(entry, grant, now)]
+        return [self._grant_or_queue(self._add(client, msg, demand, now), now)]
+
+    def _grant_or_queue(self, entry: Entry, now: float) -> Delivery:
+        """Grant ``entry`` at once or queue it (held back during recovery); the reply."""
+        if self.recovery is not None:
+            self._held_back.append(entry)
+        else:
+            granted = self._submit(entry, now)
+            if granted is not None:
+                return granted
+        d, full = entry.demand, self.core.units_per_gpu
+        what = f"{d.count} whole GPUs" if d.count > 1 else f"{d.units / full:g} of a GPU"
+        held_back = " (held back while recovering)" if self.recovery is not None else ""
+        self.log(f"wait #{entry.id} of {entry.client}: {what}{held_back}")
+        return (entry.client, Queued(entry.req, entry.id))
+
+    def _submit(self, entry: Entry, now: float) -> Delivery | None:
+        """Put ``entry`` in the core: its grant if granted at once, else None (it waits)."""
+        ticket, grant = self.core.submit(entry.demand)
+        if grant is not None:
+            return self._granted(entry, grant, now)
+        entry.ticket = ticket
+        self._by_ticket[ticket] = entry
+        return None
+
+    def _add(
+        self, client: Client, msg: Acquire | Reclaim, demand: Demand, since: float,
+        ident: int | None = None,
+    ) -> Entry:  # fmt: skip
+        entry = Entry(
+            ident or self._new_id(), client, msg.req, demand, since, msg.name, msg.command
+        )
+        client.entries[msg.req] = entry
+        self._by_id[entry.id] = entry
+        self.changes += 1
+        return entry
+
+    def _drop(self, entry: Entry) -> None:
+        del entry.client.entries[entry.req]
+        del self._by_id[entry.id]
+        self.changes += 1
+
+    def _granted(self, entry: Entry, grant: Grant, now: float) -> Delivery:
+        waited = now - entry.since
+        entry.held = dict.fromkeys(grant.gpus, grant.units)
+        entry.ticket = None
+        entry.since = now
+        self.granted += 1
+        self.changes += 1
+        self.log(
+            f"grant #{entry.id} to {entry.client}: {self._what(entry.held)}"
+            + (f" after {waited:.3f} s" if waited > 0.0005 else "")
+        )
+        return (entry.client, Granted(entry.req, entry.id, grant.gpus, grant.units))
+
+    def _deliver(self, grants: list[Grant], now: float) -> list[Delivery]:
+        return [self._granted(self._by_ticket.pop(g.ticket), g, now) for g in grants]
+
+    def withdraw(self, client: Client, msg: Withdraw, now: float) -> list[Delivery]:
+        """The client gave up request ``of``: withdraw it, or take back the grant that raced it.
+
+        Withdrawing what is already gone is not an error (the client cannot know it is gone).
+        """
+        entry = client.entries.get(msg.of)
+        if entry is None:
+            return [(client, Done(msg.req))]
+        if msg.timed_out:
+            self.timed_out += 1
+        else:
+            self.cancelled += 1
+        self.log(f"withdraw #{entry.id} by {client}" + (" (timed out)" if msg.timed_out else ""))
+        return [(client, Done(msg.req)), *self._remove(entry, now)]
+
+    def _remove(self, entry: Entry, now: float) -> list[Delivery]:
+        """Drop ``entry`` from the host: cancel it in the core or give back what it holds."""
+        self._drop(entry)
+        if entry.held is not None:
+            self.released += 1
+            return self._deliver(self.core.release_many(entry.held.items()), now)
+        if entry.ticket is not None:
+            del self._by_ticket[entry.ticket]
+            return self._deliver(self.core.cancel(entry.ticket), now)
+        self._held_back.remove(entry)
+        return []
+
+    def release(self, client: Client, msg: Release, now: float) -> list[Delivery]:
+        """Give back all of lease ``of``, or ``units`` of it on ``gpu``."""
+        entry = self._entry(client, msg.req, msg.of)
+        if entry.held is None:
+            raise ProtocolError(ErrorCode.BAD_MESSAGE, f"request {msg.of} is not granted", msg.req)
+        if msg.gpu is None or msg.units is None:
+            parts = dict(entry.held)
+        else:
+            held = entry.held.get(msg.gpu, 0)
+            if msg.units > held:
+                raise ProtocolError(
+                    ErrorCode.BAD_MESSAGE,
+                    f"cannot release {msg.units} units on GPU {msg.gpu}: "
+                    f"lease {msg.of} holds {held}",
+                    msg.req,
+                )
+            parts = {msg.gpu: msg.units}
+        grants = self.core.release_many(parts.items())
+        for gpu, units in parts.items():
+            entry.held[gpu] -= units
+            if not entry.held[gpu]:
+                del entry.held[gpu]
+        self.log(
+            f"release #{entry.id} by {client}: {self._what(parts)}, held {now - entry.since:.3f} s"
+        )
+        if not entry.held:
+            self.released += 1
+            self._drop(entry)
+        else:
+            self.changes += 1
+        return [(client, Done(msg.req)), *self._deliver(grants, now)]
+
+    def cancel(self, actor: Client, msg: Cancel, now: float) -> list[Delivery]:
+        """``hwpool cancel``: withdraw a waiter or revoke a lease, for its owner or an admin.
+
+        The owner is told: a waiter's request fails with ``cancelled``, a lease gets ``revoked``.
+        """
+        entry = self._by_id.get(msg.id)
+        if entry is None:
+            raise ProtocolError(ErrorCode.NOT_FOUND, f"no lease or waiter #{msg.id}", msg.req)
+        owner = entry.client
+        if actor.uid != owner.uid and actor.uid not in self.admins:
+            raise ProtocolError(
+                ErrorCode.FORBIDDEN,
+                f"#{msg.id} belongs to uid {owner.uid}; only its owner or an admin may cancel it",
+                msg.req,
+            )
+        notice: ServerMessage
+        if entry.held is not None:
+            notice = Revoked(entry.req, entry.id, actor.uid)
+            self.log(f"revoke #{entry.id} of {owner} by uid {actor.uid}: {self._what(entry.held)}")
+        else:
+            text = f"request #{entry.id} was cancelled by uid {actor.uid} (hwpool cancel)"
+            notice = ErrorReply(entry.req, ErrorCode.CANCELLED, text)
+            self.cancelled += 1
+            self.log(f"cancel #{entry.id} of {owner} by uid {actor.uid}")
+        grants = self._remove(entry, now)
+        return [(actor, Done(msg.req)), (owner, notice), *grants]
+
+    def disconnect(self, client: Client, now: float) -> list[Delivery]:
+        """The connection closed: withdraw every waiter of ``client``, then free its leases."""
+        if not client.entries:
+            return []
+        entries = list(client.entries.values())
+        out: list[Delivery] = []
+        freed: dict[int, int] = {}
+        for entry in entries:
+            if entry.held is None:
+                self.cancelled += 1
+                out += self._remove(entry, now)
+        for entry in entries:
+            if entry.held is not None:
+                for gpu, units in entry.held.items():
+                    freed[gpu] = freed.get(gpu, 0) + units
+                self.released += 1
+                self._drop(entry)
+        waiting = sum(e.held is None for e in entries)
+        self.log(
+            f"client {client} gone: freed {len(entries) - waiting} leases"
+            + (f" ({self._what(freed)})" if freed else "")
+            + f", withdrew {waiting} waiters"
+        )
+        return out + self._deliver(self.core.release_many(freed.items()), now)
+
+    # ----------------------------------------------------------------- recovery
+    def start_recovery(
+        self,
+        journal: Journal,
+        now: float,
+        grace_s: float,
+        alive: Callable[[int], bool],
+        *,
+        complete: bool = True,
+    ) -> None:
+        """Hold new grants back for ``grace_s`` while the clients of ``journal`` reclaim.
+
+        Requests of dead pids are dropped at once; the rest stay in the journal this state
+        writes until reclaimed, so a second crash during recovery loses nothing either.
+        """
+        self.next_id = max(self.next_id, journal.id_limit)
+        self.id_limit = self.next_id
+        pending = {e.id: e for e in journal.entries if alive(e.pid)}
+        self.recovery = Recovery(now + grace_s, pending, complete)
+        pids = {e.pid for e in journal.entries}
+        self.log(
+            f"recovering: {len(journal.entries)} journaled leases and waiters of {len(pids)} "
+            f"clients, {len(journal.entries) - len(pending)} of dead ones freed; nothing new "
+            f"is granted for up to {grace_s:g} s while the others reclaim"
+        )
+
+    def reclaim(self, client: Client, msg: Reclaim, now: float) -> list[Delivery]:
+        """A reconnected client re-declares lease or waiter ``msg.id`` under ``msg.req``."""
+        self._fresh_req(client, msg.req)
+        demand = self._demand(msg.count, msg.units, msg.req)
+        ident = msg.id if msg.id not in self._by_id else None  # a clash only without a journal
+        if self.recovery is not None:
+            self.recovery.pending.pop(msg.id, None)
+        since = now - msg.age_s
+        if msg.held is not None:
+            units = self._restore(msg.held, msg.req)
+            entry = self._add(client, msg, demand, since, ident)
+            entry.held = dict(msg.held)
+            self.log(f"reclaim #{entry.id} by {client}: {self._what(entry.held)}")
+            return [(client, Granted(msg.req, entry.id, tuple(entry.held), units))]
+        return [self._grant_or_queue(self._add(client, msg, demand, since, ident), now)]
+
+    def _restore(self, held: tuple[tuple[int, int], ...], req: int) -> int:
+        """Take ``held`` back in the core (all or nothing); LOST if it no longer fits."""
+        done: list[Grant] = []
+        try:
+            for gpu, units in held:
+                done.append(self.core.restore((gpu,), units))
+        except ValueError as exc:
+            for grant in done:
+                self.core.release_many([(grant.gpus[0], grant.units)])
+            raise ProtocolError(ErrorCode.LOST, f"cannot reclaim this lease: {exc}", req) from None
+        return max(units for _, units in held)
+
+    def reclaimed(self, client: Client, now: float) -> list[Delivery]:
+        """``client`` has re-declared everything: what else its pid journaled is gone."""
+        if self.recovery is None:
+            return []
+        pending = self.recovery.pending
+        for ident in [i for i, e in pending.items() if e.pid == client.pid]:
+            del pending[ident]
+        return self.check_recovery(now)
+
+    def check_recovery(
+        self, now: float, alive: Callable[[int], bool] | None = None
+    ) -> list[Delivery]:
+        """End recovery once nothing journaled is pending (of live pids) or at the deadline."""
+        recovery = self.recovery
+        if recovery is None:
+            return []
+        if alive is not None:
+            for ident in [i for i, e in recovery.pending.items() if not alive(e.pid)]:
+                del recovery.pending[ident]
+        if now < recovery.deadline and (recovery.pending or not recovery.complete):
+            return []
+        self.recovery = None
+        self.changes += 1
+        self.log(
+            f"recovery over: {len(recovery.pending)} journaled requests not reclaimed, freed; "
+            f"{len(self._held_back)} held-back waiters enter the queue in order"
+        )
+        held_back, self._held_back = sorted(self._held_back, key=lambda e: e.id), []
+        grants = [self._submit(entry, now) for entry in held_back]
+        return [g for g in grants if g is not None]
+
+    # ----------------------------------------------------------------- views
+    def status(self, req: int, now: float, started: float) -> StatusReply:
+        """The whole host: free units, leases by id, the queue in order (held-back ones last)."""
+        leases = tuple(
+            LeaseRecord(e.id, e.client.uid, e.client.pid, tuple(sorted(e.held.items())),
+                        now - e.since, e.name, e.command)
+            for e in sorted(self._by_id.values(), key=lambda e: e.id)
+            if e.held is not None
+        )  # fmt: skip
+        waiting = [(self._by_ticket[w.ticket], w.reserved) for w in self.core.waiters()] + [
+            (e, ()) for e in sorted(self._held_back, key=lambda e: e.id)
+        ]
+        records = tuple(
+            WaiterRecord(e.id, e.client.uid, e.client.pid, e.demand.count, e.demand.units,
+                         reserved, now - e.since, e.name, e.command)
+            for e, reserved in waiting
+        )  # fmt: skip
+        left = 0.0 if self.recovery is None else max(0.0, self.recovery.deadline - now)
+        return StatusReply(
+            req, self.core.free, leases, records, self.granted, self.released, self.cancelled,
+            self.timed_out, left, now - started,
+        )  # fmt: skip
+
+    def journal(self) -> Journal:
+        """What a restarted server needs: the id limit, every lease, the queue in order.
+
+        During recovery, what is journaled but not reclaimed yet is kept.
+        """
+        held = [e for e in sorted(self._by_id.values(), key=lambda e: e.id) if e.held is not None]
+        queue = [self._by_ticket[w.ticket] for w in self.core.waiters()]
+        queue += sorted(self._held_back, key=lambda e: e.id)
+        entries = [_journaled(e) for e in (*held, *queue)]
+        if self.recovery is not None:
+            entries += self.recovery.pending.values()
+        return Journal(self.id_limit, tuple(entries))
+
+    def _what(self, parts: dict[int, int]) -> str:
+        """``0.5 of GPU 1`` or ``GPUs 0, 1``: what ``gpu -> units`` amounts to, for the log."""
+        full = self.core.units_per_gpu
+        if all(u == full for u in parts.values()):
+            gpus = ", ".join(str(g) for g in sorted(parts))
+            return f"GPU {gpus}" if len(parts) == 1 else f"GPUs {gpus}"
+        return ", ".join(f"{u / full:g} of GPU {g}" for g, u in sorted(parts.items()))

@@ -1,0 +1,323 @@
+"""The server's sans-I/O bookkeeping: owners, deliveries, cancel rights, recovery, journal."""
+
+from __future__ import annotations
+
+import pytest
+
+from hwpool._server import _protocol as p
+from hwpool._server._host_state import ID_BLOCK, Client, Delivery, HostState
+from hwpool._server._journal import Journal, JournalEntry
+from hwpool._server._protocol import ErrorCode, ProtocolError
+
+FULL = 1_000_000
+HALF = FULL // 2
+
+
+def host(num_gpus: int = 2) -> HostState:
+    return HostState(num_gpus, admins={0, 500})
+
+
+def client(uid: int = 1000, pid: int = 10, number: int = 1) -> Client:
+    return Client(number, uid, pid)
+
+
+def acquire(
+    state: HostState, c: Client, req: int, fraction: float = 1.0, *, count: int = 1,
+    wait: bool = True,
+) -> list[Delivery]:  # fmt: skip
+    return state.acquire(c, p.Acquire(req, count, round(fraction * FULL), wait), 0.0)
+
+
+def only(deliveries: list[Delivery]) -> p.ServerMessage:
+    assert len(deliveries) == 1, deliveries
+    return deliveries[0][1]
+
+
+def granted_id(deliveries: list[Delivery]) -> int:
+    message = deliveries[0][1]
+    assert isinstance(message, p.Granted)
+    return message.id
+
+
+# ----------------------------------------------------------------- granting and owners
+def test_grant_at_once_then_queue_then_push_to_the_waiter() -> None:
+    state, a, b = host(1), client(pid=1), client(pid=2, number=2)
+    assert only(acquire(state, a, 1)) == p.Granted(1, 1, (0,), FULL)
+    assert only(acquire(state, b, 7, 0.5)) == p.Queued(7, 2)
+    out = state.release(a, p.Release(2, 1), 1.0)
+    assert out == [(a, p.Done(2)), (b, p.Granted(7, 2, (0,), HALF))]
+    assert state.core.free == (HALF,)
+
+
+def test_reservations_keep_small_work_off_what_a_whole_gpu_waiter_needs() -> None:
+    state = host(2)
+    a, b, c = client(pid=1), client(pid=2, number=2), client(pid=3, number=3)
+    acquire(state, a, 1, 0.5)
+    acquire(state, a, 2, 0.5)
+    assert state.core.free == (0, FULL)
+    assert isinstance(only(acquire(state, b, 1, count=2)), p.Queued)
+    assert isinstance(only(acquire(state, c, 1, 0.3)), p.Queued)  # GPU 1 is reserved for b
+    assert only(acquire(state, c, 2, 0.3, wait=False)) == p.Busy(2)
+    assert state.release(a, p.Release(3, 1), 1.0) == [(a, p.Done(3))]
+    out = state.release(a, p.Release(4, 2), 1.0)
+    assert out[1:] == [(b, p.Granted(1, 3, (0, 1), FULL))]
+
+
+def test_withdraw_of_a_waiter_and_of_a_grant_that_raced_it() -> None:
+    state, a, b = host(1), client(pid=1), client(pid=2, number=2)
+    acquire(state, a, 1)
+    acquire(state, b, 1)
+    acquire(state, b, 2)
+    assert state.withdraw(b, p.Withdraw(3, 1, timed_out=True), 0.0) == [(b, p.Done(3))]
+    out = state.release(a, p.Release(2, 1), 0.0)
+    assert out[1] == (b, p.Granted(2, 3, (0,), FULL))
+    # b gave up on req 2 before the grant reached it: the withdraw hands it back.
+    assert state.withdraw(b, p.Withdraw(4, 2, timed_out=False), 0.0) == [(b, p.Done(4))]
+    assert state.core.free == (FULL,)
+    snap = state.status(1, 0.0, 0.0)
+    assert (snap.granted, snap.released, snap.cancelled, snap.timed_out) == (2, 2, 1, 1)
+
+
+def test_withdrawing_what_is_gone_is_done() -> None:
+    state, a = host(), client()
+    assert state.withdraw(a, p.Withdraw(1, 99, timed_out=False), 0.0) == [(a, p.Done(1))]
+
+
+def test_partial_release_by_gpu_then_the_rest() -> None:
+    state, a = host(2), client()
+    acquire(state, a, 1, count=2)
+    assert state.release(a, p.Release(2, 1, gpu=1, units=FULL), 0.0) == [(a, p.Done(2))]
+    assert state.core.free == (0, FULL)
+    state.release(a, p.Release(3, 1), 0.0)
+    assert state.core.free == (FULL, FULL) and a.entries == {}
+
+
+@pytest.mark.parametrize(
+    ("message", "code"),
+    [
+        (p.Release(9, 42), ErrorCode.NOT_FOUND),
+        (p.Release(9, 2), ErrorCode.BAD_MESSAGE),  # still waiting
+        (p.Release(9, 1, gpu=0, units=FULL), ErrorCode.BAD_MESSAGE),  # holds only half
+        (p.Release(9, 1, gpu=1, units=1), ErrorCode.BAD_MESSAGE),  # not on that GPU
+    ],
+)
+def test_bad_releases_change_nothing(message: p.Release, code: ErrorCode) -> None:
+    state, a = host(2), client()
+    acquire(state, a, 1, 0.5)
+    acquire(state, a, 2, count=2)
+    before = (state.core.free, state.journal())
+    with pytest.raises(ProtocolError) as info:
+        state.release(a, message, 0.0)
+    assert info.value.code is code and info.value.req == 9
+    assert (state.core.free, state.journal()) == before
+
+
+@pytest.mark.parametrize(
+    ("count", "units", "match"),
+    [(3, FULL, "has 2 GPUs"), (1, FULL + 1, "units="), (2, HALF, "granted whole")],
+)
+def test_demands_the_host_cannot_serve_are_bad_requests(count: int, units: int, match: str) -> None:
+    state, a = host(2), client()
+    with pytest.raises(ProtocolError, match=match) as info:
+        state.acquire(a, p.Acquire(5, count, units, True), 0.0)
+    assert info.value.code is ErrorCode.BAD_REQUEST and a.entries == {}
+
+
+def test_a_req_in_use_is_refused() -> None:
+    state, a = host(1), client()
+    acquire(state, a, 1)
+    with pytest.raises(ProtocolError, match="already in use"):
+        acquire(state, a, 1)
+
+
+def test_one_clients_req_numbers_do_not_touch_anothers() -> None:
+    state, a, b = host(2), client(pid=1), client(pid=2, number=2)
+    acquire(state, a, 1)
+    acquire(state, b, 1)
+    with pytest.raises(ProtocolError) as info:
+        state.release(b, p.Release(2, 5), 0.0)
+    assert info.value.code is ErrorCode.NOT_FOUND
+    state.release(b, p.Release(2, 1), 0.0)
+    assert len(a.entries) == 1 and state.core.free == (0, FULL)
+
+
+# ----------------------------------------------------------------- cancel
+def test_owner_may_cancel_a_waiter_which_is_told() -> None:
+    state, a, b = host(1), client(pid=1), client(pid=2, number=2)
+    acquire(state, a, 1)
+    acquire(state, b, 4)
+    out = state.cancel(b, p.Cancel(5, 2), 0.0)
+    assert out[0] == (b, p.Done(5))
+    assert out[1][0] is b and isinstance(out[1][1], p.ErrorReply)
+    assert out[1][1].code is ErrorCode.CANCELLED and out[1][1].req == 4
+    assert b.entries == {}
+
+
+def test_other_users_may_not_cancel_but_admins_may_revoke() -> None:
+    state = host(1)
+    owner, other, admin = client(uid=1000), client(uid=1001, number=2), client(uid=500, number=3)
+    acquire(state, owner, 3)
+    with pytest.raises(ProtocolError, match="only its owner or an admin") as info:
+        state.cancel(other, p.Cancel(1, 1), 0.0)
+    assert info.value.code is ErrorCode.FORBIDDEN and state.core.free == (0,)
+    out = state.cancel(admin, p.Cancel(1, 1), 0.0)
+    assert out == [(admin, p.Done(1)), (owner, p.Revoked(3, 1, 500))]
+    assert state.core.free == (FULL,) and owner.entries == {}
+    with pytest.raises(ProtocolError) as info:
+        state.cancel(admin, p.Cancel(2, 1), 0.0)
+    assert info.value.code is ErrorCode.NOT_FOUND
+
+
+def test_a_revoked_lease_cannot_be_released_twice() -> None:
+    state, owner, root = host(1), client(), client(uid=0, number=2)
+    acquire(state, owner, 3)
+    state.cancel(root, p.Cancel(1, 1), 0.0)
+    with pytest.raises(ProtocolError):
+        state.release(owner, p.Release(4, 3), 0.0)
+    assert state.core.free == (FULL,)
+
+
+# ----------------------------------------------------------------- disconnect
+def test_disconnect_frees_leases_and_withdraws_waiters_at_once() -> None:
+    state, a, b = host(2), client(pid=1), client(pid=2, number=2)
+    acquire(state, a, 1, count=2)
+    acquire(state, b, 1, 0.5)
+    acquire(state, a, 2, 0.5)  # a's own waiter must not be granted what a frees
+    out = state.disconnect(a, 0.0)
+    assert out == [(b, p.Granted(1, 2, (0,), HALF))]
+    assert state.core.free == (HALF, FULL) and state.core.queue_length == 0
+
+
+def test_disconnect_of_an_idle_client_is_quiet() -> None:
+    lines: list[str] = []
+    state = HostState(1, log=lines.append)
+    assert state.disconnect(client(), 0.0) == [] and lines == []
+
+
+# ----------------------------------------------------------------- recovery
+def journal_of(*entries: JournalEntry, id_limit: int = 100) -> Journal:
+    return Journal(id_limit, entries)
+
+
+def test_recovery_holds_grants_back_until_every_live_client_reclaimed() -> None:
+    state = host(2)
+    journal = journal_of(
+        JournalEntry(5, 1000, 11, 1, HALF, ((0, HALF),)),
+        JournalEntry(6, 1000, 12, 1, FULL, ((1, FULL),)),  # pid 12 is dead
+        JournalEntry(7, 1000, 11, 1, FULL),  # a waiter of pid 11
+    )
+    state.start_recovery(journal, 0.0, 5.0, alive=lambda pid: pid != 12)
+    newcomer, old = client(pid=13, number=1), client(pid=11, number=2)
+    assert only(acquire(state, newcomer, 1, 0.5)) == p.Queued(1, 100)  # held back
+    assert only(acquire(state, newcomer, 2, 0.5, wait=False)) == p.Busy(2)
+    reclaim = p.Reclaim(1, 5, 1, HALF, ((0, HALF),), 2.0)
+    assert only(state.reclaim(old, reclaim, 0.1)) == p.Granted(1, 5, (0,), HALF)
+    assert only(state.reclaim(old, p.Reclaim(2, 7, 1, FULL, None, 1.0), 0.1)) == p.Queued(2, 7)
+    assert state.core.free == (HALF, FULL) and state.recovery is not None
+    out = state.reclaimed(old, 0.2)
+    assert state.recovery is None
+    assert out == [  # in id order: the old waiter first, on the GPU it needs whole
+        (old, p.Granted(2, 7, (1,), FULL)),
+        (newcomer, p.Granted(1, 100, (0,), HALF)),
+    ]
+    leases = state.status(1, 0.2, 0.0).leases
+    assert leases[0].id == 5 and leases[0].age_s == pytest.approx(2.1)
+
+
+def test_recovery_ends_at_its_deadline_and_what_was_not_reclaimed_is_free() -> None:
+    state = host(1)
+    state.start_recovery(journal_of(JournalEntry(5, 0, 11, 1, FULL, ((0, FULL),))), 0.0, 5.0,
+                         alive=lambda pid: True)  # fmt: skip
+    c = client(pid=20)
+    acquire(state, c, 1)
+    assert state.check_recovery(4.9) == [] and state.recovery is not None
+    assert state.check_recovery(5.0) == [(c, p.Granted(1, 100, (0,), FULL))]
+
+
+def test_recovery_ends_early_when_the_remaining_pids_die() -> None:
+    state, alive = host(1), {11}
+    state.start_recovery(journal_of(JournalEntry(5, 0, 11, 1, FULL, ((0, FULL),))), 0.0, 5.0,
+                         alive=alive.__contains__)  # fmt: skip
+    assert state.check_recovery(1.0, alive.__contains__) == [] and state.recovery is not None
+    alive.clear()
+    state.check_recovery(1.1, alive.__contains__)
+    assert state.recovery is None
+
+
+def test_recovery_with_an_unreadable_journal_waits_for_the_deadline() -> None:
+    state = host(1)
+    state.start_recovery(Journal(1), 0.0, 5.0, alive=lambda pid: True, complete=False)
+    assert state.check_recovery(1.0) == [] and state.recovery is not None
+    state.check_recovery(5.0)
+    assert state.recovery is None
+
+
+def test_a_reclaim_that_does_not_fit_is_lost_and_changes_nothing() -> None:
+    state = host(2)
+    state.start_recovery(journal_of(), 0.0, 5.0, alive=lambda pid: True, complete=False)
+    a, b = client(pid=1), client(pid=2, number=2)
+    state.reclaim(a, p.Reclaim(1, 5, 1, FULL, ((1, FULL),), 0.0), 0.0)
+    with pytest.raises(ProtocolError, match="only 0 free") as info:
+        state.reclaim(b, p.Reclaim(1, 6, 2, FULL, ((0, FULL), (1, FULL)), 0.0), 0.0)
+    assert info.value.code is ErrorCode.LOST
+    assert state.core.free == (FULL, 0) and b.entries == {}
+
+
+def test_after_recovery_a_late_lease_is_taken_back_only_when_nobody_waits() -> None:
+    state, a, late = host(1), client(pid=1), client(pid=2, number=2)
+    state.reclaim(late, p.Reclaim(1, 5, 1, HALF, ((0, HALF),), 0.0), 0.0)
+    acquire(state, a, 1)  # waits: only half is free
+    with pytest.raises(ProtocolError) as info:
+        state.reclaim(late, p.Reclaim(2, 6, 1, HALF, ((0, HALF),), 0.0), 0.0)
+    assert info.value.code is ErrorCode.LOST
+
+
+def test_a_reclaimed_id_in_use_gets_a_new_one() -> None:
+    state, a, b = host(2), client(pid=1), client(pid=2, number=2)
+    acquire(state, a, 1, 0.5)  # id 1
+    out = state.reclaim(b, p.Reclaim(1, 1, 1, HALF, ((1, HALF),), 0.0), 0.0)
+    message = only(out)
+    assert isinstance(message, p.Granted) and message.id != 1
+
+
+# ----------------------------------------------------------------- journal and ids
+def test_journal_lists_leases_then_the_queue_in_order() -> None:
+    state, a, b = host(1), client(pid=1), client(pid=2, number=2)
+    acquire(state, a, 1)
+    acquire(state, b, 1, 0.5)
+    acquire(state, a, 2, 0.25)
+    journal = state.journal()
+    assert [(e.id, e.pid, e.held) for e in journal.entries] == [
+        (1, 1, ((0, FULL),)),
+        (2, 2, None),
+        (3, 1, None),
+    ]
+    assert journal.id_limit > 3
+
+
+def test_journal_keeps_what_recovery_still_expects() -> None:
+    state = host(1)
+    expected = JournalEntry(5, 0, 11, 1, FULL, ((0, FULL),))
+    state.start_recovery(journal_of(expected), 0.0, 5.0, alive=lambda pid: True)
+    assert state.journal().entries == (expected,)
+    assert state.journal().id_limit >= 100
+
+
+def test_ids_come_in_journaled_blocks() -> None:
+    state, a = host(1), client()
+    limits = set()
+    for req in range(ID_BLOCK + 2):
+        acquire(state, a, req, 0.000001, wait=False)
+        assert state.id_limit >= state.next_id
+        limits.add(state.id_limit)
+    assert len(limits) == 2
+
+
+def test_status_shows_leases_and_the_queue_with_reservations() -> None:
+    state, a, b = host(2), client(pid=1), client(uid=1001, pid=2, number=2)
+    acquire(state, a, 1, 0.5)
+    acquire(state, b, 1, count=2)
+    status = state.status(9, 3.0, 1.0)
+    assert status.req == 9 and status.free == (HALF, FULL) and status.uptime_s == 2.0
+    assert [(x.id, x.uid, x.pid, x.held) for x in status.leases] == [(1, 1000, 1, ((0, HALF),))]
+    assert [(w.id, w.count, w.reserved) for w in status.waiting] == [(2, 2, (0, 1))]
