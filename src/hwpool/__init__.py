@@ -2,7 +2,7 @@
 
 from ._core._capacity import UNITS_PER_GPU
 from ._cpu._pool import CPUPool
-from ._errors import PoolClosedError, WouldBlock
+from ._errors import PoolClosedError, RevokedError, WouldBlock
 from ._gpu._pool import GPULease, GPUPool, PoolSnapshot, WaiterSnapshot, current_gpus
 from ._host._detect import GPUDetection, GPUInfo, GPUSource, detect_gpus
 from ._host._sizing import effective_threads, set_threads
@@ -27,6 +27,7 @@ __all__ = [
     "PagePlacement",
     "PoolClosedError",
     "PoolSnapshot",
+    "RevokedError",
     "TwoNodes",
     "WaiterSnapshot",
     "WouldBlock",

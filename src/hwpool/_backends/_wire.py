@@ -68,8 +68,15 @@ class Wire:
             ) from None
         except OSError as exc:
             raise ConnectionError(f"cannot connect to {str(self.path)!r}: {exc}") from None
-        self.send_bytes(encode(Hello(PROTOCOL_VERSION, f"hwpool {__version__}")))
-        reply = self.read()
+        try:
+            self.send_bytes(encode(Hello(PROTOCOL_VERSION, f"hwpool {__version__}")))
+        except OSError as exc:  # refused at once? its reason may be waiting to be read
+            try:
+                reply = self.read()
+            except ConnectionError:
+                raise ConnectionError(f"cannot talk to {str(self.path)!r}: {exc}") from None
+        else:
+            reply = self.read()
         if isinstance(reply, ErrorReply):
             raise ConnectionError(f"the hwpool server on {str(self.path)!r}: {reply.message}")
         if not isinstance(reply, Welcome):

@@ -1,0 +1,331 @@
+"""Several client processes share one real server: FIFO with reservations, crashes, cancel."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from conftest import BOUND, ENV, ClientProc, Server
+from hwpool import PoolClosedError, RevokedError
+from hwpool._backends._unix import UnixBackend
+from hwpool._backends._wire import Wire
+from hwpool._core._scheduler import Demand
+from hwpool._server._protocol import LeaseRecord, Status, StatusReply, encode
+
+StartServer = Callable[..., Server]
+Clients = Callable[..., ClientProc]
+FULL = 1_000_000
+
+
+def hwpool(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "hwpool", *args],
+        capture_output=True, text=True, env=ENV, timeout=BOUND, check=False,
+    )  # fmt: skip
+
+
+def status(server: Server) -> dict[str, object]:
+    proc = hwpool("status", "--socket", str(server.socket), "--json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)  # type: ignore[no-any-return]
+
+
+def queue_of(server: Server) -> list[tuple[int, int, list[int]]]:
+    """(pid, count, reserved) of each waiter, in queue order."""
+    waiting = status(server)["waiting"]
+    assert isinstance(waiting, list)
+    return [(w["pid"], w["count"], w["reserved"]) for w in waiting]
+
+
+@pytest.fixture
+def server(start_server: StartServer) -> Server:
+    return start_server("--gpus", "2")
+
+
+def test_connect_without_a_server_says_how_to_start_one(sockdir: Path) -> None:
+    with pytest.raises(ConnectionError) as info:
+        UnixBackend(sockdir / "none.sock")
+    message = str(info.value)
+    assert str(sockdir / "none.sock") in message and "hwpool serve" in message
+
+
+def test_processes_share_one_fifo_queue_with_reservations(server: Server, clients: Clients) -> None:
+    a, b, c = (clients(server.socket) for _ in range(3))
+    a.send("acquire x 0.5")
+    assert a.expect("granted x") == "granted x [0]"
+    mark = len(server.lines)
+    b.send("full y 2")
+    server.wait_for(f"pid {b.pid}: 2 whole GPUs", mark)
+    c.send("acquire z 0.25")  # GPU 1 is free, but b reserved it: c must not backfill there
+    server.wait_for(f"pid {c.pid}: 0.25 of a GPU", mark)
+    assert queue_of(server) == [(b.pid, 2, [0, 1]), (c.pid, 1, [])]
+    a.send("release x")
+    a.expect("released x")
+    assert b.expect("granted y") == "granted y [0, 1]"
+    assert queue_of(server) == [(c.pid, 1, [0])]  # now at the head, it reserves
+    b.send("release y")
+    assert c.expect("granted z") == "granted z [0]"
+
+
+def test_sigkill_of_a_holder_frees_its_leases_at_once(server: Server, clients: Clients) -> None:
+    holder = clients(server.socket)
+    holder.send("full x 2")
+    holder.expect("granted x")
+    backend = UnixBackend(server.socket)
+    got: list[object] = []
+    waiter = threading.Thread(
+        target=lambda: got.append(backend.acquire_blocking(Demand(2, FULL), BOUND))
+    )
+    waiter.start()
+    server.wait_for(f"pid {os.getpid()}: 2 whole GPUs")
+    holder.kill()
+    waiter.join(BOUND)
+    assert got and got[0].gpus == (0, 1)  # type: ignore[attr-defined]
+    assert f"client uid 0 pid {holder.pid} gone: freed 1 leases" in server.wait_for("gone")
+    backend.close()
+
+
+def test_sigkill_of_a_waiter_withdraws_it(server: Server, clients: Clients) -> None:
+    backend = UnixBackend(server.socket)
+    grant = backend.acquire_blocking(Demand(2, FULL), BOUND)
+    waiter = clients(server.socket)
+    waiter.send("acquire x 0.5")
+    server.wait_for(f"pid {waiter.pid}: 0.5 of a GPU")
+    waiter.kill()
+    assert "withdrew 1 waiters" in server.wait_for(f"pid {waiter.pid} gone")
+    assert queue_of(server) == []
+    backend.release(grant)
+    assert backend.snapshot().free == (1.0, 1.0)
+    backend.close()
+
+
+def test_closing_the_pool_gives_everything_back_and_fails_its_waiters(server: Server) -> None:
+    backend = UnixBackend(server.socket)
+    backend.acquire_blocking(Demand(2, FULL), BOUND)
+    errors: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            backend.acquire_blocking(Demand(1, FULL), BOUND)
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    server.wait_for(f"pid {os.getpid()}: 1 of a GPU")
+    backend.close()
+    thread.join(BOUND)
+    assert len(errors) == 1 and isinstance(errors[0], PoolClosedError)
+    server.wait_for(f"pid {os.getpid()} gone")
+    other = UnixBackend(server.socket)
+    assert other.snapshot().free == (1.0, 1.0)
+    with pytest.raises(PoolClosedError):
+        backend.acquire_now(Demand(1, 1))
+    other.close()
+
+
+def test_one_connection_serves_many_threads_and_event_loops(server: Server) -> None:
+    backend = UnixBackend(server.socket)
+    rounds = 30
+
+    def thread_work() -> None:
+        for _ in range(rounds):
+            backend.release(backend.acquire_blocking(Demand(1, 300_000), BOUND))
+
+    async def task_work() -> None:
+        for _ in range(rounds):
+            backend.release(await backend.acquire(Demand(1, 400_000), BOUND))
+
+    async def loop_work() -> None:
+        await asyncio.gather(*(task_work() for _ in range(4)))
+
+    workers = [threading.Thread(target=thread_work) for _ in range(4)]
+    workers += [threading.Thread(target=asyncio.run, args=(loop_work(),)) for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(BOUND * 3)
+    snap = backend.snapshot()
+    assert snap.free == (1.0, 1.0) and snap.waiting == ()
+    assert snap.granted == snap.released == 4 * rounds + 8 * rounds
+    backend.close()
+
+
+def test_cancelled_async_waiter_leaves_nothing_behind(server: Server) -> None:
+    backend = UnixBackend(server.socket)
+
+    async def main() -> None:
+        grant = await backend.acquire(Demand(2, FULL), BOUND)
+        task = asyncio.create_task(backend.acquire(Demand(1, FULL), None))
+        await asyncio.to_thread(server.wait_for, f"pid {os.getpid()}: 1 of a GPU")
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        with pytest.raises(TimeoutError):
+            await backend.acquire(Demand(1, FULL), 0.05)
+        backend.release(grant)
+
+    asyncio.run(main())
+    snap = backend.snapshot()
+    assert snap.free == (1.0, 1.0) and snap.waiting == ()
+    assert (snap.cancelled, snap.timed_out) == (1, 1)
+    backend.close()
+
+
+def test_a_grant_that_races_a_cancellation_is_given_back(server: Server) -> None:
+    backend = UnixBackend(server.socket)
+
+    async def main() -> None:
+        grant = await backend.acquire(Demand(2, FULL), BOUND)
+        task = asyncio.create_task(backend.acquire(Demand(1, FULL), None))
+        await asyncio.to_thread(server.wait_for, f"pid {os.getpid()}: 1 of a GPU")
+        mark = len(server.lines)
+        backend.release(grant)  # the server grants the waiter at once...
+        server.wait_for(f"pid {os.getpid()}: GPU 0", mark)  # (blocking: the task cannot run)
+        task.cancel()  # ...but it is cancelled before the grant reaches it
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    snap = backend.snapshot()
+    assert snap.free == (1.0, 1.0) and snap.waiting == ()
+    assert (snap.granted, snap.released, snap.cancelled) == (2, 2, 1)
+    backend.close()
+
+
+def test_a_forked_child_opens_its_own_connection(server: Server) -> None:
+    backend = UnixBackend(server.socket)
+    parent_grant = backend.acquire_blocking(Demand(1, 500_000), BOUND)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - reports through the pipe
+        try:
+            backend.release(parent_grant)  # the parent's: a no-op here
+            grant = backend.acquire_blocking(Demand(1, 500_000), 5.0)
+            leases = {x.pid for x in _leases(backend)}
+            backend.release(grant)
+            os.write(write, json.dumps(sorted(leases)).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        seen = json.loads(pipe.read() or "null")
+    os.waitpid(pid, 0)
+    assert seen == sorted({os.getpid(), pid})
+    snap = backend.snapshot()  # the parent's connection is intact, its lease still held
+    assert snap.free == (0.5, 1.0)
+    backend.release(parent_grant)
+    backend.close()
+
+
+def _leases(backend: UnixBackend) -> list[LeaseRecord]:
+    wire = Wire(backend.socket)
+    wire.send_bytes(encode(Status(1)))
+    reply = wire.read()
+    wire.shutdown()
+    assert isinstance(reply, StatusReply)
+    return list(reply.leases)
+
+
+# ----------------------------------------------------------------- status and cancel
+def test_status_shows_gpus_leases_and_the_queue(server: Server, clients: Clients) -> None:
+    holder, waiter = clients(server.socket), clients(server.socket)
+    holder.send("acquire x 0.5")
+    holder.expect("granted x")
+    waiter.send("full y 2")
+    server.wait_for(f"pid {waiter.pid}: 2 whole GPUs")
+    report = status(server)
+    assert [g["free"] for g in report["gpus"]] == [0.5, 1.0]  # type: ignore[index]
+    (lease,) = report["leases"]  # type: ignore[misc]
+    assert lease["pid"] == holder.pid and lease["user"] == "root" and lease["held"] == [[0, 0.5]]
+    (wait,) = report["waiting"]  # type: ignore[misc]
+    assert (wait["position"], wait["pid"], wait["count"], wait["reserved"]) == (
+        1, waiter.pid, 2, [0, 1],
+    )  # fmt: skip
+    text = hwpool("status", "--socket", str(server.socket))
+    assert text.returncode == 0
+    assert f"#{lease['id']} root pid {holder.pid}: 0.5 of GPU 0" in text.stdout
+    assert f"1. #{wait['id']} root pid {waiter.pid}: 2 whole GPUs, reserves GPU 0,1" in text.stdout
+
+
+def test_cancel_revokes_a_lease_whose_release_becomes_a_no_op(
+    server: Server, caplog: pytest.LogCaptureFixture
+) -> None:
+    backend = UnixBackend(server.socket)
+    grant = backend.acquire_blocking(Demand(1, FULL), BOUND)
+    lease_id = status(server)["leases"][0]["id"]  # type: ignore[index]
+    mark = len(server.lines)
+    with caplog.at_level(logging.WARNING, logger="hwpool"):
+        proc = hwpool("cancel", str(lease_id), "--socket", str(server.socket))
+        assert proc.returncode == 0 and proc.stdout == f"cancelled #{lease_id}\n"
+        server.wait_for(f"revoke #{lease_id}", mark)
+        assert backend.snapshot().free == (1.0, 1.0)  # the status is answered after the notice
+    assert any("revoked by uid 0" in r.getMessage() for r in caplog.records)
+    backend.release(grant)  # a no-op, not an error
+    assert backend.snapshot().free == (1.0, 1.0)
+    backend.close()
+
+
+def test_cancel_withdraws_a_waiter_which_raises(server: Server) -> None:
+    backend = UnixBackend(server.socket)
+    backend.acquire_blocking(Demand(2, FULL), BOUND)
+    errors: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            backend.acquire_blocking(Demand(1, FULL), BOUND)
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    server.wait_for(f"pid {os.getpid()}: 1 of a GPU")
+    waiter_id = status(server)["waiting"][0]["id"]  # type: ignore[index]
+    assert hwpool("cancel", str(waiter_id), "--socket", str(server.socket)).returncode == 0
+    thread.join(BOUND)
+    assert len(errors) == 1 and isinstance(errors[0], RevokedError)
+    assert "hwpool cancel" in str(errors[0])
+    backend.close()
+
+
+def test_cancel_of_an_unknown_id_is_exit_2(server: Server) -> None:
+    proc = hwpool("cancel", "999", "--socket", str(server.socket))
+    assert proc.returncode == 2 and proc.stderr == "hwpool: error: no lease or waiter #999\n"
+
+
+def test_status_without_a_server_is_exit_1(sockdir: Path) -> None:
+    proc = hwpool("status", "--socket", str(sockdir / "none.sock"))
+    assert proc.returncode == 1 and "hwpool serve" in proc.stderr
+    assert len(proc.stderr.splitlines()) == 1
+
+
+def test_a_server_that_goes_away_mid_wait_is_retried_then_raises(server: Server) -> None:
+    backend = UnixBackend(server.socket, reconnect_timeout=0.3)
+    backend.acquire_blocking(Demand(2, FULL), BOUND)
+    errors: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            backend.acquire_blocking(Demand(1, FULL), BOUND)
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    server.wait_for(f"pid {os.getpid()}: 1 of a GPU")
+    server.kill()
+    thread.join(BOUND)
+    assert len(errors) == 1 and isinstance(errors[0], ConnectionError)
+    assert "reconnect_timeout=0.3s" in str(errors[0])
+    with pytest.raises(ConnectionError, match="hwpool serve"):
+        backend.acquire_now(Demand(1, 1))
+    backend.close()
