@@ -7,6 +7,8 @@ a thread that drains its stderr), a client process reports each step on its stdo
 from __future__ import annotations
 
 import contextlib
+import io
+import json
 import os
 import shutil
 import signal
@@ -17,13 +19,34 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from hwpool._cli import main
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 CLIENT = str(Path(__file__).with_name("client_proc.py"))
 BOUND = 10.0  # seconds: no wait in these tests lasts longer
 ENV = {**os.environ, "PYTHONPATH": SRC, "PYTHONUNBUFFERED": "1"}
+
+
+def run_cli(*args: str) -> tuple[int, str, str]:
+    """Run ``hwpool ARGS`` in this process (fast); its exit status, stdout and stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as exc:  # argparse's usage errors
+            code = int(exc.code or 0)
+    return code, out.getvalue(), err.getvalue()
+
+
+def status_of(socket: Path) -> dict[str, Any]:
+    """``hwpool status --json``, in this process."""
+    code, out, err = run_cli("status", "--socket", str(socket), "--json")
+    assert code == 0, err
+    return json.loads(out)  # type: ignore[no-any-return]
 
 
 class Server:

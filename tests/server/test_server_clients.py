@@ -11,10 +11,11 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from conftest import BOUND, ENV, ClientProc, Server
+from conftest import BOUND, ENV, ClientProc, Server, run_cli, status_of
 from hwpool import PoolClosedError, RevokedError
 from hwpool._backends._unix import UnixBackend
 from hwpool._backends._wire import Wire
@@ -33,10 +34,8 @@ def hwpool(*args: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-def status(server: Server) -> dict[str, object]:
-    proc = hwpool("status", "--socket", str(server.socket), "--json")
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)  # type: ignore[no-any-return]
+def status(server: Server) -> dict[str, Any]:
+    return status_of(server.socket)
 
 
 def queue_of(server: Server) -> list[tuple[int, int, list[int]]]:
@@ -251,7 +250,7 @@ def test_status_shows_gpus_leases_and_the_queue(server: Server, clients: Clients
     assert (wait["position"], wait["pid"], wait["count"], wait["reserved"]) == (
         1, waiter.pid, 2, [0, 1],
     )  # fmt: skip
-    text = hwpool("status", "--socket", str(server.socket))
+    text = hwpool("status", "--socket", str(server.socket))  # the real command, once
     assert text.returncode == 0
     assert f"#{lease['id']} root pid {holder.pid}: 0.5 of GPU 0" in text.stdout
     assert f"1. #{wait['id']} root pid {waiter.pid}: 2 whole GPUs, reserves GPU 0,1" in text.stdout
@@ -265,7 +264,7 @@ def test_cancel_revokes_a_lease_whose_release_becomes_a_no_op(
     lease_id = status(server)["leases"][0]["id"]  # type: ignore[index]
     mark = len(server.lines)
     with caplog.at_level(logging.WARNING, logger="hwpool"):
-        proc = hwpool("cancel", str(lease_id), "--socket", str(server.socket))
+        proc = hwpool("cancel", str(lease_id), "--socket", str(server.socket))  # the real one
         assert proc.returncode == 0 and proc.stdout == f"cancelled #{lease_id}\n"
         server.wait_for(f"revoke #{lease_id}", mark)
         assert backend.snapshot().free == (1.0, 1.0)  # the status is answered after the notice
@@ -290,7 +289,7 @@ def test_cancel_withdraws_a_waiter_which_raises(server: Server) -> None:
     thread.start()
     server.wait_for(f"pid {os.getpid()}: 1 of a GPU")
     waiter_id = status(server)["waiting"][0]["id"]  # type: ignore[index]
-    assert hwpool("cancel", str(waiter_id), "--socket", str(server.socket)).returncode == 0
+    assert run_cli("cancel", str(waiter_id), "--socket", str(server.socket))[0] == 0
     thread.join(BOUND)
     assert len(errors) == 1 and isinstance(errors[0], RevokedError)
     assert "hwpool cancel" in str(errors[0])
@@ -298,14 +297,13 @@ def test_cancel_withdraws_a_waiter_which_raises(server: Server) -> None:
 
 
 def test_cancel_of_an_unknown_id_is_exit_2(server: Server) -> None:
-    proc = hwpool("cancel", "999", "--socket", str(server.socket))
-    assert proc.returncode == 2 and proc.stderr == "hwpool: error: no lease or waiter #999\n"
+    code, out, err = run_cli("cancel", "999", "--socket", str(server.socket))
+    assert (code, out, err) == (2, "", "hwpool: error: no lease or waiter #999\n")
 
 
 def test_status_without_a_server_is_exit_1(sockdir: Path) -> None:
-    proc = hwpool("status", "--socket", str(sockdir / "none.sock"))
-    assert proc.returncode == 1 and "hwpool serve" in proc.stderr
-    assert len(proc.stderr.splitlines()) == 1
+    code, out, err = run_cli("status", "--socket", str(sockdir / "none.sock"))
+    assert code == 1 and out == "" and "hwpool serve" in err and len(err.splitlines()) == 1
 
 
 def test_a_server_that_goes_away_mid_wait_is_retried_then_raises(server: Server) -> None:

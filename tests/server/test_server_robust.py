@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BOUND, ENV, Server, running_server
+from conftest import BOUND, ENV, Server, run_cli, running_server
 from hwpool._backends._unix import UnixBackend
 from hwpool._core._scheduler import Demand
 
@@ -276,16 +276,16 @@ def test_a_stale_socket_is_replaced(start_server: StartServer, sockdir: Path) ->
 def test_a_file_that_is_not_a_socket_is_not_replaced(sockdir: Path) -> None:
     path = sockdir / "s.sock"
     path.write_text("precious")
-    proc = serve("--socket", str(path), "--gpus", "1")
-    assert proc.returncode == 2 and "is not a socket" in proc.stderr
+    code, _, err = run_cli("serve", "--socket", str(path), "--gpus", "1")
+    assert code == 2 and "is not a socket" in err
     assert path.read_text() == "precious"
 
 
 def test_a_directory_of_another_user_is_refused(sockdir: Path) -> None:
     (sockdir / "theirs").mkdir()
     os.chown(sockdir / "theirs", 54321, 54321)
-    proc = serve("--socket", str(sockdir / "theirs" / "s.sock"), "--gpus", "1")
-    assert proc.returncode == 2 and "belongs to uid 54321" in proc.stderr
+    code, _, err = run_cli("serve", "--socket", str(sockdir / "theirs" / "s.sock"), "--gpus", "1")
+    assert code == 2 and "belongs to uid 54321" in err
 
 
 @pytest.mark.parametrize(
@@ -298,8 +298,8 @@ def test_a_directory_of_another_user_is_refused(sockdir: Path) -> None:
     ],
 )
 def test_bad_serve_usage_is_one_line_and_exit_2(args: tuple[str, ...], fragment: str) -> None:
-    proc = serve(*args)
-    assert proc.returncode == 2 and fragment in proc.stderr and "Traceback" not in proc.stderr
+    code, out, err = run_cli("serve", *args)
+    assert code == 2 and out == "" and fragment in err and "Traceback" not in err
 
 
 def test_sigterm_stops_the_server_and_removes_its_socket(server: Server) -> None:

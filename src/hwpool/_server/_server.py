@@ -255,7 +255,9 @@ class _Server:
                 return state.reclaim(client, message, now)
             case Reclaimed():
                 return state.reclaimed(client, now)
-            case Status():
+            case Status():  # answered once the journal is up to date: status is a sync point
+                if state.changes != self.journaled_changes:
+                    self.write_journal()
                 return [(client, state.status(message.req, now, self.started))]
         raise ProtocolError(ErrorCode.HELLO_FIRST, "hello comes first, and once")
 
