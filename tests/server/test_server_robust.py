@@ -162,8 +162,7 @@ def test_a_client_cannot_touch_another_clients_lease(shared: Server) -> None:
     other = welcomed(shared.socket)
     other.sendall(b'{"op":"release","req":1,"of":1}\n')  # its own req 1: it has none
     assert one_reply(other)["code"] == "not_found"
-    other.sendall(b'{"op":"withdraw","req":2,"of":1,"timed_out":false}\n')
-    assert one_reply(other)["op"] == "ok"
+    other.sendall(b'{"op":"withdraw","req":2,"of":1,"timed_out":false}\n')  # not answered
     other.sendall(b'{"op":"status","req":3}\n')
     assert len(one_reply(other)["leases"]) == 1  # type: ignore[arg-type]
 

@@ -2,8 +2,9 @@
 
 Sans-I/O, like the core: every input is a decoded message from a known client (plus the time,
 passed in), every output a list of ``(client, message)`` deliveries for the I/O layer to send.
-The first delivery of each call is the reply to the caller; the rest are grants (or
-revocations) pushed to other clients. A request belongs to the connection that made it:
+A call that answers its caller puts that reply first; the rest are grants (or revocations)
+pushed to other clients (``release`` and ``withdraw`` are answered only when they fail). A
+request belongs to the connection that made it:
 ``disconnect`` withdraws its waiters and releases its leases in one step.
 
 After a restart the state starts in recovery: new requests are held back (queued, not
@@ -234,17 +235,18 @@ class HostState:
     def withdraw(self, client: Client, msg: Withdraw, now: float) -> list[Delivery]:
         """The client gave up request ``of``: withdraw it, or take back the grant that raced it.
 
-        Withdrawing what is already gone is not an error (the client cannot know it is gone).
+        Not answered. Withdrawing what is already gone is not an error (the client cannot
+        know it is gone).
         """
         entry = client.entries.get(msg.of)
         if entry is None:
-            return [(client, Done(msg.req))]
+            return []
         if msg.timed_out:
             self.timed_out += 1
         else:
             self.cancelled += 1
         self.log(f"withdraw #{entry.id} by {client}" + (" (timed out)" if msg.timed_out else ""))
-        return [(client, Done(msg.req)), *self._remove(entry, now)]
+        return self._remove(entry, now)
 
     def _remove(self, entry: Entry, now: float) -> list[Delivery]:
         """Drop ``entry`` from the host: cancel it in the core or give back what it holds."""
@@ -259,7 +261,7 @@ class HostState:
         return []
 
     def release(self, client: Client, msg: Release, now: float) -> list[Delivery]:
-        """Give back all of lease ``of``, or ``units`` of it on ``gpu``."""
+        """Give back all of lease ``of``, or ``units`` of it on ``gpu`` (answered only on error)."""
         entry = self._entry(client, msg.req, msg.of)
         if entry.held is None:
             raise ProtocolError(ErrorCode.BAD_MESSAGE, f"request {msg.of} is not granted", msg.req)
@@ -288,7 +290,7 @@ class HostState:
             self._drop(entry)
         else:
             self.changes += 1
-        return [(client, Done(msg.req)), *self._deliver(grants, now)]
+        return self._deliver(grants, now)
 
     def cancel(self, actor: Client, msg: Cancel, now: float) -> list[Delivery]:
         """``hwpool cancel``: withdraw a waiter or revoke a lease, for its owner or an admin.

@@ -1,21 +1,32 @@
 """The restart journal: the leases and the queue a server held, beside its socket.
 
-The server rewrites it (a temporary file, then an atomic rename) shortly after each change
-and at exit, so that a server killed with SIGKILL and started again knows which leases and
-waiters to expect back from their clients and in which order. It is not fsync'ed: it only has
-to survive the server process, not the machine (after a reboot no client is left to reclaim).
+The server rewrites it (a temporary file, then an atomic rename), from a thread of its own,
+shortly after each change and at exit, so that a server killed with SIGKILL and started
+again knows which leases and waiters to expect back from their clients and in which order.
+It is not fsync'ed: it only has to survive the server process, not the machine (after a
+reboot no client is left to reclaim).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from .._check import check_int
 
-__all__ = ["Journal", "JournalEntry", "JournalError", "journal_path", "load", "save"]
+__all__ = [
+    "Journal",
+    "JournalEntry",
+    "JournalError",
+    "JournalWriter",
+    "journal_path",
+    "load",
+    "save",
+]
 
 FORMAT = "hwpool-journal"
 VERSION = 1
@@ -123,3 +134,57 @@ def _parse_entry(raw: object) -> JournalEntry:
         check_int("units", raw["units"], minimum=1),
         pairs,
     )
+
+
+class JournalWriter:
+    """Writes journals on its own thread, newest first, so the event loop never waits for disk.
+
+    ``submit`` hands over the journal of state version ``version`` (versions only grow); the
+    thread writes the newest one it was given, one write at a time, so an older journal can
+    never replace a newer one. ``wait`` blocks until ``version`` (or a later one) is written.
+    """
+
+    def __init__(self, path: Path, server_pid: int, on_error: Callable[[str], None]) -> None:
+        self.path = path
+        self.server_pid = server_pid
+        self.on_error = on_error
+        self.submitted = -1
+        self.written = -1
+        self._next: tuple[int, Journal] | None = None
+        self._stopping = False
+        self._changed = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name="hwpool-journal", daemon=True)
+        self._thread.start()
+
+    def submit(self, version: int, journal: Journal) -> None:
+        with self._changed:
+            self.submitted = version
+            self._next = (version, journal)
+            self._changed.notify_all()
+
+    def wait(self, version: int, timeout: float = 10.0) -> bool:
+        """Whether ``version`` was written within ``timeout`` seconds."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self.written >= version, timeout)
+
+    def stop(self) -> None:
+        """Write what was submitted, then end the thread."""
+        with self._changed:
+            self._stopping = True
+            self._changed.notify_all()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                self._changed.wait_for(lambda: self._next is not None or self._stopping)
+                if self._next is None:
+                    return
+                (version, journal), self._next = self._next, None
+            try:
+                save(self.path, journal, server_pid=self.server_pid)
+            except OSError as exc:
+                self.on_error(f"cannot write the journal {str(self.path)!r}: {exc.strerror}")
+            with self._changed:
+                self.written = version
+                self._changed.notify_all()

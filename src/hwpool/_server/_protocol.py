@@ -4,8 +4,9 @@ Framing: one JSON object per line, UTF-8, ending in ``\\n``, at most ``MAX_LINE`
 newline. Every object has an ``op``. The client speaks first (``hello``, carrying
 ``PROTOCOL_VERSION``); the server answers ``welcome`` or a fatal ``error`` and closes. After
 that every client request carries ``req``, an int the client picks and never reuses on one
-connection; the server answers each request exactly once, with the same ``req`` (an
-``acquire`` that waits also gets a ``queued`` first), and may push ``revoked`` at any time.
+connection; the server answers each request once, with the same ``req`` (an ``acquire``
+that waits also gets a ``queued`` first), except ``release``, ``withdraw`` and ``reclaimed``,
+which are answered only when they fail; it may push ``revoked`` at any time.
 Fields the receiver does not know are ignored, so later versions may add optional ones.
 
 This module does no I/O: it turns bytes into validated messages and back. Decoding raises
@@ -155,9 +156,13 @@ class LineBuffer:
             raise ProtocolError(ErrorCode.TOO_LONG, f"a line is longer than {MAX_LINE} bytes")
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)  # made once: dumps()
+# with arguments would build a new encoder for every message
+
+
 def encode(message: ClientMessage | ServerMessage) -> bytes:
     """One message as its line (compact JSON and a newline); ValueError if over MAX_LINE."""
-    line = json.dumps(message.wire(), separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+    line = _ENCODER.encode(message.wire()).encode() + b"\n"
     if len(line) > MAX_LINE:
         raise ValueError(f"{message.op} message of {len(line)} bytes exceeds {MAX_LINE}")
     return line
@@ -181,6 +186,9 @@ class _Fields:
         return self.obj[key]
 
     def num(self, key: str, lo: int = 0, hi: int = MAX_ID) -> int:
+        value = self.obj.get(key)
+        if type(value) is int and lo <= value <= hi:  # the common case, without the ABCs
+            return value
         try:
             return check_int(key, self.get(key), minimum=lo, maximum=hi)
         except (TypeError, ValueError) as exc:
@@ -254,10 +262,8 @@ def _opened(line: bytes, side: str) -> _Fields:
     """The object of ``line`` with its op and, best effort, its req (for error replies)."""
     obj = _load(line)
     op = obj.get("op")
-    try:
-        req: int | None = check_int("req", obj.get("req"), minimum=0, maximum=MAX_ID)
-    except (TypeError, ValueError):
-        req = None
+    raw = obj.get("req")
+    req = raw if type(raw) is int and 0 <= raw <= MAX_ID else None  # best effort, for errors
     if not isinstance(op, str):
         raise ProtocolError(ErrorCode.BAD_MESSAGE, f"a {side} message needs a string 'op'", req)
     return _Fields(obj, op, req)
@@ -528,7 +534,7 @@ class Busy:
 
 @dataclass(frozen=True, slots=True)
 class Done:
-    """Request ``req`` (withdraw, release, reclaimed, cancel) is done."""
+    """Request ``req`` (a cancel) is done."""
 
     req: int
     op: ClassVar[str] = "ok"

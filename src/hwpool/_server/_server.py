@@ -16,6 +16,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -164,20 +165,38 @@ class _Server:
         self.out = out
         self.uid = os.getuid()
         self.started = time.monotonic()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
+        self._log: list[str] = []
+        self._stamp_second, self._stamp = -1, ""
         self.state = HostState(len(config.gpus), admins={0, self.uid}, log=self.say)
         self.journal_path = _journal.journal_path(config.socket)
         self.by_client: dict[Client, _Connection] = {}
         self.per_uid: dict[int, int] = {}
         self.numbers = 0
-        self.journaled_changes = -1
-        self.journaled_limit = 0
+        self.writer = _journal.JournalWriter(self.journal_path, os.getpid(), self.say)
+        self.journaled_limit = 0  # the id limit of the last journal known to be on disk
         self.journal_timer: asyncio.TimerHandle | None = None
         self.recovery_timer: asyncio.TimerHandle | None = None
 
     def say(self, line: str) -> None:
-        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        """Log one line. From the loop thread, lines are written together once per turn of
+        the loop (one write, not one per grant); from elsewhere, at once."""
+        second = int(time.time())
+        if second != self._stamp_second:
+            self._stamp_second = second
+            self._stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(second))
+        self._log.append(f"{self._stamp} hwpool serve: {line}\n")
+        if self.loop is None or threading.get_ident() != self._loop_thread:
+            self.flush_log()
+        elif len(self._log) == 1:
+            self.loop.call_soon(self.flush_log)
+
+    def flush_log(self) -> None:
+        lines, self._log = self._log, []
         with contextlib.suppress(OSError, ValueError):  # a closed log must not stop the server
-            print(f"{stamp} hwpool serve: {line}", file=self.out, flush=True)
+            self.out.write("".join(lines))
+            self.out.flush()
 
     # ----------------------------------------------------------------- connections
     def admit(self, conn: _Connection) -> str | None:
@@ -256,16 +275,16 @@ class _Server:
             case Reclaimed():
                 return state.reclaimed(client, now)
             case Status():  # answered once the journal is up to date: status is a sync point
-                if state.changes != self.journaled_changes:
-                    self.write_journal()
+                if state.changes != self.writer.written:
+                    self.write_journal(wait=True)
                 return [(client, state.status(message.req, now, self.started))]
         raise ProtocolError(ErrorCode.HELLO_FIRST, "hello comes first, and once")
 
     def after(self, deliveries: list[Delivery]) -> None:
         """Journal what must be journaled first, then send ``deliveries``."""
         if self.state.id_limit > self.journaled_limit:
-            self.write_journal()  # ids of a new block must be on disk before anyone sees them
-        elif self.state.changes != self.journaled_changes and self.journal_timer is None:
+            self.write_journal(wait=True)  # a new block of ids is on disk before anyone sees one
+        elif self.state.changes != self.writer.submitted and self.journal_timer is None:
             loop = asyncio.get_running_loop()
             self.journal_timer = loop.call_later(self.config.journal_delay_s, self.write_journal)
         for client, message in deliveries:
@@ -273,18 +292,15 @@ class _Server:
             if conn is not None:
                 conn.send(message)
 
-    def write_journal(self) -> None:
+    def write_journal(self, *, wait: bool = False) -> None:
+        """Hand the journal to the writer thread; with ``wait``, until it is on disk."""
         if self.journal_timer is not None:
             self.journal_timer.cancel()
             self.journal_timer = None
-        journal = self.state.journal()
-        try:
-            _journal.save(self.journal_path, journal, server_pid=os.getpid())
-        except OSError as exc:
-            self.say(f"cannot write the journal {str(self.journal_path)!r}: {exc.strerror}")
-            return
-        self.journaled_changes = self.state.changes
-        self.journaled_limit = journal.id_limit
+        journal, version = self.state.journal(), self.state.changes
+        self.writer.submit(version, journal)
+        if wait and self.writer.wait(version):
+            self.journaled_limit = journal.id_limit
 
     # ----------------------------------------------------------------- recovery
     def recover(self) -> None:
@@ -318,12 +334,13 @@ class _Server:
 
     # ----------------------------------------------------------------- running
     async def run(self, sock: socket.socket) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self.loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
         stop = asyncio.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
         self.recover()
-        self.write_journal()
+        self.write_journal(wait=True)
         server = await loop.create_unix_server(lambda: _Connection(self), sock=sock)
         self.say(
             f"serving {len(self.config.gpus)} GPUs on {str(self.config.socket)!r} "
@@ -337,8 +354,10 @@ class _Server:
             server.close()
             for conn in list(self.by_client.values()):
                 conn.fail(ProtocolError(ErrorCode.SHUTTING_DOWN, "the server is stopping"))
-            self.write_journal()  # kept: a restarted server lets the clients reclaim
+            self.write_journal(wait=True)  # kept: a restarted server lets the clients reclaim
+            self.writer.stop()
             self.config.socket.unlink(missing_ok=True)
+            self.loop = None
             self.say("stopped")
 
 

@@ -1,0 +1,154 @@
+"""The host server's uncontended grant round trip, against a bare echo and the in-process pool.
+
+One client, no contention: acquire half a GPU, release it, again. Measured in one run, the
+contenders interleaved and each figure the best of several rounds:
+
+1. a bare echo round trip of the same line over the same kind of socket (a Unix stream
+   socket served by an ``asyncio.Protocol``), from a blocking client: the floor for any
+   request/reply server in Python on this machine;
+2. the same echo answered through a reader thread and a ``threading.Event``, as the hwpool
+   client receives its replies (so that any number of threads and loops share one socket);
+3. ``acquire_blocking`` + ``release`` through ``hwpool serve`` (the release is not waited for),
+   and the same with ``await acquire``;
+4. the same pair on the in-process ``GPUPool``.
+
+Aim: the server's grant round trip at most 2x the bare echo. Run:
+``python bench/bench_server.py [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import platform
+import socket
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from _hostserver import echo_server, host_server
+from hwpool import GPUPool
+from hwpool._backends._unix import UnixBackend
+from hwpool._core._scheduler import Demand
+from hwpool._server._protocol import Acquire, encode
+
+GPUS = 8
+DEMAND = Demand(1, 500_000)
+LINE = encode(Acquire(12345, 1, 500_000, True))
+
+
+def echo_inline(path: Path, n: int) -> float:
+    sock = socket.socket(socket.AF_UNIX)
+    sock.connect(str(path))
+    start = time.perf_counter()
+    for _ in range(n):
+        sock.sendall(LINE)
+        sock.recv(65536)
+    elapsed = time.perf_counter() - start
+    sock.close()
+    return elapsed / n
+
+
+def echo_threaded(path: Path, n: int) -> float:
+    sock = socket.socket(socket.AF_UNIX)
+    sock.connect(str(path))
+    events: list[threading.Event] = []
+
+    def reader() -> None:
+        while sock.recv(65536):
+            events[0].set()
+
+    thread = threading.Thread(target=reader, daemon=True)
+    thread.start()
+    start = time.perf_counter()
+    for _ in range(n):
+        events[:] = [threading.Event()]
+        sock.sendall(LINE)
+        events[0].wait()
+    elapsed = time.perf_counter() - start
+    sock.shutdown(socket.SHUT_RDWR)
+    thread.join()
+    sock.close()
+    return elapsed / n
+
+
+def server_blocking(backend: UnixBackend, n: int) -> float:
+    start = time.perf_counter()
+    for _ in range(n):
+        backend.release(backend.acquire_blocking(DEMAND, None))
+    return (time.perf_counter() - start) / n
+
+
+def server_async(backend: UnixBackend, n: int) -> float:
+    async def pairs() -> float:
+        start = time.perf_counter()
+        for _ in range(n):
+            backend.release(await backend.acquire(DEMAND, None))
+        return (time.perf_counter() - start) / n
+
+    return asyncio.run(pairs())
+
+
+def local_blocking(pool: GPUPool, n: int) -> float:
+    start = time.perf_counter()
+    for _ in range(n):
+        pool.release(pool.acquire_blocking(0.5), 0.5)
+    return (time.perf_counter() - start) / n
+
+
+def measure(n: int, rounds: int) -> dict[str, float]:
+    """Best-of-``rounds`` seconds per round trip for each contender, interleaved."""
+    results: dict[str, list[float]] = {}
+    with echo_server() as echo, host_server(GPUS) as (path, _):
+        backend = UnixBackend(path)
+        pool = GPUPool(GPUS)
+        cases: list[tuple[str, Callable[[], float]]] = [
+            ("echo", lambda: echo_inline(echo, n)),
+            ("echo_thread", lambda: echo_threaded(echo, n)),
+            ("server", lambda: server_blocking(backend, n)),
+            ("server_async", lambda: server_async(backend, n)),
+            ("local", lambda: local_blocking(pool, n * 10)),
+        ]
+        for _, case in cases:  # warm-up
+            case()
+        for _ in range(rounds):
+            for name, case in cases:
+                results.setdefault(name, []).append(case())
+        backend.close()
+    return {name: min(values) for name, values in results.items()}
+
+
+def main(argv: list[str] | None = None) -> str:
+    """Run the benchmark and return its table (also printed when run as a script)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a few hundred pairs (a smoke run)")
+    args = parser.parse_args(argv)
+    n, rounds = (200, 1) if args.quick else (3000, 5)
+    f = measure(n, rounds)
+    us = {name: value * 1e6 for name, value in f.items()}
+    rows = [
+        ("bare echo, blocking client", us["echo"], 1.0, ""),
+        ("bare echo via a reader thread", us["echo_thread"], us["echo_thread"] / us["echo"], ""),
+        ("hwpool serve: acquire_blocking + release", us["server"], us["server"] / us["echo"],
+         "<= 2.0"),
+        ("hwpool serve: await acquire + release", us["server_async"],
+         us["server_async"] / us["echo"], ""),
+        ("in-process GPUPool: acquire_blocking + release", us["local"], us["local"] / us["echo"],
+         ""),
+    ]  # fmt: skip
+    lines = [
+        f"hwpool serve round trip, uncontended  (Python {platform.python_version()}, "
+        f"{platform.machine()}, best of {rounds} rounds of {n})",
+        f"{'measure':<50}{'us':>10}{'x echo':>9}  aim",
+        *(f"{name:<50}{value:>10.1f}{ratio:>9.2f}  {aim}" for name, value, ratio, aim in rows),
+        f"server vs echo through a reader thread: {us['server'] / us['echo_thread']:.2f}x; "
+        f"server vs in-process pool: {us['server'] / us['local']:.0f}x",
+    ]
+    table = "\n".join(lines)
+    print(table)
+    return table
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,184 @@
+"""Load test of ``hwpool serve``: 50 client processes, 10,000 leases, 20% of them SIGKILLed.
+
+Each client process (forked, so it opens its own connection) takes leases of a random mix of
+demands (a tenth, a quarter, a half, one or two whole GPUs of 8), holds each for up to 2 ms
+and gives it back, recording how long each grant took to arrive. Ten clients, chosen at
+random, are SIGKILLed when they reach a random point of their work, holding or waiting; a new
+client takes over what each had left. The run is done twice, so that what the server keeps
+after clients come and go can be compared.
+
+At the end: the free capacity equals the total, no lease or waiter is left, and the
+server's resident memory did not grow in the second run. It prints grants per second, the
+p50 and p99 of the time from request to grant, and the server's RSS before and after.
+Run: ``python bench/bench_server_load.py [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import random
+import signal
+import statistics
+import time
+from multiprocessing.sharedctypes import Synchronized
+from pathlib import Path
+from typing import Any
+
+from _hostserver import host_server, rss_kib
+from hwpool._backends._unix import UnixBackend
+from hwpool._backends._wire import Wire
+from hwpool._core._scheduler import Demand
+from hwpool._server._protocol import Status, StatusReply, encode
+
+GPUS = 8
+FULL = 1_000_000
+MIX = [Demand(1, FULL // 10), Demand(1, FULL // 4), Demand(1, FULL // 2), Demand(1, FULL)] * 5
+MIX += [Demand(2, FULL)]  # one request in 21 wants two whole GPUs
+
+
+class _Slot:
+    """One client's share of the work and what it reports back through shared memory.
+
+    (A plain class: ``hwpool bench`` loads this file without registering it as a module,
+    which dataclasses need.)
+    """
+
+    def __init__(self, quota: int, latencies: Any, done: Synchronized[int]) -> None:
+        self.quota = quota
+        self.latencies = latencies  # RawArray of seconds, one per completed lease
+        self.done = done
+        self.proc: Any = None
+        self.kill_at: int | None = None
+
+
+def _client(path: str, slot_latencies: Any, done: Synchronized[int], quota: int, seed: int) -> None:
+    rng = random.Random(seed)
+    backend = UnixBackend(path)
+    for i in range(quota):
+        demand = rng.choice(MIX)
+        start = time.perf_counter()
+        grant = backend.acquire_blocking(demand, None)
+        slot_latencies[i] = time.perf_counter() - start
+        time.sleep(rng.random() * 0.002)  # the work done under the lease
+        backend.release(grant)
+        done.value = i + 1
+    backend.close()
+
+
+def _start(ctx: Any, path: Path, quota: int, seed: int) -> _Slot:
+    slot = _Slot(quota, ctx.RawArray("d", quota), ctx.Value("i", 0, lock=False))
+    slot.proc = ctx.Process(target=_client, args=(str(path), slot.latencies, slot.done, quota,
+                                                  seed))  # fmt: skip
+    slot.proc.start()
+    return slot
+
+
+def _status(path: Path) -> StatusReply:
+    wire = Wire(path)
+    try:
+        wire.send_bytes(encode(Status(1)))
+        reply = wire.read()
+    finally:
+        wire.shutdown()
+    assert isinstance(reply, StatusReply)
+    return reply
+
+
+def _settled(path: Path, timeout: float = 20.0) -> StatusReply:
+    """The server's status once every lease and waiter is gone (bounded)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        reply = _status(path)
+        if (not reply.leases and not reply.waiting) or time.monotonic() > deadline:
+            return reply
+        time.sleep(0.05)
+
+
+def run_once(path: Path, clients: int, leases: int, killed: int, seed: int) -> dict[str, Any]:
+    """One run: ``clients`` processes share ``leases`` leases; ``killed`` of them die."""
+    ctx = mp.get_context("fork")
+    rng = random.Random(seed)
+    quota = leases // clients
+    slots = [_start(ctx, path, quota, rng.randrange(1 << 30)) for _ in range(clients)]
+    for slot in rng.sample(slots, killed):
+        slot.kill_at = rng.randrange(1, quota)
+    start = time.perf_counter()
+    finished: list[_Slot] = []
+    kills = 0
+    while slots:
+        for slot in list(slots):
+            if slot.kill_at is not None and slot.done.value >= slot.kill_at:
+                os.kill(slot.proc.pid, signal.SIGKILL)
+                slot.proc.join()
+                kills += 1
+                slots.remove(slot)
+                finished.append(slot)
+                left = slot.quota - slot.done.value
+                if left:
+                    slots.append(_start(ctx, path, left, rng.randrange(1 << 30)))
+            elif not slot.proc.is_alive():
+                slot.proc.join()
+                slots.remove(slot)
+                finished.append(slot)
+        time.sleep(0.002)
+    elapsed = time.perf_counter() - start
+    latencies = [s.latencies[i] for s in finished for i in range(s.done.value)]
+    return {"elapsed": elapsed, "latencies": latencies, "kills": kills,
+            "processes": len(finished), "status": _settled(path)}  # fmt: skip
+
+
+def _check(status: StatusReply) -> list[str]:
+    problems = []
+    if status.free != (FULL,) * GPUS:
+        problems.append(f"free capacity {status.free} is not the total")
+    if status.leases or status.waiting:
+        problems.append(f"{len(status.leases)} leases and {len(status.waiting)} waiters left")
+    return problems
+
+
+def main(argv: list[str] | None = None) -> str:
+    """Run the load test twice on one server and return its table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="6 clients, 300 leases (a smoke run)")
+    args = parser.parse_args(argv)
+    clients, leases, killed = (6, 300, 2) if args.quick else (50, 10_000, 10)
+    with host_server(GPUS, "--max-connections", "256") as (path, server):
+        rss_start = rss_kib(server.pid)
+        first = run_once(path, clients, leases, killed, seed=1)
+        rss_first = rss_kib(server.pid)
+        second = run_once(path, clients, leases, killed, seed=2)
+        rss_second = rss_kib(server.pid)
+    problems = _check(first["status"]) + _check(second["status"])
+    growth = rss_second - rss_first
+    if growth > max(2048, rss_first // 10):
+        problems.append(f"the server grew by {growth} KiB in the second run")
+    lines = [
+        f"hwpool serve under load: {GPUS} GPUs, {clients} client processes, {leases} leases "
+        f"per run, {killed} clients SIGKILLed per run",
+        f"{'run':<6}{'processes':>10}{'killed':>8}{'grants/s':>10}{'p50 ms':>9}{'p99 ms':>9}",
+    ]
+    for name, result in (("first", first), ("second", second)):
+        lat = sorted(result["latencies"])
+        p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))]
+        lines.append(
+            f"{name:<6}{result['processes']:>10}{result['kills']:>8}"
+            f"{len(lat) / result['elapsed']:>10,.0f}{statistics.median(lat) * 1e3:>9.2f}"
+            f"{p99 * 1e3:>9.2f}"
+        )
+    lines.append(
+        f"server RSS: {rss_start} KiB at start, {rss_first} KiB after the first run, "
+        f"{rss_second} KiB after the second ({growth:+d} KiB)"
+    )
+    verdict = "; ".join(problems) or "free == total, no lease or waiter left, no growth: OK"
+    lines.append(f"checks: {verdict}")
+    table = "\n".join(lines)
+    print(table)
+    if problems:
+        raise AssertionError("; ".join(problems))
+    return table
+
+
+if __name__ == "__main__":
+    main()

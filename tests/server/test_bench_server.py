@@ -1,0 +1,37 @@
+"""The host-server benchmarks run end to end (smoke runs: their figures are not checked)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def load(name: str) -> ModuleType:
+    sys.path.insert(0, str(BENCH))  # for their shared helper, _hostserver
+    try:
+        spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCH))
+    return module
+
+
+def test_round_trip_bench_prints_every_contender(capsys: pytest.CaptureFixture[str]) -> None:
+    table = load("bench_server").main(["--quick"])
+    for label in ("bare echo", "reader thread", "hwpool serve", "in-process GPUPool"):
+        assert label in table
+    assert table in capsys.readouterr().out
+
+
+def test_load_bench_checks_what_is_left(capsys: pytest.CaptureFixture[str]) -> None:
+    table = load("bench_server_load").main(["--quick"])
+    assert "no lease or waiter left" in table and "grants/s" in table and "RSS" in table
+    assert table in capsys.readouterr().out
