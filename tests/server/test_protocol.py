@@ -23,6 +23,7 @@ CLIENT_MESSAGES: list[p.ClientMessage] = [
     p.Reclaimed(8),
     p.Status(9),
     p.Cancel(10, 17),
+    p.Bye(11),
 ]
 
 SERVER_MESSAGES: list[p.ServerMessage] = [

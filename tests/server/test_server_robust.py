@@ -167,6 +167,14 @@ def test_a_client_cannot_touch_another_clients_lease(shared: Server) -> None:
     assert len(one_reply(other)["leases"]) == 1  # type: ignore[arg-type]
 
 
+def test_bye_frees_everything_answers_and_closes(shared: Server) -> None:
+    sock = welcomed(shared.socket)
+    sock.sendall(b'{"op":"acquire","req":1,"count":1,"units":1,"wait":true}\n')
+    sock.sendall(b'{"op":"bye","req":2}\n')
+    assert [(m["op"], m["req"]) for m in replies(sock)] == [("granted", 1), ("ok", 2)]
+    still_serves(shared.socket)
+
+
 def test_connections_per_uid_are_capped(server: Server) -> None:
     socks = [welcomed(server.socket) for _ in range(6)]
     extra = connect(server.socket)

@@ -39,7 +39,7 @@ from pathlib import Path
 from threading import get_ident
 
 from .._check import check_timeout
-from .._core._capacity import units_to_fraction
+from .._core._capacity import UNITS_PER_GPU, units_to_fraction
 from .._core._scheduler import Demand, Grant
 from .._errors import PoolClosedError, RevokedError
 from .._host._detect import GPUInfo
@@ -47,7 +47,9 @@ from .._server._paths import socket_path
 from .._server._protocol import (
     Acquire,
     Busy,
+    Bye,
     ClientMessage,
+    Done,
     ErrorCode,
     ErrorReply,
     Granted,
@@ -69,6 +71,7 @@ __all__ = ["UnixBackend"]
 
 _log = logging.getLogger("hwpool")
 REPLY_TIMEOUT_S = 60.0  # a status or nowait reply that takes longer means the server hangs
+CLOSE_TIMEOUT_S = 5.0  # how long close() waits for the server to confirm it freed everything
 
 
 class _State(enum.Enum):
@@ -108,13 +111,13 @@ class _Req:
 
 
 class _Call:
-    """A request answered once (status): a thread waits for ``reply`` on ``event``."""
+    """A request answered once (status, bye): a thread waits for ``reply`` on ``event``."""
 
     __slots__ = ("error", "event", "reply")
 
     def __init__(self) -> None:
         self.event = threading.Event()
-        self.reply: StatusReply | None = None
+        self.reply: ServerMessage | None = None
         self.error: BaseException | None = None
 
 
@@ -136,7 +139,7 @@ class _Delivery:
     def __del__(self) -> None:
         backend, self.backend = self.backend, None
         if backend is not None:
-            backend._abandon(self.req, timed_out=False)
+            backend._abandon(self.req, timed_out=False, lost=True)
 
 
 class _Opened:
@@ -195,6 +198,8 @@ class UnixBackend:
         self._reconnecting = False
         self._closed = False
         self._gpus: tuple[GPUInfo, ...] = ()
+        self._readers: set[int] = set()  # idents of this backend's reader threads
+        self._granted = self._released = self._cancelled = self._timed_out = 0
         self._opened = _Opened()
         weakref.finalize(self, self._opened.close_all)
         self._open()
@@ -276,13 +281,25 @@ class UnixBackend:
             item.loop.call_soon_threadsafe(delivery)
         except RuntimeError:  # its loop is closed: nobody will take this grant
             delivery.backend = None
-            self._abandon(item, timed_out=False)
+            self._abandon(item, timed_out=False, lost=True)
 
     # ----------------------------------------------------------------- connecting
+    def _dial(self, timeout: float = 10.0) -> Wire:
+        """A welcomed connection to a server that counts capacity as this library does."""
+        wire = Wire(self._path, timeout)
+        if wire.welcome.units_per_gpu != UNITS_PER_GPU:
+            wire.shutdown()
+            raise ConnectionError(
+                f"the hwpool server on {str(self._path)!r} ({wire.welcome.server}) counts "
+                f"{wire.welcome.units_per_gpu} units per GPU, this hwpool {UNITS_PER_GPU}: "
+                "run the same version of hwpool on both sides"
+            )
+        self._opened.wires.append(wire)
+        return wire
+
     def _open(self) -> None:
         """Connect (ConnectionError if no server answers) and start reading."""
-        wire = Wire(self._path)
-        self._opened.wires.append(wire)
+        wire = self._dial()
         with self._section():
             self._wire = wire
             self._gpus = wire.welcome.gpus
@@ -290,6 +307,8 @@ class UnixBackend:
             target=_read, args=(weakref.ref(self), wire), name="hwpool-unix-reader", daemon=True
         )
         thread.start()
+        if thread.ident is not None:
+            self._readers.add(thread.ident)
 
     def _connected(self) -> None:
         """Before a request: refuse if closed; connect if this process has no connection."""
@@ -320,7 +339,7 @@ class UnixBackend:
         delay = 0.01
         while not self._closed:
             try:
-                new = Wire(self._path, timeout=max(0.1, min(5.0, deadline - time.monotonic())))
+                new = self._dial(max(0.1, min(5.0, deadline - time.monotonic())))
             except ConnectionError as exc:
                 reason = exc
                 if time.monotonic() + delay >= deadline:
@@ -328,7 +347,6 @@ class UnixBackend:
                 time.sleep(delay)  # backoff between attempts, bounded by the deadline
                 delay = min(2 * delay, 0.5)
                 continue
-            self._opened.wires.append(new)
             if self._resume(new):
                 return new
             new.shutdown()
@@ -424,7 +442,7 @@ class UnixBackend:
                     self._on_error(message)
                 case Revoked():
                     self._on_revoked(message)
-                case StatusReply():
+                case StatusReply() | Done():
                     call = self._calls.pop(message.req, None)
                     if call is not None:
                         call.reply = message
@@ -438,6 +456,7 @@ class UnixBackend:
         if r.state is _State.HELD:
             return  # a reclaimed lease, confirmed
         r.state, r.gpus, r.since = _State.HELD, message.gpus, time.monotonic()
+        self._granted += 1
         self._to_wake.append(r)
 
     def _on_error(self, message: ErrorReply) -> None:
@@ -453,6 +472,7 @@ class UnixBackend:
             return
         if r.state is _State.HELD:  # a reclaim the new server could not take
             self._orphans.add(r.key)
+            self._released += 1
             _log.warning(
                 "hwpool: lease #%s on GPUs %s is lost after a server restart: %s",
                 r.id, list(r.gpus), message.message,
@@ -466,6 +486,7 @@ class UnixBackend:
         if r is None:
             return
         self._orphans.add(r.key)
+        self._released += 1
         _log.warning(
             "hwpool: lease #%s on GPUs %s was revoked by uid %s (hwpool cancel); the code "
             "using it goes on, its release is a no-op",
@@ -520,6 +541,7 @@ class UnixBackend:
             if r.state is _State.HELD or r.error is not None:
                 return
             if self._reqs.pop(r.key, None) is r:
+                self._timed_out += 1
                 self._post(Withdraw(next(self._keys), r.key, timed_out=True))
         raise TimeoutError(f"no GPU capacity granted within timeout={timeout}s")
 
@@ -535,13 +557,23 @@ class UnixBackend:
             self._abandon(r, timed_out=False)
             raise
 
-    def _abandon(self, r: _Req, *, timed_out: bool) -> None:
-        """The waiter gave up (may run in a finalizer): withdraw, or give back a late grant."""
+    def _abandon(self, r: _Req, *, timed_out: bool, lost: bool = False) -> None:
+        """The waiter gave up (may run in a finalizer): withdraw, or give back a late grant.
+
+        ``lost``: its grant could not be delivered (its loop closed); not counted as cancelled.
+        """
 
         def op() -> None:
-            if self._reqs.get(r.key) is r:
-                del self._reqs[r.key]
-                self._post(Withdraw(next(self._keys), r.key, timed_out=timed_out))
+            if self._reqs.get(r.key) is not r:
+                return
+            del self._reqs[r.key]
+            if r.state is _State.HELD:
+                self._released += 1
+            if timed_out:
+                self._timed_out += 1
+            elif not lost:
+                self._cancelled += 1
+            self._post(Withdraw(next(self._keys), r.key, timed_out=timed_out))
 
         self._defer(op)
 
@@ -576,6 +608,7 @@ class UnixBackend:
             return  # revoked or lost in the meantime
         if not rest:
             del self._reqs[r.key]
+            self._released += 1
             self._post(Release(next(self._keys), r.key))
             return
         r.gpus = rest
@@ -597,12 +630,16 @@ class UnixBackend:
             raise ConnectionError(f"no status from the hwpool server on {str(self._path)!r}")
         if call.error is not None:
             raise call.error
-        assert call.reply is not None
-        return _snapshot(call.reply)
+        assert isinstance(call.reply, StatusReply)
+        with self._section():
+            counters = (self._granted, self._released, self._cancelled, self._timed_out)
+        return _snapshot(call.reply, counters)
 
     def close(self) -> None:
-        """Close the connection: the server gives back everything this process held or waited
-        for; waiting requests raise PoolClosedError; later releases are no-ops. Idempotent."""
+        """Say goodbye: the server gives back everything this process held or waited for
+        before this returns (bounded); waiting requests raise PoolClosedError; later releases
+        are no-ops. Idempotent."""
+        bye = _Call()
         with self._section():
             if self._closed:
                 return
@@ -613,8 +650,15 @@ class UnixBackend:
                 call.error = PoolClosedError("the GPU pool is closed")
                 self._to_wake.append(call)
             self._calls.clear()
-        if wire is not None:
-            wire.shutdown()
+            key = next(self._keys)
+            self._calls[key] = bye
+        if wire is None:
+            return
+        with self._send_lock, contextlib.suppress(OSError):
+            wire.send_bytes(encode(Bye(key)))
+            if get_ident() not in self._readers:  # (a finalizer on the reader cannot wait)
+                bye.event.wait(CLOSE_TIMEOUT_S)
+        wire.shutdown()
 
 
 def _error_for(message: ErrorReply) -> BaseException:
@@ -625,7 +669,9 @@ def _error_for(message: ErrorReply) -> BaseException:
     return ConnectionError(f"the hwpool server refused the request: {message.message}")
 
 
-def _snapshot(reply: StatusReply) -> PoolSnapshot:
+def _snapshot(reply: StatusReply, counters: tuple[int, int, int, int]) -> PoolSnapshot:
+    """The host's capacity and queue, with this pool's own counters (as a local pool's)."""
+    granted, released, cancelled, timed_out = counters
     return PoolSnapshot(
         num_gpus=len(reply.free),
         free=tuple(units_to_fraction(u) for u in reply.free),
@@ -633,10 +679,10 @@ def _snapshot(reply: StatusReply) -> PoolSnapshot:
             WaiterSnapshot(w.count, units_to_fraction(w.units), w.reserved, w.age_s)
             for w in reply.waiting
         ),
-        granted=reply.granted,
-        released=reply.released,
-        cancelled=reply.cancelled,
-        timed_out=reply.timed_out,
+        granted=granted,
+        released=released,
+        cancelled=cancelled,
+        timed_out=timed_out,
     )
 
 

@@ -31,6 +31,7 @@ __all__ = [
     "PROTOCOL_VERSION",
     "Acquire",
     "Busy",
+    "Bye",
     "Cancel",
     "ClientMessage",
     "Done",
@@ -391,6 +392,17 @@ class Status:
 
 
 @dataclass(frozen=True, slots=True)
+class Bye:
+    """The client is done: release everything of this connection, answer ``ok``, close."""
+
+    req: int
+    op: ClassVar[str] = "bye"
+
+    def wire(self) -> dict[str, object]:
+        return {"op": self.op, "req": self.req}
+
+
+@dataclass(frozen=True, slots=True)
 class Cancel:
     """Withdraw the waiter or revoke the lease with server-wide ``id`` (owner or admin only)."""
 
@@ -409,7 +421,7 @@ def _put_texts(out: dict[str, object], name: str | None, command: str | None) ->
         out["command"] = command
 
 
-ClientMessage = Hello | Acquire | Withdraw | Release | Reclaim | Reclaimed | Status | Cancel
+ClientMessage = Hello | Acquire | Withdraw | Release | Reclaim | Reclaimed | Status | Cancel | Bye
 
 
 def _hello(f: _Fields) -> Hello:
@@ -450,6 +462,7 @@ _CLIENT: dict[str, Callable[[_Fields], ClientMessage]] = {
     "reclaimed": lambda f: Reclaimed(f.num("req")),
     "status": lambda f: Status(f.num("req")),
     "cancel": lambda f: Cancel(f.num("req"), f.num("id", 1)),
+    "bye": lambda f: Bye(f.num("req")),
 }
 
 
@@ -534,7 +547,7 @@ class Busy:
 
 @dataclass(frozen=True, slots=True)
 class Done:
-    """Request ``req`` (a cancel) is done."""
+    """Request ``req`` (a cancel, a bye) is done."""
 
     req: int
     op: ClassVar[str] = "ok"

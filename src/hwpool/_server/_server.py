@@ -31,8 +31,10 @@ from ._listen import Peer, ServeError, admitted, bind, hold_lock, peer_of, prepa
 from ._protocol import (
     PROTOCOL_VERSION,
     Acquire,
+    Bye,
     Cancel,
     ClientMessage,
+    Done,
     ErrorCode,
     Hello,
     LineBuffer,
@@ -249,6 +251,9 @@ class _Server:
                     raise ProtocolError(ErrorCode.HELLO_FIRST, "hello comes first, and once")
                 self.welcome(conn, message)
                 return
+            if isinstance(message, Bye):
+                self.goodbye(conn, conn.client, message)
+                return
             deliveries = self.dispatch(conn.client, message, time.monotonic())
         except ProtocolError as exc:
             conn.fail(exc)
@@ -258,6 +263,15 @@ class _Server:
             conn.fail(ProtocolError(ErrorCode.INTERNAL, "internal server error"))
             return
         self.after(deliveries)
+
+    def goodbye(self, conn: _Connection, client: Client, message: Bye) -> None:
+        """Free everything of ``client``, say so, then close (its ``close()`` waits for this)."""
+        self.after([(client, Done(message.req)), *self.state.disconnect(client, time.monotonic())])
+        del self.by_client[client]
+        conn.client = None  # connection_lost has nothing left to free
+        conn.closed = True
+        assert conn.transport is not None
+        conn.transport.close()
 
     def dispatch(self, client: Client, message: ClientMessage, now: float) -> list[Delivery]:
         state = self.state
