@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from hwpool import __version__ as hwpool_version
+
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
@@ -47,30 +49,68 @@ def test_help_lists_the_commands() -> None:
         assert command in proc.stdout
 
 
-def test_no_command_is_bad_usage() -> None:
-    proc = hwpool()
-    assert proc.returncode == 2
-    assert "usage: hwpool" in proc.stderr
+def test_no_command_is_bad_usage_in_one_line() -> None:
+    assert_user_error(hwpool(), "hwpool: error: ", "COMMAND", "hwpool --help")
+
+
+def test_version_comes_from_the_package() -> None:
+    proc = hwpool("--version")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"hwpool {hwpool_version}\n"
 
 
 @pytest.mark.parametrize(
-    "args",
+    ("args", "fragment"),
     [
-        ("simulate", "batch", "--bogus"),
-        ("info", "--verbose"),
-        ("frobnicate",),
-        ("simulate", "batch", "--gpus", "0"),
-        ("simulate", "batch", "--gpus", "two"),
-        ("simulate", "batch", "--policy", "random"),
-        ("demo", "--seconds", "-1"),
+        (("simulate", "batch", "--bogus"), "--bogus"),
+        (("info", "--verbose"), "--verbose"),
+        (("frobnicate",), "frobnicate"),
+        (("simulate",), "TRACE"),
+        (("simulate", "batch", "--gpus", "0"), "--gpus"),
+        (("simulate", "batch", "--gpus", "two"), "'two'"),
+        (("simulate", "batch", "--gpus", "²"), "'²'"),
+        (("simulate", "batch", "--gpus", "99999999999999999999"), "between 1 and 4096"),
+        (("simulate", "batch", "--gpus", "1000000000"), "between 1 and 4096"),
+        (("simulate", "batch", "--gpus", "4097"), "got 4097"),
+        (("simulate", "batch", "--gpus", "9" * 5000), "between 1 and 4096"),
+        (("simulate", "batch", "--policy", "random"), "random"),
+        (("demo", "--seconds", "-1"), "--seconds"),
+        (("demo", "--seconds", "1e308"), "--seconds"),
+        (("demo", "--seconds", "nan"), "--seconds"),
     ],
 )
-def test_bad_flags_exit_2_without_traceback(args: tuple[str, ...]) -> None:
-    proc = hwpool(*args)
-    assert proc.returncode == 2
-    assert proc.stdout == ""
-    assert "Traceback" not in proc.stderr
-    assert "error:" in proc.stderr
+def test_bad_flags_give_one_line_and_exit_2(args: tuple[str, ...], fragment: str) -> None:
+    assert_user_error(hwpool(*args), "hwpool: error: ", fragment)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("HWPOOL_SPIN", "abc"),
+        ("HWPOOL_THREADS", "0"),
+        ("HWPOOL_NUMA", "sideways"),
+        ("HWPOOL_NUM_GPUS", "lots"),
+    ],
+)
+@pytest.mark.parametrize(
+    "command", [("demo", "--seconds", "0.3"), ("info",), ("simulate", "batch")]
+)
+def test_malformed_variable_stops_every_command_before_any_work(
+    variable: str, value: str, command: tuple[str, ...]
+) -> None:
+    # Before the fix, `HWPOOL_SPIN=abc hwpool demo` ran the whole GPU stage, then died with a
+    # traceback (exit 1) when the CPU pool first read the variable.
+    assert_user_error(hwpool(*command, env={variable: value}), variable, repr(value))
+
+
+def test_counts_of_one_are_singular(tmp_path: Path) -> None:
+    trace = tmp_path / "one.csv"
+    trace.write_text("arrival,demand,duration\n0,0.5,1\n")
+    proc = hwpool("simulate", str(trace), "--gpus", "1")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"{trace}: 1 task on 1 GPU (virtual time)\n")
+    info = hwpool("info", env={"HWPOOL_THREADS": "1"})
+    assert "team of 1 thread (" in info.stdout
 
 
 # ----------------------------------------------------------------- simulate
@@ -251,6 +291,12 @@ def test_bench_without_benchmarks_says_where_it_looked(tmp_path: Path) -> None:
     proc = hwpool("bench", "--dir", str(tmp_path))
     assert proc.returncode == 1
     assert "no bench_*.py" in proc.stderr
+
+
+def test_demo_cpu_stage_of_one_thread_is_singular() -> None:
+    proc = hwpool("demo", "--seconds", "0.3", env={"HWPOOL_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert "team of 1 thread " in proc.stdout
 
 
 def test_demo_reports_the_cpu_stage() -> None:
