@@ -183,7 +183,7 @@ def test_simulate_is_deterministic() -> None:
         ("arrival,demand,duration\n0,0.5,1\n1,1.5,2\n", ("line 3", "'demand'")),
         ("arrival,demand\n0,0.5\n", ("line 1", "'duration'")),
         ('{"arrival": 0, "demand": 0.5, "duration": 1}\n{"arrival": 1}\n', ("line 2",)),
-        ("arrival,demand,duration\n0,4,1\n", ("needs 4 GPUs", "gpus=2")),
+        ("arrival,demand,duration\n0,4,1\n", ("bad.csv: line 2:", "needs 4 GPUs", "gpus=2")),
     ],
 )
 def test_bad_traces_exit_2_naming_the_line(
@@ -196,6 +196,75 @@ def test_bad_traces_exit_2_naming_the_line(
 
 def test_missing_trace_file() -> None:
     assert_user_error(hwpool("simulate", "/nonexistent/trace.csv"), "/nonexistent/trace.csv")
+
+
+def test_a_directory_is_not_reported_as_a_missing_file(tmp_path: Path) -> None:
+    proc = hwpool("simulate", str(tmp_path))
+    assert_user_error(proc, str(tmp_path), "is a directory")
+    assert "no such file" not in proc.stderr
+
+
+NESTED = "[" * 100_000 + "]" * 100_000
+CRASHERS = {  # file name -> (content, what the one-line error must say); each was a traceback
+    "long-int.jsonl": ('{"arrival": ' + "7" * 400 + ', "demand": 0.5, "duration": 1}\n', "line 1"),
+    "deep.jsonl": (
+        '{"arrival": 0, "demand": 0.5, "duration": 1, "name": ' + NESTED + "}\n",
+        "line 1",
+    ),
+    "wide.csv": ("arrival,demand,duration,name\n0,0.5,1," + "n" * 200_000 + "\n", "line 2"),
+    "digits.jsonl": ('{"arrival": 0, "demand": ' + "2" * 5000 + ', "duration": 1}\n', "line 1"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CRASHERS))
+def test_traces_that_used_to_crash_give_one_line_with_file_and_line(
+    tmp_path: Path, name: str
+) -> None:
+    content, where = CRASHERS[name]
+    trace = tmp_path / name
+    trace.write_text(content)
+    assert_user_error(hwpool("simulate", str(trace)), f"{trace}: {where}:")
+
+
+def test_a_name_holding_u2028_is_read_and_written_back(tmp_path: Path) -> None:
+    trace = tmp_path / "sep.jsonl"
+    trace.write_text('{"arrival": 0, "demand": 0.5, "duration": 1, "name": "a\u2028b"}\n')
+    proc = hwpool("simulate", str(trace), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["tasks"][0]["name"] == "a\u2028b"
+
+
+def test_a_csv_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    trace = tmp_path / "excel.csv"
+    trace.write_bytes(b"\xef\xbb\xbf" + HAND_TRACE.encode())
+    proc = hwpool("simulate", str(trace), "--gpus", "3")
+    assert proc.returncode == 0, proc.stderr
+    assert "5 tasks on 3 GPUs" in proc.stdout
+
+
+def test_json_output_reads_back_as_a_trace(tmp_path: Path) -> None:
+    first = hwpool("simulate", "batch", "--policy", "hwpool,fifo", "--json")
+    saved = tmp_path / "out.json"
+    saved.write_text(first.stdout)
+    again = hwpool("simulate", str(saved), "--policy", "hwpool,fifo", "--json")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == first.stdout
+
+
+def _no_constants(name: str) -> None:
+    raise AssertionError(f"{name} in the JSON output")
+
+
+def test_json_output_never_holds_infinity(tmp_path: Path) -> None:
+    # Each time was finite, but arrival + duration overflowed: the output said "Infinity".
+    trace = tmp_path / "far.csv"
+    trace.write_text("arrival,demand,duration\n1e308,0.5,1e308\n")
+    assert_user_error(hwpool("simulate", str(trace), "--json"), "line 2", "at most 1e+12")
+    trace.write_text("arrival,demand,duration\n1e12,0.5,1e12\n0,2,1e12\n")
+    proc = hwpool("simulate", str(trace), "--json", "--policy", "all")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout, parse_constant=_no_constants)
+    assert doc["policies"]["hwpool"]["makespan"] == 2e12
 
 
 def test_plot_without_matplotlib_says_how_to_install(tmp_path: Path) -> None:

@@ -162,7 +162,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from None
     except OSError as exc:
         raise UserError(f"--file: cannot read {exc.filename!r}: {exc.strerror}") from None
-    print(json.dumps(info, indent=2) if args.json else _info.format_info(info))
+    print(json.dumps(info, indent=2, allow_nan=False) if args.json else _info.format_info(info))
     return 0
 
 
@@ -170,14 +170,14 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     if args.plot is not None:
         _check_plot_target(args.plot)
     try:
-        tasks = _trace.load_trace(args.trace)
+        tasks = _trace.load_trace(args.trace, max_gpus=args.gpus)
         outcomes = [_sim.simulate(tasks, args.gpus, policy) for policy in args.policy]
     except ValueError as exc:
         raise UserError(str(exc)) from None
     if args.plot is not None:
         _write_plot(outcomes, args.plot, f"{args.trace} on {args.gpus} GPUs")
     if args.json:
-        print(json.dumps(_report.outcomes_json(outcomes), indent=1))
+        print(json.dumps(_report.outcomes_json(outcomes), indent=1, allow_nan=False))
     else:
         machine = plural(args.gpus, "GPU")
         print(f"{args.trace}: {plural(len(tasks), 'task')} on {machine} (virtual time)")
