@@ -291,12 +291,31 @@ def test_plot_into_missing_directory_is_a_user_error(tmp_path: Path) -> None:
     assert_user_error(hwpool("demo", "--plot", str(tmp_path)), "is a directory")
 
 
-def test_simulate_plot_writes_a_png(tmp_path: Path) -> None:
+def test_simulate_plot_writes_a_png_and_says_so(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     out = tmp_path / "chart.png"
     proc = hwpool("simulate", "batch", "--policy", "hwpool,first-fit", "--plot", str(out))
     assert proc.returncode == 0, proc.stderr
     assert out.read_bytes().startswith(b"\x89PNG")
+    assert proc.stderr == f"wrote {out}\n"
+
+
+@pytest.mark.parametrize(
+    ("name", "fragment"),
+    [("out.txt", "cannot write 'txt' images"), ("noext", "has no extension")],
+)
+@pytest.mark.parametrize("command", ["simulate", "demo"])
+def test_plot_format_is_checked_before_any_work(
+    tmp_path: Path, name: str, fragment: str, command: str
+) -> None:
+    # Before, `--plot out.txt` ran everything and failed on the format only at the end, and
+    # `--plot noext` silently wrote noext.png.
+    pytest.importorskip("matplotlib")
+    target = tmp_path / name
+    # The trace does not exist: the plot's error, not the trace's, proves nothing was read.
+    args = ["simulate", str(tmp_path / "absent.csv")] if command == "simulate" else ["demo"]
+    assert_user_error(hwpool(*args, "--plot", str(target)), "--plot", fragment)
+    assert list(tmp_path.iterdir()) == []
 
 
 # ----------------------------------------------------------------- info
@@ -401,3 +420,4 @@ def test_demo_plot_writes_a_gantt_chart(tmp_path: Path) -> None:
     proc = hwpool("demo", "--seconds", "0.5", "--plot", str(out))
     assert proc.returncode == 0, proc.stderr
     assert out.read_bytes().startswith(b"\x89PNG")
+    assert f"wrote {out}\n" in proc.stderr

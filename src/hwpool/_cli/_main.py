@@ -32,6 +32,8 @@ MAX_GPUS = 4096
 """The most GPUs ``simulate --gpus`` accepts (a bound, so that a typo cannot exhaust memory)."""
 MAX_SECONDS = 3600.0
 """The longest ``demo --seconds`` accepts."""
+PROGRESS_DELAY = 0.5
+"""Seconds a simulation runs before its progress bar appears (on a terminal only)."""
 
 
 class UserError(Exception):
@@ -171,11 +173,11 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         _check_plot_target(args.plot)
     try:
         tasks = _trace.load_trace(args.trace, max_gpus=args.gpus)
-        outcomes = [_sim.simulate(tasks, args.gpus, policy) for policy in args.policy]
+        outcomes = _simulate_all(tasks, args.gpus, args.policy)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     if args.plot is not None:
-        _write_plot(outcomes, args.plot, f"{args.trace} on {args.gpus} GPUs")
+        _write_plot(outcomes, args.plot, f"{args.trace} on {plural(args.gpus, 'GPU')}")
     if args.json:
         print(json.dumps(_report.outcomes_json(outcomes), indent=1, allow_nan=False))
     else:
@@ -183,6 +185,25 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         print(f"{args.trace}: {plural(len(tasks), 'task')} on {machine} (virtual time)")
         print(_report.format_table(outcomes))
     return 0
+
+
+def _simulate_all(
+    tasks: Sequence[_trace.Task], num_gpus: int, policies: Sequence[str]
+) -> list[_sim.Outcome]:
+    """Each policy in turn, with a progress bar on a terminal once it takes over half a second."""
+    total = len(tasks) * len(policies)
+    bar = ProgressBar(total, "tasks simulated", sys.stderr, delay=PROGRESS_DELAY)
+    outcomes = []
+    for index, policy in enumerate(policies):
+        base = index * len(tasks)
+
+        def advance(done: int, base: int = base) -> None:
+            bar.advance(base + done - bar.done)
+
+        outcomes.append(_sim.simulate(tasks, num_gpus, policy, progress=advance))
+        advance(len(tasks))
+    bar.close()
+    return outcomes
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -226,20 +247,28 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 # ----------------------------------------------------------------- plotting
 def _check_plot_target(path: str) -> None:
-    """Fail before any work if the chart cannot be written: no matplotlib, no such folder."""
+    """Fail before any work if the chart cannot be written: no matplotlib, a format matplotlib
+    does not write (or no extension to name one), no such folder, a folder not writable."""
     try:
         _plot.require_matplotlib()
     except _plot.PlotUnavailableError as exc:
         raise UserError(f"--plot: {exc}") from None
     if Path(path).is_dir():
         raise UserError(f"--plot: {path!r} is a directory; give a file name such as chart.png")
+    try:
+        _plot.check_format(path)
+    except ValueError as exc:
+        raise UserError(f"--plot: {exc}") from None
     parent = Path(path).resolve().parent
     if not parent.is_dir():
         raise UserError(f"--plot: no such directory {str(parent)!r} for {path!r}")
+    if not os.access(parent, os.W_OK):
+        raise UserError(f"--plot: cannot write into {str(parent)!r}")
 
 
 def _write_plot(outcomes: Sequence[_sim.Outcome], path: str, title: str) -> None:
     try:
         _plot.plot_outcomes(outcomes, path, title)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RuntimeError) as exc:
         raise UserError(f"--plot: cannot write {path!r}: {exc}") from None
+    print(f"wrote {path}", file=sys.stderr)
