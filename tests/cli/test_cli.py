@@ -204,6 +204,13 @@ def test_a_directory_is_not_reported_as_a_missing_file(tmp_path: Path) -> None:
     assert "no such file" not in proc.stderr
 
 
+def test_a_name_with_a_newline_still_gives_one_line(tmp_path: Path) -> None:
+    folder = tmp_path / "two\nlines\u2028here"
+    folder.mkdir()
+    assert_user_error(hwpool("simulate", str(folder)), "two\\nlines\\u2028here", "is a directory")
+    assert_user_error(hwpool("info", "--bogus\nflag"), "--bogus\\nflag")
+
+
 NESTED = "[" * 100_000 + "]" * 100_000
 CRASHERS = {  # file name -> (content, what the one-line error must say); each was a traceback
     "long-int.jsonl": ('{"arrival": ' + "7" * 400 + ', "demand": 0.5, "duration": 1}\n', "line 1"),

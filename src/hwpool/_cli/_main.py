@@ -46,7 +46,13 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         command = self.prog.removeprefix("hwpool").strip()
         where = f"{command}: " if command else ""
-        self.exit(2, f"hwpool: error: {where}{message} (see '{self.prog} --help')\n")
+        self.exit(2, f"hwpool: error: {where}{one_line(message)} (see '{self.prog} --help')\n")
+
+
+def one_line(message: str) -> str:
+    """``message`` with every character that could break the line escaped (``\\n``, ...):
+    a file name may hold a newline, and the error contract is one line."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in message)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -56,10 +62,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         _check_environment()
         status: int = args.run(args)
     except UserError as exc:
-        print(f"hwpool: error: {exc}", file=sys.stderr)
+        print(f"hwpool: error: {one_line(str(exc))}", file=sys.stderr)
         return 2
     except _bench.BenchError as exc:
-        print(f"hwpool: error: {exc}", file=sys.stderr)
+        print(f"hwpool: error: {one_line(str(exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("hwpool: interrupted", file=sys.stderr)
