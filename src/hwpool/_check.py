@@ -13,7 +13,7 @@ import numbers
 import re
 from collections.abc import Mapping
 
-__all__ = ["check_int", "check_real", "check_timeout", "env_int"]
+__all__ = ["check_int", "check_real", "check_timeout", "env_int", "int_from_text"]
 
 _ASCII_DIGITS = re.compile(r"[0-9]+")
 
@@ -78,3 +78,29 @@ def env_int(name: str, environ: Mapping[str, str], *, minimum: int = 0) -> int |
     if not _ASCII_DIGITS.fullmatch(raw) or int(raw) < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {raw!r}")
     return int(raw)
+
+
+def int_from_text(name: str, text: str, *, minimum: int = 0, maximum: int | None = None) -> int:
+    """The integer written in ``text`` (a command-line option, say) within the bounds.
+
+    Only ASCII digits are accepted, as for :func:`env_int`; a number too long to be within
+    ``maximum`` is refused before it is converted, so 10,000 digits cost nothing. ValueError
+    names ``name`` and the text.
+    """
+    bound = f">= {minimum}" if maximum is None else f"between {minimum} and {maximum}"
+    digits = text.strip()
+    too_long = maximum is not None and len(digits.lstrip("0")) > len(str(maximum))
+    try:
+        if too_long or not _ASCII_DIGITS.fullmatch(digits):
+            raise ValueError
+        number = int(digits)  # ValueError past sys.get_int_max_str_digits()
+    except ValueError:
+        raise ValueError(f"{name} must be an integer {bound}, got {_shorten(text)!r}") from None
+    if number < minimum or (maximum is not None and number > maximum):
+        raise ValueError(f"{name} must be an integer {bound}, got {number}")
+    return number
+
+
+def _shorten(text: str, limit: int = 40) -> str:
+    """``text``, cut to ``limit`` characters with an ellipsis, for an error message."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
