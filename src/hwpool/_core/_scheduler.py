@@ -28,6 +28,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from .._check import check_int
 from ._capacity import UNITS_PER_GPU
 
 __all__ = ["Demand", "Grant", "Scheduler", "Waiter"]
@@ -173,15 +174,9 @@ class Scheduler:
     """
 
     def __init__(self, num_gpus: int, units_per_gpu: int = UNITS_PER_GPU) -> None:
-        if isinstance(num_gpus, bool) or not isinstance(num_gpus, int) or num_gpus < 1:
-            raise ValueError(f"num_gpus must be an int >= 1, got {num_gpus!r}")
-        if isinstance(units_per_gpu, bool) or not isinstance(units_per_gpu, int):
-            raise TypeError(f"units_per_gpu must be an int, got {units_per_gpu!r}")
-        if units_per_gpu < 1:
-            raise ValueError(f"units_per_gpu must be >= 1, got {units_per_gpu!r}")
-        self.num_gpus = num_gpus
-        self.units_per_gpu = units_per_gpu
-        self._free = [units_per_gpu] * num_gpus
+        self.num_gpus = check_int("num_gpus", num_gpus, minimum=1)
+        self.units_per_gpu = check_int("units_per_gpu", units_per_gpu, minimum=1)
+        self._free = [self.units_per_gpu] * self.num_gpus
         self._queue: dict[int, Demand] = {}
         self._reserved: dict[int, tuple[int, ...]] = {}
         self._fraction_index = _DemandIndex()  # units of waiting single-GPU demands
