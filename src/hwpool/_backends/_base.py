@@ -35,9 +35,13 @@ class PoolSnapshot:
     free: tuple[float, ...]
     waiting: tuple[WaiterSnapshot, ...]
     granted: int
+    """Grants made (one per request, however many GPUs it holds)."""
     released: int
+    """Grants given back in full: ``granted - released`` grants are held now."""
     cancelled: int
+    """Requests withdrawn before their grant (cancelled, interrupted, their loop gone)."""
     timed_out: int
+    """Requests withdrawn when their timeout passed."""
 
 
 class Backend(Protocol):
@@ -66,7 +70,12 @@ class Backend(Protocol):
         ...
 
     def release(self, grant: Grant) -> None:
-        """Give back everything ``grant`` holds. A grant is released once; again raises."""
+        """Give back ``grant``: one returned by an ``acquire*`` call, or a part of one (the same
+        ticket and units, a subset of its GPUs; the front releases ``acquire_full`` grants GPU
+        by GPU when its caller does). Each GPU of a grant is released once: again raises
+        ValueError, changing nothing. Safe to call after ``close()``. It may run inside a
+        finalizer (a lease's task collected by the GC), so it must not block on a lock its
+        own thread may hold."""
         ...
 
     def snapshot(self) -> PoolSnapshot:
@@ -74,5 +83,6 @@ class Backend(Protocol):
         ...
 
     def close(self) -> None:
-        """Stop serving: later calls raise ``hwpool.PoolClosedError``. Idempotent."""
+        """Stop serving: later ``acquire*`` calls raise ``hwpool.PoolClosedError``, and so do
+        the requests waiting now. Idempotent."""
         ...
