@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from hwpool._cli._plot import LANE, _placed, _usage_steps, plot_outcomes
+from hwpool._core._capacity import UNITS_PER_GPU
 from hwpool._sim._simulate import simulate
 from hwpool._sim._trace import load_trace
 
@@ -16,12 +17,12 @@ def test_concurrent_shares_of_one_gpu_do_not_overlap() -> None:
     placed = _placed(result)
     assert len(placed) == sum(len(run.gpus) for run in result.runs)
     for i, (run, gpu, bottom) in enumerate(placed):
-        top = bottom + LANE * run.task.units / 1_000_000
+        top = bottom + LANE * run.task.units / UNITS_PER_GPU
         assert bottom >= -1e-9 and top <= LANE + 1e-9
         for other, other_gpu, other_bottom in placed[i + 1 : i + 40]:
             if other_gpu != gpu or other.start >= run.end or run.start >= other.end:
                 continue
-            other_top = other_bottom + LANE * other.task.units / 1_000_000
+            other_top = other_bottom + LANE * other.task.units / UNITS_PER_GPU
             overlap = min(top, other_top) - max(bottom, other_bottom)
             # Fragmentation can force an overlap only when the lane has no gap tall enough.
             clamped = abs(other_top - LANE) < 1e-9  # the later bar was pushed down to fit
