@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import math
-from decimal import Decimal
 import threading
 from collections.abc import Awaitable, Callable
+from decimal import Decimal
 from typing import Any
 
 import pytest

@@ -3,16 +3,19 @@
 How the lock is used, and why (finalizers and Ctrl-C can run our code at awkward moments):
 
 - State is touched only in a *section*: ``with self._lock:`` (which Ctrl-C cannot split from
-  the acquire), then ``self._owner = get_ident()``, then ``_drain()``. Waiters are woken after
-  the lock is dropped; then ``if self._returns: self._flush()``.
+  the acquire), then ``self._owner = get_ident()``, then ``_drain()`` of what was handed in.
+  Granted waiters go to ``self._wake`` and are woken after the lock is dropped, by
+  ``_settle()``, which every section is followed by; whatever an exception leaves there is
+  woken by the next one.
 - What may run inside a finalizer (a lease released by a task the GC collects, a task the GC
   abandons, a delivery that ``loop.close()`` drops) never waits for its own thread: it appends
-  to ``self._returns`` and calls ``_flush()``, which leaves the work to the enclosing section
-  when this very thread holds the lock, and every section drains ``_returns`` before it ends.
+  to ``self._returns`` and settles, which leaves the work to the enclosing section when this
+  very thread holds the lock; every section drains ``_returns`` before it ends.
 - A release with nobody waiting is only appended to ``_returns``: the next section applies it
   first, so no caller can see the difference, and an uncontended acquire+release pair takes
   the lock once.
-- Handing back grants that cannot be delivered is a loop, never a recursion.
+- Grants that cannot be delivered are handed back in a loop, never by recursion, and every
+  other request parked on the same closed loop is withdrawn with them.
 - A section that queues a request marks the backend dirty until it is done; if an exception
   (KeyboardInterrupt) cuts it short, the next section reconciles the core with the waiters.
 """
@@ -64,6 +67,7 @@ class LocalBackend:
         self._waiters: dict[int, Waiter] = {}  # ticket -> the request parked on it
         self._live: dict[int, Grant] = {}  # ticket -> what that grant still holds
         self._returns: deque[Grant | _GaveUp] = deque()  # handed in, applied by _drain
+        self._wake: deque[Waiter] = deque()  # granted (or closed), to be woken by _settle
         self._dirty = False
         self._closed = False
         self._granted = self._released = self._cancelled = self._timed_out = 0
@@ -83,15 +87,14 @@ class LocalBackend:
             self._owner = get_ident()
             if self._closed:
                 raise PoolClosedError("the GPU pool is closed")
-            woken = self._drain() if self._returns or self._dirty else None
+            if self._returns or self._dirty:
+                self._drain()
             grant = self._core.grant_now(demand)
             if grant is not None:
                 self._live[grant.ticket] = grant
                 self._granted += 1
-        if woken:
-            self._deliver(woken)
-        if self._returns:
-            self._flush()
+        if self._wake or self._returns:
+            self._settle()
         return grant
 
     async def acquire(self, demand: Demand, timeout: float | None) -> Grant:
@@ -106,11 +109,11 @@ class LocalBackend:
                     async with asyncio.timeout(timeout):
                         await waiter.future
                 grant = _granted_to(waiter)
+            return grant
         except BaseException as exc:
             reason = _Reason.TIMED_OUT if isinstance(exc, TimeoutError) else _Reason.CANCELLED
             self._abandon(waiter, reason)
             raise
-        return grant
 
     def acquire_blocking(self, demand: Demand, timeout: float | None) -> Grant:
         """Block this thread until granted; TimeoutError after ``timeout`` seconds."""
@@ -120,18 +123,19 @@ class LocalBackend:
             if grant is None:
                 woken = waiter.event.wait(timeout)
                 grant = _granted_to(waiter) if woken else self._withdraw(waiter, timeout)
+            return grant
         except BaseException:
             self._abandon(waiter, _Reason.CANCELLED)
             raise
-        return grant
 
     def _enqueue(self, demand: Demand, waiter: Waiter) -> Grant | None:
-        """Grant ``demand`` at once, or park ``waiter`` for it in the queue."""
+        """Grant ``demand`` at once (also recorded on ``waiter``), or park ``waiter`` for it."""
         with self._lock:
             self._owner = get_ident()
             if self._closed:
                 raise PoolClosedError("the GPU pool is closed")
-            woken = self._drain() if self._returns or self._dirty else None
+            if self._returns or self._dirty:
+                self._drain()
             self._dirty = True  # until the core and self._waiters agree again
             ticket, grant = self._core.submit(demand)
             if grant is None:
@@ -142,24 +146,21 @@ class LocalBackend:
                 self._live[ticket] = grant
                 self._granted += 1
             self._dirty = False
-        if woken:
-            self._deliver(woken)
-        if self._returns:
-            self._flush()
+        if self._wake or self._returns:
+            self._settle()
         return grant
 
     def _withdraw(self, waiter: ThreadWaiter, timeout: float | None) -> Grant:
         """A blocking wait timed out: withdraw it and raise, unless a grant won the race."""
         with self._lock:
             self._owner = get_ident()
-            woken = self._drain() if self._returns or self._dirty else []
+            if self._returns or self._dirty:
+                self._drain()
             withdrawn = waiter.grant is None and self._waiters.pop(waiter.ticket, None) is not None
             if withdrawn:
                 self._timed_out += 1
-                woken += self._collect(self._core.cancel(waiter.ticket))
-        self._deliver(woken)
-        if self._returns:
-            self._flush()
+                self._collect(self._core.cancel(waiter.ticket))
+        self._settle()
         if withdrawn:
             raise TimeoutError(f"no GPU capacity granted within timeout={timeout}s")
         return _granted_to(waiter)
@@ -175,7 +176,7 @@ class LocalBackend:
         if held is grant or held == grant:
             self._returns.append(held)
             if self._waiters:  # someone may be waiting for exactly this
-                self._flush()
+                self._settle()
             return
         if held is None:
             raise ValueError(
@@ -197,41 +198,53 @@ class LocalBackend:
                 or len(rest) + len(part.gpus) != len(held.gpus)
             ):
                 raise ValueError(f"{_describe(part)} is not held under grant {part.ticket}")
-            woken = self._drain() if self._returns or self._dirty else []
+            if self._returns or self._dirty:
+                self._drain()
             if rest:
                 self._live[part.ticket] = Grant(part.ticket, rest, part.units)
             else:
                 del self._live[part.ticket]
                 self._released += 1
-            woken += self._collect(self._release_in_core(part))
-        self._deliver(woken)
-        if self._returns:
-            self._flush()
+            self._collect(self._release_in_core(part))
+        self._settle()
 
     def _abandon(self, waiter: Waiter, reason: _Reason) -> None:
         """The waiting side gave up (may run in a finalizer: the GC closing its coroutine)."""
         self._returns.append(_GaveUp(waiter, reason))
-        self._flush()
+        self._settle()
 
     def _lost(self, waiter: AsyncWaiter) -> None:
         """A delivery was dropped unrun by a closed loop (runs in that callback's finalizer)."""
         self._returns.append(_GaveUp(waiter, _Reason.LOST))
-        self._flush()
+        self._settle()
 
-    def _flush(self) -> None:
-        """Apply ``_returns`` now, unless this thread is inside a section (that one will)."""
-        while self._returns:
-            if self._owner == get_ident() and self._lock.locked():
-                return
-            with self._lock:
-                self._owner = get_ident()
-                woken = self._drain()
-            self._deliver(woken)
+    def _settle(self) -> None:
+        """Wake the granted waiters and apply what was handed in, until there is neither.
+
+        Never waits for this thread's own section: if this thread holds the lock (a finalizer
+        run by an allocation inside a section), that section settles before it ends.
+        """
+        wake, returns = self._wake, self._returns
+        while wake or returns:
+            while wake:
+                try:
+                    waiter = wake.popleft()
+                except IndexError:  # another thread woke it
+                    break
+                if not waiter.deliver():
+                    returns.append(_GaveUp(waiter, _Reason.LOST))
+            if returns:
+                if self._owner == get_ident() and self._lock.locked():
+                    return
+                with self._lock:
+                    self._owner = get_ident()
+                    self._drain()
 
     # ----------------------------------------------------------------- under the lock
-    def _drain(self) -> list[Waiter]:
-        """Apply what was handed in without the lock; return the waiters granted as a result."""
-        woken = self._reconcile() if self._dirty else []
+    def _drain(self) -> None:
+        """Apply what was handed in without the lock (and repair after an exception)."""
+        if self._dirty:
+            self._reconcile()
         returns = self._returns
         while returns:
             item = returns.popleft()
@@ -241,18 +254,16 @@ class LocalBackend:
             else:
                 grants = self._give_up(*item)
             if grants:
-                woken += self._collect(grants)
-        return woken
+                self._collect(grants)
 
     def _release_in_core(self, grant: Grant) -> list[Grant]:
         if len(grant.gpus) == 1:
             return self._core.release(grant.gpus[0], grant.units)
         return self._core.release_many([(gpu, grant.units) for gpu in grant.gpus])
 
-    def _collect(self, grants: list[Grant]) -> list[Waiter]:
-        """Hand each grant to its waiter (to be woken by ``_deliver``); a grant whose waiter is
+    def _collect(self, grants: list[Grant]) -> None:
+        """Hand each grant to its waiter, to be woken by ``_settle``; a grant whose waiter is
         gone goes straight back, in this loop, not by recursion."""
-        woken: list[Waiter] = []
         i = 0
         while i < len(grants):
             grant = grants[i]
@@ -264,8 +275,7 @@ class LocalBackend:
             waiter.grant = grant
             self._live[grant.ticket] = grant
             self._granted += 1
-            woken.append(waiter)
-        return woken
+            self._wake.append(waiter)
 
     def _give_up(self, waiter: Waiter, reason: _Reason) -> list[Grant]:
         """Withdraw ``waiter``'s request, or give back the grant that reached it too late."""
@@ -303,14 +313,13 @@ class LocalBackend:
                 grants += self._core.cancel(waiter.ticket)
         return grants
 
-    def _reconcile(self) -> list[Waiter]:
+    def _reconcile(self) -> None:
         """Repair what an exception inside ``_enqueue`` left: a queued ticket with no waiter,
         or capacity taken in the core that no grant holds."""
-        woken: list[Waiter] = []
         for entry in list(self._core.waiters()):
             if entry.ticket not in self._waiters and self._core.is_waiting(entry.ticket):
                 self._cancelled += 1
-                woken += self._collect(self._core.cancel(entry.ticket))
+                self._collect(self._core.cancel(entry.ticket))
         held = [0] * len(self._gpus)
         for grant in [*self._live.values(), *(g for g in self._returns if type(g) is Grant)]:
             for gpu in grant.gpus:
@@ -318,16 +327,8 @@ class LocalBackend:
         for gpu, free in enumerate(self._core.free):
             orphaned = self._core.units_per_gpu - free - held[gpu]
             if orphaned > 0:
-                woken += self._collect(self._core.release(gpu, orphaned))
+                self._collect(self._core.release(gpu, orphaned))
         self._dirty = False
-        return woken
-
-    # ----------------------------------------------------------------- waking
-    def _deliver(self, woken: list[Waiter]) -> None:
-        """Outside the lock: wake ``woken``; queue the grants nobody can take for hand-back."""
-        for waiter in woken:
-            if not waiter.deliver():
-                self._returns.append(_GaveUp(waiter, _Reason.LOST))
 
     # ----------------------------------------------------------------- introspection
     def snapshot(self) -> PoolSnapshot:
@@ -335,7 +336,8 @@ class LocalBackend:
         now = time.monotonic()
         with self._lock:
             self._owner = get_ident()
-            woken = self._drain() if self._returns or self._dirty else None
+            if self._returns or self._dirty:
+                self._drain()
             waiting = []
             for entry in self._core.waiters():
                 parked = self._waiters.get(entry.ticket)
@@ -356,10 +358,8 @@ class LocalBackend:
                 cancelled=self._cancelled,
                 timed_out=self._timed_out,
             )
-        if woken:
-            self._deliver(woken)
-        if self._returns:
-            self._flush()
+        if self._wake or self._returns:
+            self._settle()
         return snap
 
     def close(self) -> None:
@@ -369,15 +369,14 @@ class LocalBackend:
         """
         with self._lock:
             self._owner = get_ident()
-            woken = self._drain() if self._returns or self._dirty else []
+            if self._returns or self._dirty:
+                self._drain()
             self._closed = True
-            parked = list(self._waiters.values())
-            self._waiters.clear()
-            for waiter in parked:
+            for waiter in self._waiters.values():
                 waiter.closed = True
-        self._deliver(woken + parked)
-        if self._returns:
-            self._flush()
+                self._wake.append(waiter)
+            self._waiters.clear()
+        self._settle()
 
 
 def _granted_to(waiter: Waiter) -> Grant:

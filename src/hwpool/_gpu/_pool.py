@@ -167,7 +167,7 @@ class GPUPool:
         demand = _DEMANDS.get(fraction) if type(fraction) is float else None
         units = (demand or _fraction_demand(fraction)).units
         if type(gpu_id) is not int or not 0 <= gpu_id < self._num_gpus:
-            check_int("gpu_id", gpu_id, minimum=0, maximum=self._num_gpus - 1)
+            gpu_id = check_int("gpu_id", gpu_id, minimum=0, maximum=self._num_gpus - 1)
         grant = self._forget(gpu_id, units)
         if grant is None:
             raise ValueError(
