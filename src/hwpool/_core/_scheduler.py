@@ -23,6 +23,7 @@ gone, never two; reservations are disjoint and held only by waiters.
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -48,6 +49,10 @@ class Grant(NamedTuple):
     ticket: int
     gpus: tuple[int, ...]
     units: int
+
+
+# Grant((ticket, gpus, units)) without the Python frame of NamedTuple.__new__ (the hot path).
+_grant = functools.partial(tuple.__new__, Grant)
 
 
 class Waiter(NamedTuple):
@@ -216,7 +221,7 @@ class Scheduler:
         Never queues and never jumps the queue: only GPUs that no waiter reserves are used.
         """
         gpus = self._take_new(demand)
-        return None if gpus is None else Grant(next(self._tickets), gpus, demand.units)
+        return None if gpus is None else _grant((next(self._tickets), gpus, demand.units))
 
     def submit(self, demand: Demand) -> tuple[int, Grant | None]:
         """Add a request; return its ticket and its grant if it was granted at once.
@@ -227,7 +232,7 @@ class Scheduler:
         ticket = next(self._tickets)
         gpus = self._take_new(demand)
         if gpus is not None:
-            return ticket, Grant(ticket, gpus, demand.units)
+            return ticket, _grant((ticket, gpus, demand.units))
         if not self._queue:
             self._tail.reset()
         self._queue[ticket] = demand
@@ -303,12 +308,16 @@ class Scheduler:
             return self._take_in(self._tail, count, units)
         free = self._free
         if count == 1:  # nobody waits: best fit over every GPU
-            best, best_free = -1, self.units_per_gpu + 1
-            for gpu, f in enumerate(free):
-                if units <= f < best_free:
-                    best, best_free = gpu, f
-            if best < 0:
-                return None
+            least = min(free)
+            if least >= units:  # every GPU fits: the least free, lowest index (all in C)
+                best = free.index(least)
+            else:
+                best, best_free = -1, self.units_per_gpu + 1
+                for gpu, f in enumerate(free):
+                    if units <= f < best_free:
+                        best, best_free = gpu, f
+                if best < 0:
+                    return None
             free[best] -= units
             return (best,)
         fitting = [gpu for gpu, f in enumerate(free) if f == self.units_per_gpu][:count]
@@ -388,7 +397,7 @@ class Scheduler:
             order.p = p
             taken = self._take_in(order, count, units)
             if taken is not None:
-                grants.append(Grant(ticket, taken, units))
+                grants.append(_grant((ticket, taken, units)))
                 continue
             chosen = order.reserve(count)
             p = order.p
