@@ -70,7 +70,9 @@ class LocalBackend:
         self._wake: deque[Waiter] = deque()  # granted (or closed), to be woken by _settle
         self._dirty = False
         self._closed = False
-        self._granted = self._released = self._cancelled = self._timed_out = 0
+        self._on_lost = self._lost  # one bound method for every AsyncWaiter
+        # Grants made are not counted: every one is live or released (see snapshot).
+        self._released = self._cancelled = self._timed_out = 0
 
     def __repr__(self) -> str:
         return f"LocalBackend(num_gpus={len(self._gpus)})"
@@ -92,14 +94,13 @@ class LocalBackend:
             grant = self._core.grant_now(demand)
             if grant is not None:
                 self._live[grant.ticket] = grant
-                self._granted += 1
         if self._wake or self._returns:
             self._settle()
         return grant
 
     async def acquire(self, demand: Demand, timeout: float | None) -> Grant:
         """Wait on the running loop; TimeoutError after ``timeout`` seconds."""
-        waiter = AsyncWaiter(asyncio.get_running_loop(), time.monotonic(), self._lost)
+        waiter = AsyncWaiter(asyncio.get_running_loop(), time.monotonic(), self._on_lost)
         try:
             grant = self._enqueue(demand, waiter)
             if grant is None:
@@ -144,7 +145,6 @@ class LocalBackend:
             else:  # the waiter holds it, so that an exception from here on gives it back
                 waiter.grant = grant
                 self._live[ticket] = grant
-                self._granted += 1
             self._dirty = False
         if self._wake or self._returns:
             self._settle()
@@ -174,8 +174,16 @@ class LocalBackend:
         """
         held = self._live.pop(grant.ticket, None)
         if held is grant or held == grant:
-            self._returns.append(held)
-            if self._waiters:  # someone may be waiting for exactly this
+            if not self._waiters or (self._owner == get_ident() and self._lock.locked()):
+                self._returns.append(held)  # applied by the next section (or the enclosing one)
+                return
+            with self._lock:  # someone may be waiting for exactly this: apply it now
+                self._owner = get_ident()
+                if self._returns or self._dirty:
+                    self._drain()
+                self._released += 1
+                self._collect(self._release_in_core(held))
+            if self._wake or self._returns:
                 self._settle()
             return
         if held is None:
@@ -245,14 +253,17 @@ class LocalBackend:
         """Apply what was handed in without the lock (and repair after an exception)."""
         if self._dirty:
             self._reconcile()
-        returns = self._returns
+        returns, core = self._returns, self._core
         while returns:
             item = returns.popleft()
-            if type(item) is Grant:
+            if type(item) is not Grant:
+                grants = self._give_up(*item)
+            elif len(item.gpus) == 1:
+                self._released += 1
+                grants = core.release(item.gpus[0], item.units)
+            else:
                 self._released += 1
                 grants = self._release_in_core(item)
-            else:
-                grants = self._give_up(*item)
             if grants:
                 self._collect(grants)
 
@@ -274,7 +285,6 @@ class LocalBackend:
                 continue
             waiter.grant = grant
             self._live[grant.ticket] = grant
-            self._granted += 1
             self._wake.append(waiter)
 
     def _give_up(self, waiter: Waiter, reason: _Reason) -> list[Grant]:
@@ -353,7 +363,7 @@ class LocalBackend:
                 num_gpus=len(self._gpus),
                 free=tuple(units_to_fraction(u) for u in self._core.free),
                 waiting=tuple(waiting),
-                granted=self._granted,
+                granted=self._released + len(self._live),
                 released=self._released,
                 cancelled=self._cancelled,
                 timed_out=self._timed_out,

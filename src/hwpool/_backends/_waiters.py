@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from asyncio.events import _get_running_loop
 from collections.abc import Callable
 
 from .._core._scheduler import Grant
@@ -17,16 +18,19 @@ __all__ = ["AsyncWaiter", "ThreadWaiter", "Waiter"]
 
 
 class _Parked:
-    """What every waiter carries: its ticket, when it started waiting, and its grant."""
+    """What every waiter carries (set by each subclass's ``__init__``, one frame per waiter).
+
+    ``ticket`` is 0 until the core has queued it; ``since`` is when it started waiting;
+    ``returned`` says its grant went back to the pool undelivered; ``closed`` that ``close()``
+    woke it, with no grant.
+    """
 
     __slots__ = ("closed", "grant", "returned", "since", "ticket")
-
-    def __init__(self, since: float) -> None:
-        self.since = since
-        self.ticket = 0  # 0 until the core has queued it
-        self.grant: Grant | None = None
-        self.returned = False  # its grant went back to the pool undelivered
-        self.closed = False  # woken by close(), with no grant
+    closed: bool
+    grant: Grant | None
+    returned: bool
+    since: float
+    ticket: int
 
 
 class ThreadWaiter(_Parked):
@@ -35,7 +39,10 @@ class ThreadWaiter(_Parked):
     __slots__ = ("event",)
 
     def __init__(self, since: float) -> None:
-        super().__init__(since)
+        self.since = since
+        self.ticket = 0
+        self.grant = None
+        self.returned = self.closed = False
         self.event = threading.Event()
 
     def deliver(self) -> bool:
@@ -60,14 +67,17 @@ class AsyncWaiter(_Parked):
         since: float,
         on_lost: Callable[[AsyncWaiter], None],
     ) -> None:
-        super().__init__(since)
+        self.since = since
+        self.ticket = 0
+        self.grant = None
+        self.returned = self.closed = False
         self.loop = loop
         self.future: asyncio.Future[None] = loop.create_future()
         self.on_lost = on_lost
 
     def deliver(self) -> bool:
         """Resolve the future on its loop; False if that loop is closed."""
-        if self.loop is asyncio._get_running_loop():
+        if self.loop is _get_running_loop():
             _resolve(self.future)
             return True
         delivery = _Delivery(self)

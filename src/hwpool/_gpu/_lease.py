@@ -75,11 +75,15 @@ class GPULease:
             with contextlib.suppress(ValueError):
                 _current.reset(token)
         if grant is not None:
-            self._pool._backend.release(grant)
+            self._pool._release(grant)
 
     async def __aenter__(self) -> list[int]:
         self._start()
-        return self._enter(await self._pool._take(self._demand, self._timeout))
+        pool = self._pool
+        grant = pool._acquire_now(self._demand)  # no waiter, no event loop lookup
+        if grant is None:
+            grant = await pool._backend.acquire(self._demand, self._timeout)
+        return self._enter(grant)
 
     async def __aexit__(
         self,

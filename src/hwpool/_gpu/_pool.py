@@ -45,7 +45,8 @@ class GPUPool:
         self._backend = backend
         self._gpus = backend.gpus
         self._num_gpus = len(self._gpus)
-        self._acquire_now = backend.acquire_now  # the hot path, looked up once
+        self._acquire_now = backend.acquire_now  # the hot paths, looked up once
+        self._release = backend.release
         # Per GPU, the grants of acquire* calls not yet released (list ops are atomic).
         self._held: list[list[Grant]] = [[] for _ in range(self._num_gpus)]
 
@@ -87,9 +88,8 @@ class GPUPool:
         Raises TimeoutError after ``timeout`` seconds; give it back with
         ``release(gpu, fraction)``.
         """
-        demand = _DEMANDS.get(fraction) if type(fraction) is float else None
-        if demand is None:
-            demand = _fraction_demand(fraction)
+        last = _LAST
+        demand = last[1] if fraction is last[0] else _fraction_demand(fraction)
         if timeout is not None:
             timeout = check_timeout(timeout)
         grant = self._acquire_now(demand)
@@ -105,11 +105,11 @@ class GPUPool:
         Give each back with ``release(gpu)``.
         """
         demand = self._whole_demand(count)
-        return self._keep(await self._take(demand, check_timeout(timeout)))
-
-    async def _take(self, demand: Demand, timeout: float | None) -> Grant:
+        timeout = check_timeout(timeout)
         grant = self._acquire_now(demand)
-        return grant if grant is not None else await self._backend.acquire(demand, timeout)
+        if grant is None:
+            grant = await self._backend.acquire(demand, timeout)
+        return self._keep(grant)
 
     # ----------------------------------------------------------------- blocking
     def acquire_blocking(self, fraction: float = 1.0, *, timeout: float | None = None) -> int:
@@ -164,33 +164,50 @@ class GPUPool:
         Raises ValueError, changing nothing, when no such grant is held: released already,
         held by a lease (a lease releases itself), or never granted. TypeError for a wrong type.
         """
-        demand = _DEMANDS.get(fraction) if type(fraction) is float else None
-        units = (demand or _fraction_demand(fraction)).units
+        last = _LAST
+        units = (last[1] if fraction is last[0] else _fraction_demand(fraction)).units
         if type(gpu_id) is not int or not 0 <= gpu_id < self._num_gpus:
             gpu_id = check_int("gpu_id", gpu_id, minimum=0, maximum=self._num_gpus - 1)
-        grant = self._forget(gpu_id, units)
+        held = self._held[gpu_id]
+        try:
+            grant: Grant | None = held[-1]  # the common case: the grant was kept last
+        except IndexError:
+            grant = None
+        if grant is None or grant.units != units:
+            grant = self._forget(held, units)
+        else:
+            try:
+                held.remove(grant)
+            except ValueError:  # another thread released it meanwhile
+                grant = self._forget(held, units)
         if grant is None:
             raise ValueError(
                 f"gpu_id={gpu_id}, fraction={fraction!r}: this pool's acquire calls hold no "
                 f"grant of {units_to_fraction(units)} on GPU {gpu_id} (released already, or "
                 "held by a lease, which releases itself)"
             )
-        if len(grant.gpus) > 1:  # one GPU of an acquire_full grant
-            grant = Grant(grant.ticket, (gpu_id,), units)
-        self._backend.release(grant)
+        self._release(grant)
 
     def _keep(self, grant: Grant) -> list[int]:
-        """Remember ``grant`` for ``release``; return its GPUs."""
-        for gpu in grant.gpus:
-            self._held[gpu].append(grant)
-        return list(grant.gpus)
+        """Remember ``grant`` for ``release``, GPU by GPU; return its GPUs.
 
-    def _forget(self, gpu: int, units: int) -> Grant | None:
-        """Take the oldest kept grant of ``units`` on ``gpu`` off the books (None: there is none).
+        A grant of several GPUs is kept as one part per GPU (the same ticket and units), since
+        each is released on its own.
+        """
+        gpus = grant.gpus
+        if len(gpus) == 1:
+            self._held[gpus[0]].append(grant)
+        else:
+            for gpu in gpus:
+                self._held[gpu].append(Grant(grant.ticket, (gpu,), grant.units))
+        return list(gpus)
+
+    @staticmethod
+    def _forget(held: list[Grant], units: int) -> Grant | None:
+        """Take the oldest kept grant of ``units`` in ``held`` off the books (None: none is).
 
         Other threads may change the list meanwhile: scan a copy, remove by identity, retry.
         """
-        held = self._held[gpu]
         while True:
             for grant in tuple(held):
                 if grant.units == units:
@@ -199,7 +216,7 @@ class GPUPool:
                 return None
             try:
                 held.remove(grant)
-            except ValueError:  # another thread released it first
+            except ValueError:  # another thread released it first: look again
                 continue
             return grant
 
@@ -235,16 +252,21 @@ def _pool_gpus(num_gpus: object) -> tuple[GPUInfo, ...]:
 
 
 _DEMANDS: dict[float, Demand] = {}  # validated float fractions, the common case, memoised
+_LAST: tuple[object, Demand] = (1.0, Demand(1, UNITS_PER_GPU))
+"""The float object last validated and its demand: the hot paths test ``fraction is _LAST[0]``
+(a literal such as ``0.5`` is one object, and a float never changes), skipping the dict."""
 
 
 def _fraction_demand(fraction: object) -> Demand:
     """The single-GPU demand for ``fraction``, validated (see ``fraction_to_units``)."""
+    global _LAST
     if type(fraction) is float:
         demand = _DEMANDS.get(fraction)
         if demand is None:
             demand = Demand(1, fraction_to_units(fraction))
             if len(_DEMANDS) < 4096:
                 _DEMANDS[fraction] = demand
+        _LAST = (fraction, demand)
         return demand
     return Demand(1, fraction_to_units(fraction))
 
