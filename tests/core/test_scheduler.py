@@ -259,7 +259,7 @@ def test_cancel_unknown_ticket_raises_keyerror() -> None:
     [
         ([(2, 10)], "gpu_id"),
         ([(-1, 10)], "gpu_id"),
-        ([(0, 0)], "positive"),
+        ([(0, 0)], "units to release must be >= 1"),
         ([(0, 600)], "only 500 held"),
         ([(0, 300), (0, 300)], "only 500 held"),
         ([(1, 500)], "only 400 held"),
@@ -274,6 +274,16 @@ def test_bad_release_raises_and_changes_nothing(
     with pytest.raises(ValueError, match=message):
         core.release_many(releases)
     assert (core.free, core.reservations()) == before and core.is_waiting(t1)
+
+
+@pytest.mark.parametrize(("gpu", "units"), [("0", 10), (True, 10), (0, 10.0), (0, True)])
+def test_release_of_a_wrong_type_is_a_type_error(gpu: object, units: object) -> None:
+    core = make(0.5)
+    with pytest.raises(TypeError):
+        core.release(gpu, units)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        core.release_many([(gpu, units)])  # type: ignore[list-item]
+    assert core.free == (500,)
 
 
 @pytest.mark.parametrize(

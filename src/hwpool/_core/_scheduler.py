@@ -250,18 +250,18 @@ class Scheduler:
             and 0 <= gpu < self.num_gpus
             and type(units) is int
             and 0 < units <= self.units_per_gpu - free[gpu]
-        ):  # the checks again, slowly, for the error message
-            self._check_gpu(gpu)
-            self._check_release(gpu, units)
+        ):  # the checks again, slowly, for the error message (and NumPy ints made ints)
+            gpu = self._check_gpu(gpu)
+            units = self._check_release(gpu, units)
         free[gpu] += units
         return self._walk() if self._queue else []
 
     def release_many(self, releases: Iterable[tuple[int, int]]) -> list[Grant]:
         """Give back several ``(gpu, units)`` at once (all or nothing), then walk the queue once."""
         pending: dict[int, int] = {}
-        for gpu, units in releases:
-            self._check_gpu(gpu)
-            self._check_units(units)
+        for raw_gpu, raw_units in releases:
+            gpu = self._check_gpu(raw_gpu)
+            units = self._check_units(raw_units)
             pending[gpu] = pending.get(gpu, 0) + units
         for gpu, units in pending.items():
             self._check_release(gpu, units)
@@ -279,20 +279,19 @@ class Scheduler:
         return self._walk()
 
     # ----------------------------------------------------------------- internals
-    def _check_gpu(self, gpu: object) -> None:
-        if isinstance(gpu, bool) or not isinstance(gpu, int) or not 0 <= gpu < self.num_gpus:
-            raise ValueError(f"gpu_id must be an int in [0, {self.num_gpus}), got {gpu!r}")
+    def _check_gpu(self, gpu: object) -> int:
+        return check_int("gpu_id", gpu, minimum=0, maximum=self.num_gpus - 1)
 
     @staticmethod
-    def _check_units(units: object) -> None:
-        if isinstance(units, bool) or not isinstance(units, int) or units <= 0:
-            raise ValueError(f"units to release must be a positive int, got {units!r}")
+    def _check_units(units: object) -> int:
+        return check_int("units to release", units, minimum=1)
 
-    def _check_release(self, gpu: int, units: int) -> None:
-        self._check_units(units)
+    def _check_release(self, gpu: int, units: object) -> int:
+        number = self._check_units(units)
         held = self.units_per_gpu - self._free[gpu]
-        if units > held:
-            raise ValueError(f"cannot release {units} units on GPU {gpu}: only {held} held")
+        if number > held:
+            raise ValueError(f"cannot release {number} units on GPU {gpu}: only {held} held")
+        return number
 
     def _index_of(self, demand: Demand) -> _DemandIndex:
         return self._whole_index if demand.count > 1 else self._fraction_index
