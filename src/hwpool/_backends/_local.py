@@ -109,7 +109,9 @@ class LocalBackend:
                 else:
                     async with asyncio.timeout(timeout):
                         await waiter.future
-                grant = _granted_to(waiter)
+                grant = waiter.grant
+                if grant is None:
+                    raise PoolClosedError("the GPU pool was closed while this request waited")
             return grant
         except BaseException as exc:
             reason = _Reason.TIMED_OUT if isinstance(exc, TimeoutError) else _Reason.CANCELLED
@@ -182,7 +184,13 @@ class LocalBackend:
                 if self._returns or self._dirty:
                     self._drain()
                 self._released += 1
-                self._collect(self._release_in_core(held))
+                gpus = held.gpus
+                if len(gpus) == 1:
+                    grants = self._core.release(gpus[0], held.units)
+                else:
+                    grants = self._release_in_core(held)
+                if grants:
+                    self._collect(grants)
             if self._wake or self._returns:
                 self._settle()
             return

@@ -251,23 +251,24 @@ def _pool_gpus(num_gpus: object) -> tuple[GPUInfo, ...]:
     return tuple(GPUInfo(i, str(i)) for i in range(count))
 
 
-_DEMANDS: dict[float, Demand] = {}  # validated float fractions, the common case, memoised
+# Validated float fractions, the common case, memoised as (fraction, demand) entries.
+_DEMANDS: dict[float, tuple[float, Demand]] = {}
 _LAST: tuple[object, Demand] = (1.0, Demand(1, UNITS_PER_GPU))
-"""The float object last validated and its demand: the hot paths test ``fraction is _LAST[0]``
-(a literal such as ``0.5`` is one object, and a float never changes), skipping the dict."""
+"""The entry of the float last validated: the hot paths test ``fraction is _LAST[0]`` (a
+literal such as ``0.5`` is one object, and a float never changes), skipping the dict."""
 
 
 def _fraction_demand(fraction: object) -> Demand:
     """The single-GPU demand for ``fraction``, validated (see ``fraction_to_units``)."""
     global _LAST
     if type(fraction) is float:
-        demand = _DEMANDS.get(fraction)
-        if demand is None:
-            demand = Demand(1, fraction_to_units(fraction))
+        entry = _DEMANDS.get(fraction)
+        if entry is None:
+            entry = (fraction, Demand(1, fraction_to_units(fraction)))
             if len(_DEMANDS) < 4096:
-                _DEMANDS[fraction] = demand
-        _LAST = (fraction, demand)
-        return demand
+                _DEMANDS[fraction] = entry
+        _LAST = entry
+        return entry[1]
     return Demand(1, fraction_to_units(fraction))
 
 
