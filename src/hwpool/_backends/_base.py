@@ -50,6 +50,10 @@ class Backend(Protocol):
     A grant returned (or raised past) is owned by the caller until it is passed to
     ``release``. Cancellation, a timeout or KeyboardInterrupt while waiting must leave no
     trace: the request is withdrawn, or a grant that raced ahead is handed back.
+
+    The front calls ``acquire_now`` first and ``acquire``/``acquire_blocking`` only when it
+    returned None, so a backend needs no fast path of its own in those; the demand may have
+    become grantable meanwhile, and then they grant at once without queueing.
     """
 
     @property
@@ -66,7 +70,8 @@ class Backend(Protocol):
         ...
 
     def acquire_now(self, demand: Demand) -> Grant | None:
-        """Grant at once where that jumps no waiter, else None (never queues)."""
+        """Grant at once where that jumps no waiter, else None (never queues). This is the
+        hot path: no event loop lookup, no waiter object."""
         ...
 
     def release(self, grant: Grant) -> None:
