@@ -23,21 +23,28 @@ def _type_name(value: object) -> str:
 
 
 def check_int(
-    name: str, value: object, *, minimum: int | None = None, maximum: int | None = None
+    name: str,
+    value: object,
+    *,
+    minimum: int | None = None,
+    maximum: int | None = None,
+    maximum_name: str | None = None,
 ) -> int:
     """``value`` as an ``int`` in ``[minimum, maximum]`` (each bound optional).
 
     Accepts ``numbers.Integral`` but not ``bool``; TypeError for other types, ValueError
-    for a value outside the bounds.
+    for a value outside the bounds. ``maximum_name`` names where the maximum comes from
+    (``"num_gpus"`` gives "between 1 and num_gpus=4").
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an int, got {value!r} ({_type_name(value)})")
     number = int(value)
+    top = f"{maximum_name}={maximum}" if maximum_name else f"{maximum}"
     if minimum is not None and number < minimum:
-        bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
+        bound = f"between {minimum} and {top}" if maximum is not None else f">= {minimum}"
         raise ValueError(f"{name} must be {bound}, got {number}")
     if maximum is not None and number > maximum:
-        bound = f"between {minimum} and {maximum}" if minimum is not None else f"<= {maximum}"
+        bound = f"between {minimum} and {top}" if minimum is not None else f"<= {top}"
         raise ValueError(f"{name} must be {bound}, got {number}")
     return number
 

@@ -31,12 +31,12 @@ def test_concurrent_shares_of_one_gpu_do_not_overlap() -> None:
     bars = placed(result)
     assert len(bars) == sum(len(run.gpus) for run in result.runs)
     for i, (run, gpu, bottom) in enumerate(bars):
-        top = bottom + LANE * run.task.units / 1_000_000
+        top = bottom + LANE * run.task.units / UNITS_PER_GPU
         assert bottom >= -1e-9 and top <= LANE + 1e-9
         for other, other_gpu, other_bottom in bars[i + 1 : i + 40]:
             if other_gpu != gpu or other.start >= run.end or run.start >= other.end:
                 continue
-            other_top = other_bottom + LANE * other.task.units / 1_000_000
+            other_top = other_bottom + LANE * other.task.units / UNITS_PER_GPU
             overlap = min(top, other_top) - max(bottom, other_bottom)
             # Fragmentation can force an overlap only when the lane has no gap tall enough.
             clamped = abs(other_top - LANE) < 1e-9  # the later bar was pushed down to fit
@@ -96,8 +96,8 @@ def test_colours_belong_to_the_class_not_to_its_rank_in_the_chart() -> None:
     # Before, a class took the colour of its rank among the classes present: 0.25 GPU was the
     # third colour in the demo (0.1, 0.2, 0.25, ...) and the first in the batch trace.
     quarter = (1, UNITS_PER_GPU // 4)
-    assert class_colour(quarter) == class_colour((1, 250_000))
-    common = [(1, u) for u in (100_000, 200_000, 250_000, 500_000, UNITS_PER_GPU)]
+    assert class_colour(quarter) == "#2ca02c"  # green, as in every chart
+    common = [(1, UNITS_PER_GPU // d) for d in (10, 5, 4, 2, 1)]
     common += [(2, UNITS_PER_GPU), (4, UNITS_PER_GPU)]
     assert len({class_colour(key) for key in common}) == len(common)
     assert class_colour((1, 123_456)) == class_colour((1, 123_456))  # others: stable too

@@ -56,6 +56,7 @@ def _gpus_json(found: GPUDetection) -> dict[str, Any]:
         "count": found.count,
         "source": str(found.source),
         "detail": found.detail,
+        "nvidia_smi": found.nvidia_smi,
         "devices": [
             {
                 "index": gpu.index,

@@ -40,13 +40,13 @@ DETAIL_BARS = 2000  # above this many bars in one Gantt chart, lanes show binned
 ClassKey = tuple[int, int]  # (count, units): one demand class
 
 _FIXED_COLOURS = {  # the common classes keep one colour in every chart (tab10 colours)
-    (1, 100_000): "#1f77b4",  # 0.1 GPU: blue
-    (1, 125_000): "#17becf",  # cyan
-    (1, 200_000): "#bcbd22",  # olive
-    (1, 250_000): "#2ca02c",  # green
-    (1, 300_000): "#e377c2",  # pink
-    (1, 500_000): "#ff7f0e",  # orange
-    (1, 750_000): "#8c564b",  # brown
+    (1, UNITS_PER_GPU // 10): "#1f77b4",  # 0.1 GPU: blue
+    (1, UNITS_PER_GPU // 8): "#17becf",  # cyan
+    (1, UNITS_PER_GPU // 5): "#bcbd22",  # olive
+    (1, UNITS_PER_GPU // 4): "#2ca02c",  # green
+    (1, UNITS_PER_GPU * 3 // 10): "#e377c2",  # pink
+    (1, UNITS_PER_GPU // 2): "#ff7f0e",  # orange
+    (1, UNITS_PER_GPU * 3 // 4): "#8c564b",  # brown
     (1, UNITS_PER_GPU): "#9467bd",  # 1 GPU: purple
     (2, UNITS_PER_GPU): "#d62728",  # 2 GPUs: red
     (4, UNITS_PER_GPU): "#7f7f7f",  # grey
