@@ -6,23 +6,26 @@
    grant across one yield to the loop) against 10,000 tasks on ``asyncio.Semaphore(8)``.
    Aim: at least half the semaphore's rate.
 
-Each figure is the best of several interleaved rounds; ratios are what compare across machines.
+Each figure is the best of many short rounds, the contenders interleaved round by round so
+that a busy machine slows both alike; ratios are what compare across machines.
 Run: ``python bench/bench_gpu_pool.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import platform
 import time
 from collections.abc import Awaitable, Callable
 
 from hwpool import GPUPool
 
-PAIRS = 20_000
+PAIRS = 5_000  # per round of the uncontended measures
+PAIR_ROUNDS = 20
 TASKS = 10_000
 GPUS = 8
-ROUNDS = 5
+ROUNDS = 9  # of the contended measures
 MIX = (0.1, 0.25, 0.5, 1.0, 0.3, 0.25, 0.1, 0.5)
 
 
@@ -80,24 +83,37 @@ async def semaphore_contended() -> float:
     return TASKS / (time.perf_counter() - start)
 
 
-def _best(fn: Callable[[], Awaitable[float]], *, higher_is_better: bool) -> float:
-    results = [asyncio.run(fn()) for _ in range(1)]
-    return max(results) if higher_is_better else min(results)
+Case = tuple[str, Callable[[], Awaitable[float]]]
+
+
+def _timed(fn: Callable[[], Awaitable[float]]) -> float:
+    """One round of ``fn`` on a fresh event loop, after a full collection: every round starts
+    from the same heap, instead of paying for the garbage of whichever round ran before it
+    (10,000 finished tasks make the next round's collections slow). The cyclic GC stays on
+    while timed, as in a service."""
+    gc.collect()
+    return asyncio.run(fn())
+
+
+def _rounds(cases: list[Case], rounds: int, figures: dict[str, list[float]]) -> None:
+    """Run the cases ``rounds`` times, interleaved, in alternating order, so that whatever
+    one round leaves behind (freed memory, warm caches) helps each contender alike."""
+    for i in range(rounds):
+        for name, fn in cases if i % 2 == 0 else cases[::-1]:
+            figures.setdefault(name, []).append(_timed(fn))
 
 
 def measure() -> dict[str, float]:
-    """Best-of-ROUNDS figures, the contenders interleaved so that noise hits both alike."""
+    """Best-of-rounds figures, the contenders interleaved so that noise hits both alike."""
     figures: dict[str, list[float]] = {}
-    cases: list[tuple[str, Callable[[], Awaitable[float]]]] = [
+    pairs: list[Case] = [
         ("pool_pair_s", pool_pairs),
         ("lease_pair_s", pool_lease_pairs),
         ("semaphore_pair_s", semaphore_pairs),
-        ("pool_rate", pool_contended),
-        ("semaphore_rate", semaphore_contended),
     ]
-    for _ in range(ROUNDS):
-        for name, fn in cases:
-            figures.setdefault(name, []).append(asyncio.run(fn()))
+    contended: list[Case] = [("pool_rate", pool_contended), ("semaphore_rate", semaphore_contended)]
+    _rounds(pairs, PAIR_ROUNDS, figures)
+    _rounds(contended, ROUNDS, figures)
     return {
         name: (max(values) if name.endswith("rate") else min(values))
         for name, values in figures.items()
@@ -112,7 +128,7 @@ def main() -> str:
     rate_ratio = f["pool_rate"] / f["semaphore_rate"]
     lines = [
         f"GPUPool vs asyncio.Semaphore  (Python {platform.python_version()}, "
-        f"{platform.machine()}, best of {ROUNDS} rounds)",
+        f"{platform.machine()}; best of {PAIR_ROUNDS} and {ROUNDS} rounds)",
         f"{'measure':<44}{'GPUPool':>12}{'Semaphore':>12}{'ratio':>8}  aim",
         f"{'uncontended acquire+release pair (us)':<44}{f['pool_pair_s'] * 1e6:>12.2f}"
         f"{f['semaphore_pair_s'] * 1e6:>12.2f}{pair_ratio:>8.2f}  <= 4.0",

@@ -30,12 +30,13 @@ from pathlib import Path
 from _hostserver import echo_server, host_server
 from hwpool import GPUPool
 from hwpool._backends._unix import UnixBackend
+from hwpool._core._capacity import UNITS_PER_GPU
 from hwpool._core._scheduler import Demand
 from hwpool._server._protocol import Acquire, encode
 
 GPUS = 8
-DEMAND = Demand(1, 500_000)
-LINE = encode(Acquire(12345, 1, 500_000, True))
+DEMAND = Demand(1, UNITS_PER_GPU // 2)
+LINE = encode(Acquire(12345, 1, UNITS_PER_GPU // 2, True))
 
 
 def echo_inline(path: Path, n: int) -> float:

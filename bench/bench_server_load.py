@@ -29,11 +29,12 @@ from typing import Any
 from _hostserver import host_server, rss_kib
 from hwpool._backends._unix import UnixBackend
 from hwpool._backends._wire import Wire
+from hwpool._core._capacity import UNITS_PER_GPU
 from hwpool._core._scheduler import Demand
 from hwpool._server._protocol import Status, StatusReply, encode
 
 GPUS = 8
-FULL = 1_000_000
+FULL = UNITS_PER_GPU
 MIX = [Demand(1, FULL // 10), Demand(1, FULL // 4), Demand(1, FULL // 2), Demand(1, FULL)] * 5
 MIX += [Demand(2, FULL)]  # one request in 21 wants two whole GPUs
 

@@ -18,6 +18,7 @@ def fake_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[str],
     """
     monkeypatch.delenv("HWPOOL_NUM_GPUS", raising=False)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("HWPOOL_SOCKET", raising=False)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}/usr/bin:/bin")
 
     def install(body: str) -> Path:

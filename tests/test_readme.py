@@ -8,11 +8,16 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from hwpool import GPUPool
+
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 
 
-def test_readme_example_runs_on_four_logical_gpus() -> None:
+def test_readme_example_runs_as_printed_in_this_environment() -> None:
+    # Run as a user would, with the environment as it is: on a machine with no GPU that means
+    # one logical GPU. (Before, the example asked for lease_full(2) and crashed there; its test
+    # hid that by setting HWPOOL_NUM_GPUS=4.)
     code = re.search(r"## Example\n\n```python\n(.*?)```", README, re.S)
     assert code is not None
     result = subprocess.run(
@@ -21,15 +26,15 @@ def test_readme_example_runs_on_four_logical_gpus() -> None:
         text=True,
         timeout=60,
         check=True,
-        env={"HWPOOL_NUM_GPUS": "4", "PATH": "/usr/bin:/bin"},
     )
+    num_gpus = GPUPool().num_gpus  # what the example's GPUPool() finds here
     lines = result.stdout.splitlines()
-    assert lines[0] == "TP job on [0, 1]"
+    assert lines[0] == f"TP job on {list(range(min(2, num_gpus)))}"
     assert len(lines) == 11
-    used = Counter(line.rsplit(" ", 1)[1] for line in lines[1:])
-    # Quarter-GPU calls fill GPUs 2 and 3 beside the 2-GPU job (best fit: one GPU at a time);
-    # the last two wait and then share GPU 0 once the 2-GPU job is done.
-    assert used == {"2": 4, "3": 4, "0": 2}
+    used = Counter(int(line.rsplit(" ", 1)[1]) for line in lines[1:])
+    assert sum(used.values()) == 10 and set(used) <= set(range(num_gpus))
+    if num_gpus >= 4:  # quarters fill GPUs 2 and 3 beside the 2-GPU job, the rest waits
+        assert used == {2: 4, 3: 4, 0: 2}
 
 
 def test_ci_runs_the_readme_test_command() -> None:

@@ -1,9 +1,12 @@
 """hwpool: share one machine's GPUs and CPU cores among concurrent work, fairly and fast."""
 
+from ._backends._base import PoolSnapshot, WaiterSnapshot
 from ._core._capacity import UNITS_PER_GPU
 from ._cpu._pool import CPUPool
 from ._errors import PoolClosedError, RevokedError, WouldBlock
-from ._gpu._pool import GPULease, GPUPool, PoolSnapshot, WaiterSnapshot, current_gpus
+from ._gpu._connect import connect
+from ._gpu._lease import GPULease, current_gpus
+from ._gpu._pool import GPUPool
 from ._host._detect import GPUDetection, GPUInfo, GPUSource, detect_gpus
 from ._host._sizing import effective_threads, set_threads
 from ._host._topology import CPUTopology, NumaNode, cpu_topology
@@ -32,6 +35,7 @@ __all__ = [
     "WaiterSnapshot",
     "WouldBlock",
     "__version__",
+    "connect",
     "cpu_topology",
     "current_gpus",
     "detect_gpus",

@@ -13,7 +13,7 @@ import numbers
 import re
 from collections.abc import Mapping
 
-__all__ = ["check_bool", "check_int", "check_real", "check_timeout", "env_int"]
+__all__ = ["check_bool", "check_int", "check_real", "check_timeout", "env_int", "int_from_text"]
 
 _ASCII_DIGITS = re.compile(r"[0-9]+")
 
@@ -23,21 +23,28 @@ def _type_name(value: object) -> str:
 
 
 def check_int(
-    name: str, value: object, *, minimum: int | None = None, maximum: int | None = None
+    name: str,
+    value: object,
+    *,
+    minimum: int | None = None,
+    maximum: int | None = None,
+    maximum_name: str | None = None,
 ) -> int:
     """``value`` as an ``int`` in ``[minimum, maximum]`` (each bound optional).
 
     Accepts ``numbers.Integral`` but not ``bool``; TypeError for other types, ValueError
-    for a value outside the bounds.
+    for a value outside the bounds. ``maximum_name`` names where the maximum comes from
+    (``"num_gpus"`` gives "between 1 and num_gpus=4").
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an int, got {value!r} ({_type_name(value)})")
     number = int(value)
+    top = f"{maximum_name}={maximum}" if maximum_name else f"{maximum}"
     if minimum is not None and number < minimum:
-        bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
+        bound = f"between {minimum} and {top}" if maximum is not None else f">= {minimum}"
         raise ValueError(f"{name} must be {bound}, got {number}")
     if maximum is not None and number > maximum:
-        bound = f"between {minimum} and {maximum}" if minimum is not None else f"<= {maximum}"
+        bound = f"between {minimum} and {top}" if minimum is not None else f"<= {top}"
         raise ValueError(f"{name} must be {bound}, got {number}")
     return number
 
@@ -85,3 +92,29 @@ def env_int(name: str, environ: Mapping[str, str], *, minimum: int = 0) -> int |
     if not _ASCII_DIGITS.fullmatch(raw) or int(raw) < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {raw!r}")
     return int(raw)
+
+
+def int_from_text(name: str, text: str, *, minimum: int = 0, maximum: int | None = None) -> int:
+    """The integer written in ``text`` (a command-line option, say) within the bounds.
+
+    Only ASCII digits are accepted, as for :func:`env_int`; a number too long to be within
+    ``maximum`` is refused before it is converted, so 10,000 digits cost nothing. ValueError
+    names ``name`` and the text.
+    """
+    bound = f">= {minimum}" if maximum is None else f"between {minimum} and {maximum}"
+    digits = text.strip()
+    too_long = maximum is not None and len(digits.lstrip("0")) > len(str(maximum))
+    try:
+        if too_long or not _ASCII_DIGITS.fullmatch(digits):
+            raise ValueError
+        number = int(digits)  # ValueError past sys.get_int_max_str_digits()
+    except ValueError:
+        raise ValueError(f"{name} must be an integer {bound}, got {_shorten(text)!r}") from None
+    if number < minimum or (maximum is not None and number > maximum):
+        raise ValueError(f"{name} must be an integer {bound}, got {number}")
+    return number
+
+
+def _shorten(text: str, limit: int = 40) -> str:
+    """``text``, cut to ``limit`` characters with an ellipsis, for an error message."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."

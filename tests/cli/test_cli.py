@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from hwpool import __version__ as hwpool_version
+
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
@@ -47,30 +49,68 @@ def test_help_lists_the_commands() -> None:
         assert command in proc.stdout
 
 
-def test_no_command_is_bad_usage() -> None:
-    proc = hwpool()
-    assert proc.returncode == 2
-    assert "usage: hwpool" in proc.stderr
+def test_no_command_is_bad_usage_in_one_line() -> None:
+    assert_user_error(hwpool(), "hwpool: error: ", "COMMAND", "hwpool --help")
+
+
+def test_version_comes_from_the_package() -> None:
+    proc = hwpool("--version")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"hwpool {hwpool_version}\n"
 
 
 @pytest.mark.parametrize(
-    "args",
+    ("args", "fragment"),
     [
-        ("simulate", "batch", "--bogus"),
-        ("info", "--verbose"),
-        ("frobnicate",),
-        ("simulate", "batch", "--gpus", "0"),
-        ("simulate", "batch", "--gpus", "two"),
-        ("simulate", "batch", "--policy", "random"),
-        ("demo", "--seconds", "-1"),
+        (("simulate", "batch", "--bogus"), "--bogus"),
+        (("info", "--verbose"), "--verbose"),
+        (("frobnicate",), "frobnicate"),
+        (("simulate",), "TRACE"),
+        (("simulate", "batch", "--gpus", "0"), "--gpus"),
+        (("simulate", "batch", "--gpus", "two"), "'two'"),
+        (("simulate", "batch", "--gpus", "²"), "'²'"),
+        (("simulate", "batch", "--gpus", "99999999999999999999"), "between 1 and 4096"),
+        (("simulate", "batch", "--gpus", "1000000000"), "between 1 and 4096"),
+        (("simulate", "batch", "--gpus", "4097"), "got 4097"),
+        (("simulate", "batch", "--gpus", "9" * 5000), "between 1 and 4096"),
+        (("simulate", "batch", "--policy", "random"), "random"),
+        (("demo", "--seconds", "-1"), "--seconds"),
+        (("demo", "--seconds", "1e308"), "--seconds"),
+        (("demo", "--seconds", "nan"), "--seconds"),
     ],
 )
-def test_bad_flags_exit_2_without_traceback(args: tuple[str, ...]) -> None:
-    proc = hwpool(*args)
-    assert proc.returncode == 2
-    assert proc.stdout == ""
-    assert "Traceback" not in proc.stderr
-    assert "error:" in proc.stderr
+def test_bad_flags_give_one_line_and_exit_2(args: tuple[str, ...], fragment: str) -> None:
+    assert_user_error(hwpool(*args), "hwpool: error: ", fragment)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("HWPOOL_SPIN", "abc"),
+        ("HWPOOL_THREADS", "0"),
+        ("HWPOOL_NUMA", "sideways"),
+        ("HWPOOL_NUM_GPUS", "lots"),
+    ],
+)
+@pytest.mark.parametrize(
+    "command", [("demo", "--seconds", "0.3"), ("info",), ("simulate", "batch")]
+)
+def test_malformed_variable_stops_every_command_before_any_work(
+    variable: str, value: str, command: tuple[str, ...]
+) -> None:
+    # Before the fix, `HWPOOL_SPIN=abc hwpool demo` ran the whole GPU stage, then died with a
+    # traceback (exit 1) when the CPU pool first read the variable.
+    assert_user_error(hwpool(*command, env={variable: value}), variable, repr(value))
+
+
+def test_counts_of_one_are_singular(tmp_path: Path) -> None:
+    trace = tmp_path / "one.csv"
+    trace.write_text("arrival,demand,duration\n0,0.5,1\n")
+    proc = hwpool("simulate", str(trace), "--gpus", "1")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"{trace}: 1 task on 1 GPU (virtual time)\n")
+    info = hwpool("info", env={"HWPOOL_THREADS": "1"})
+    assert "team of 1 thread (" in info.stdout
 
 
 # ----------------------------------------------------------------- simulate
@@ -143,7 +183,7 @@ def test_simulate_is_deterministic() -> None:
         ("arrival,demand,duration\n0,0.5,1\n1,1.5,2\n", ("line 3", "'demand'")),
         ("arrival,demand\n0,0.5\n", ("line 1", "'duration'")),
         ('{"arrival": 0, "demand": 0.5, "duration": 1}\n{"arrival": 1}\n', ("line 2",)),
-        ("arrival,demand,duration\n0,4,1\n", ("needs 4 GPUs", "gpus=2")),
+        ("arrival,demand,duration\n0,4,1\n", ("bad.csv: line 2:", "needs 4 GPUs", "gpus=2")),
     ],
 )
 def test_bad_traces_exit_2_naming_the_line(
@@ -156,6 +196,82 @@ def test_bad_traces_exit_2_naming_the_line(
 
 def test_missing_trace_file() -> None:
     assert_user_error(hwpool("simulate", "/nonexistent/trace.csv"), "/nonexistent/trace.csv")
+
+
+def test_a_directory_is_not_reported_as_a_missing_file(tmp_path: Path) -> None:
+    proc = hwpool("simulate", str(tmp_path))
+    assert_user_error(proc, str(tmp_path), "is a directory")
+    assert "no such file" not in proc.stderr
+
+
+def test_a_name_with_a_newline_still_gives_one_line(tmp_path: Path) -> None:
+    folder = tmp_path / "two\nlines\u2028here"
+    folder.mkdir()
+    assert_user_error(hwpool("simulate", str(folder)), "two\\nlines\\u2028here", "is a directory")
+    assert_user_error(hwpool("info", "--bogus\nflag"), "--bogus\\nflag")
+
+
+NESTED = "[" * 100_000 + "]" * 100_000
+CRASHERS = {  # file name -> (content, what the one-line error must say); each was a traceback
+    "long-int.jsonl": ('{"arrival": ' + "7" * 400 + ', "demand": 0.5, "duration": 1}\n', "line 1"),
+    "deep.jsonl": (
+        '{"arrival": 0, "demand": 0.5, "duration": 1, "name": ' + NESTED + "}\n",
+        "line 1",
+    ),
+    "wide.csv": ("arrival,demand,duration,name\n0,0.5,1," + "n" * 200_000 + "\n", "line 2"),
+    "digits.jsonl": ('{"arrival": 0, "demand": ' + "2" * 5000 + ', "duration": 1}\n', "line 1"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CRASHERS))
+def test_traces_that_used_to_crash_give_one_line_with_file_and_line(
+    tmp_path: Path, name: str
+) -> None:
+    content, where = CRASHERS[name]
+    trace = tmp_path / name
+    trace.write_text(content)
+    assert_user_error(hwpool("simulate", str(trace)), f"{trace}: {where}:")
+
+
+def test_a_name_holding_u2028_is_read_and_written_back(tmp_path: Path) -> None:
+    trace = tmp_path / "sep.jsonl"
+    trace.write_text('{"arrival": 0, "demand": 0.5, "duration": 1, "name": "a\u2028b"}\n')
+    proc = hwpool("simulate", str(trace), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["tasks"][0]["name"] == "a\u2028b"
+
+
+def test_a_csv_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    trace = tmp_path / "excel.csv"
+    trace.write_bytes(b"\xef\xbb\xbf" + HAND_TRACE.encode())
+    proc = hwpool("simulate", str(trace), "--gpus", "3")
+    assert proc.returncode == 0, proc.stderr
+    assert "5 tasks on 3 GPUs" in proc.stdout
+
+
+def test_json_output_reads_back_as_a_trace(tmp_path: Path) -> None:
+    first = hwpool("simulate", "batch", "--policy", "hwpool,fifo", "--json")
+    saved = tmp_path / "out.json"
+    saved.write_text(first.stdout)
+    again = hwpool("simulate", str(saved), "--policy", "hwpool,fifo", "--json")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == first.stdout
+
+
+def _no_constants(name: str) -> None:
+    raise AssertionError(f"{name} in the JSON output")
+
+
+def test_json_output_never_holds_infinity(tmp_path: Path) -> None:
+    # Each time was finite, but arrival + duration overflowed: the output said "Infinity".
+    trace = tmp_path / "far.csv"
+    trace.write_text("arrival,demand,duration\n1e308,0.5,1e308\n")
+    assert_user_error(hwpool("simulate", str(trace), "--json"), "line 2", "at most 1e+12")
+    trace.write_text("arrival,demand,duration\n1e12,0.5,1e12\n0,2,1e12\n")
+    proc = hwpool("simulate", str(trace), "--json", "--policy", "all")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout, parse_constant=_no_constants)
+    assert doc["policies"]["hwpool"]["makespan"] == 2e12
 
 
 def test_plot_without_matplotlib_says_how_to_install(tmp_path: Path) -> None:
@@ -182,12 +298,31 @@ def test_plot_into_missing_directory_is_a_user_error(tmp_path: Path) -> None:
     assert_user_error(hwpool("demo", "--plot", str(tmp_path)), "is a directory")
 
 
-def test_simulate_plot_writes_a_png(tmp_path: Path) -> None:
+def test_simulate_plot_writes_a_png_and_says_so(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     out = tmp_path / "chart.png"
     proc = hwpool("simulate", "batch", "--policy", "hwpool,first-fit", "--plot", str(out))
     assert proc.returncode == 0, proc.stderr
     assert out.read_bytes().startswith(b"\x89PNG")
+    assert proc.stderr == f"wrote {out}\n"
+
+
+@pytest.mark.parametrize(
+    ("name", "fragment"),
+    [("out.txt", "cannot write 'txt' images"), ("noext", "has no extension")],
+)
+@pytest.mark.parametrize("command", ["simulate", "demo"])
+def test_plot_format_is_checked_before_any_work(
+    tmp_path: Path, name: str, fragment: str, command: str
+) -> None:
+    # Before, `--plot out.txt` ran everything and failed on the format only at the end, and
+    # `--plot noext` silently wrote noext.png.
+    pytest.importorskip("matplotlib")
+    target = tmp_path / name
+    # The trace does not exist: the plot's error, not the trace's, proves nothing was read.
+    args = ["simulate", str(tmp_path / "absent.csv")] if command == "simulate" else ["demo"]
+    assert_user_error(hwpool(*args, "--plot", str(target)), "--plot", fragment)
+    assert list(tmp_path.iterdir()) == []
 
 
 # ----------------------------------------------------------------- info
@@ -253,6 +388,12 @@ def test_bench_without_benchmarks_says_where_it_looked(tmp_path: Path) -> None:
     assert "no bench_*.py" in proc.stderr
 
 
+def test_demo_cpu_stage_of_one_thread_is_singular() -> None:
+    proc = hwpool("demo", "--seconds", "0.3", env={"HWPOOL_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert "team of 1 thread " in proc.stdout
+
+
 def test_demo_reports_the_cpu_stage() -> None:
     proc = hwpool("demo", "--seconds", "0.5", env={"HWPOOL_THREADS": "2"})
     assert proc.returncode == 0, proc.stderr
@@ -286,3 +427,4 @@ def test_demo_plot_writes_a_gantt_chart(tmp_path: Path) -> None:
     proc = hwpool("demo", "--seconds", "0.5", "--plot", str(out))
     assert proc.returncode == 0, proc.stderr
     assert out.read_bytes().startswith(b"\x89PNG")
+    assert f"wrote {out}\n" in proc.stderr

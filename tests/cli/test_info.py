@@ -76,3 +76,12 @@ def test_gather_live_machine_with_a_file(tmp_path: Path, monkeypatch: pytest.Mon
     assert "none cached (or the file is empty)" in format_info(info)
     with pytest.raises(OSError):
         gather([str(tmp_path / "missing")])
+
+
+def test_info_says_what_nvidia_smi_did(fake_smi) -> None:  # type: ignore[no-untyped-def]
+    # Before: "no GPU found", whatever had happened to nvidia-smi.
+    fake_smi("exit 9\n")
+    info = gather()
+    assert info["gpus"]["nvidia_smi"] == "nvidia-smi exited 9"
+    first = format_info(info).splitlines()[0]
+    assert first == "GPUs: 1 (source: default; no GPU found (nvidia-smi exited 9): 1 logical GPU)"

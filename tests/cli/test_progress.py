@@ -6,7 +6,9 @@ import io
 
 import pytest
 
+from hwpool._cli import _main
 from hwpool._cli._progress import ProgressBar
+from hwpool._sim._trace import load_trace
 
 
 def test_bar_redraws_in_place_and_ends_the_line() -> None:
@@ -34,3 +36,31 @@ def test_bar_is_silent_on_a_non_terminal() -> None:
 def test_bar_needs_a_total() -> None:
     with pytest.raises(ValueError, match="total must be >= 1, got 0"):
         ProgressBar(0, "x", io.StringIO())
+
+
+def test_a_delayed_bar_stays_hidden_while_the_work_is_quick() -> None:
+    stream = io.StringIO()
+    bar = ProgressBar(3, "x", stream, force=True, delay=3600)
+    bar.advance(3)
+    bar.close()
+    assert stream.getvalue() == ""
+
+
+def test_simulate_shows_progress_on_a_terminal_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    terminal = Terminal()
+    monkeypatch.setattr(_main, "PROGRESS_DELAY", 0.0)
+    monkeypatch.setattr("sys.stderr", terminal)
+    tasks = load_trace("embedding")
+    _main._simulate_all(tasks, 4, ["hwpool", "fifo"])
+    drawn = terminal.getvalue()
+    assert drawn.count("\r") > 10  # redrawn as the simulation goes
+    total = 2 * len(tasks)
+    assert drawn.endswith(f"] {total}/{total} tasks simulated {drawn.split()[-2]} s\n")
+    pipe = io.StringIO()
+    monkeypatch.setattr("sys.stderr", pipe)
+    _main._simulate_all(tasks, 4, ["hwpool"])
+    assert pipe.getvalue() == ""

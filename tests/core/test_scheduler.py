@@ -53,7 +53,7 @@ def test_whole_needs_completely_free_gpus_all_at_once() -> None:
 
 
 def test_ten_tenths_fill_exactly_one_gpu() -> None:
-    core = Scheduler(1)
+    core = Scheduler(1, 1_000_000)
     for _ in range(10):
         _, grant = core.submit(Demand(1, 100_000))
         assert grant is not None
@@ -259,7 +259,7 @@ def test_cancel_unknown_ticket_raises_keyerror() -> None:
     [
         ([(2, 10)], "gpu_id"),
         ([(-1, 10)], "gpu_id"),
-        ([(0, 0)], "positive"),
+        ([(0, 0)], "units to release must be >= 1"),
         ([(0, 600)], "only 500 held"),
         ([(0, 300), (0, 300)], "only 500 held"),
         ([(1, 500)], "only 400 held"),
@@ -276,10 +276,30 @@ def test_bad_release_raises_and_changes_nothing(
     assert (core.free, core.reservations()) == before and core.is_waiting(t1)
 
 
-@pytest.mark.parametrize("num_gpus", [0, -1, True, 1.0])
-def test_scheduler_rejects_bad_gpu_count(num_gpus: object) -> None:
-    with pytest.raises(ValueError, match="num_gpus"):
+@pytest.mark.parametrize(("gpu", "units"), [("0", 10), (True, 10), (0, 10.0), (0, True)])
+def test_release_of_a_wrong_type_is_a_type_error(gpu: object, units: object) -> None:
+    core = make(0.5)
+    with pytest.raises(TypeError):
+        core.release(gpu, units)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        core.release_many([(gpu, units)])  # type: ignore[list-item]
+    assert core.free == (500,)
+
+
+@pytest.mark.parametrize(
+    ("num_gpus", "error"),
+    [(0, ValueError), (-1, ValueError), (True, TypeError), (1.0, TypeError), ("2", TypeError)],
+)
+def test_scheduler_rejects_bad_gpu_count(num_gpus: object, error: type[Exception]) -> None:
+    # A wrong type is a TypeError, as everywhere else (Scheduler('2') was a ValueError).
+    with pytest.raises(error, match="num_gpus"):
         Scheduler(num_gpus)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("units", "error"), [(0, ValueError), ("10", TypeError)])
+def test_scheduler_rejects_bad_units_per_gpu(units: object, error: type[Exception]) -> None:
+    with pytest.raises(error, match="units_per_gpu"):
+        Scheduler(1, units)  # type: ignore[arg-type]
 
 
 # ----------------------------------------------------------------- invariants under random use
@@ -385,7 +405,7 @@ TestSchedulerMachine = SchedulerMachine.TestCase
 
 @given(st.lists(st.integers(1, 10), min_size=1, max_size=30))
 def test_tenths_always_sum_exactly(tenths: list[int]) -> None:
-    core = Scheduler(1)
+    core = Scheduler(1, 1_000_000)
     granted = []
     for t in tenths:
         grant = core.grant_now(Demand(1, t * 100_000))

@@ -38,7 +38,7 @@ def test_restored_capacity_is_not_granted_again() -> None:
         ((1, 1), 10, "distinct"),
         ((2,), 10, "gpu_id must be"),
         ((-1,), 10, "gpu_id must be"),
-        ((1,), 0, "positive"),
+        ((1,), 0, ">= 1"),
         ((1,), U + 1, "only 1000 free"),
     ],
 )

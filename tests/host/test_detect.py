@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -23,9 +24,11 @@ def test_env_override_wins(fake_smi, monkeypatch: pytest.MonkeyPatch) -> None:  
     assert [g.device_id for g in found.gpus] == ["0", "1", "2", "3", "4", "5"]
 
 
-@pytest.mark.parametrize("raw", ["0", "-1", "two", "1.5", "", " "])
+@pytest.mark.parametrize("raw", ["0", "-1", "two", "1.5", "", " ", "²", "٣", " 4 "])
 def test_env_override_must_be_positive_int(raw: str) -> None:
-    with pytest.raises(ValueError, match=f"HWPOOL_NUM_GPUS must be an integer >= 1, got {raw!r}"):
+    # "²" passes str.isdigit() but not int(): it used to fail with int()'s bare message.
+    message = re.escape(f"HWPOOL_NUM_GPUS must be an integer >= 1, got {raw!r}")
+    with pytest.raises(ValueError, match=message):
         detect_gpus({"HWPOOL_NUM_GPUS": raw})
 
 
@@ -39,6 +42,10 @@ def test_env_override_must_be_positive_int(raw: str) -> None:
         ("", []),
         ("-1", []),
         ("0,-1,1", ["0"]),  # CUDA ignores everything from the first invalid entry on
+        ("foo", []),  # not an index, a UUID or a MIG id: no GPU (it used to count as one)
+        ("1,foo,2", ["1"]),
+        ("0,,1", ["0"]),
+        ("²", []),
     ],
 )
 def test_cuda_visible_devices(raw: str, ids: list[str]) -> None:
@@ -64,26 +71,60 @@ def test_nvidia_smi_gets_the_documented_query(fake_smi, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "body",
+    ("body", "outcome"),
     [
-        "exit 9\n",  # non-zero exit
-        "echo 'NVIDIA-SMI has failed because it could not communicate with the driver'\n",
-        "echo '0, GPU-x'\n",  # a field missing
-        "echo ''\n",  # no GPU listed
-        "exec sleep 30\n",  # hangs: killed at the timeout
-        "sleep 30 & wait\n",  # a child holding the pipe open: the whole group is killed
+        ("exit 9\n", "nvidia-smi exited 9"),
+        ("kill -9 $$\n", "nvidia-smi was killed by signal 9"),
+        (
+            "echo 'NVIDIA-SMI has failed because it could not communicate with the driver'\n",
+            "nvidia-smi printed something other than the queried CSV",
+        ),
+        ("echo '0, GPU-x'\n", "nvidia-smi printed something other than the queried CSV"),
+        ("echo ''\n", "nvidia-smi listed no GPU"),
+        ("exec sleep 30\n", "nvidia-smi timed out after 0.5 s"),  # killed at the timeout
+        # A child holding the pipe open: the whole group is killed.
+        ("sleep 30 & wait\n", "nvidia-smi timed out after 0.5 s"),
     ],
 )
-def test_nvidia_smi_failures_fall_through_to_default(fake_smi, body: str) -> None:  # type: ignore[no-untyped-def]
+def test_nvidia_smi_failures_fall_through_and_say_what_happened(  # type: ignore[no-untyped-def]
+    fake_smi, body: str, outcome: str
+) -> None:
+    # Before: every failure read "no GPU found", whatever had happened.
     fake_smi(body)
     found = detect_gpus(nvidia_smi_timeout=0.5)
-    assert (found.count, found.source) == (1, GPUSource.DEFAULT)
+    assert (found.count, found.source, found.nvidia_smi) == (1, GPUSource.DEFAULT, outcome)
+    assert found.detail == f"no GPU found ({outcome}): 1 logical GPU"
 
 
 def test_missing_nvidia_smi_gives_one_logical_gpu(fake_smi) -> None:  # type: ignore[no-untyped-def]
     found = detect_gpus()
     assert (found.count, found.source) == (1, GPUSource.DEFAULT)
     assert found.gpus[0].device_id == "0"
+    assert found.nvidia_smi == "nvidia-smi not found on PATH"
+
+
+def test_env_decides_without_asking_nvidia_smi(fake_smi, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    fake_smi(f"touch {tmp_path}/asked\n")
+    assert detect_gpus({"HWPOOL_NUM_GPUS": "2"}).nvidia_smi is None
+    assert detect_gpus({"CUDA_VISIBLE_DEVICES": "0"}).nvidia_smi is None
+    assert not (tmp_path / "asked").exists()
+
+
+def test_hung_nvidia_smi_costs_its_timeout_once_per_process(fake_smi, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # Before: every GPUPool() ran nvidia-smi again and waited out the whole timeout.
+    fake_smi(f"echo run >> {tmp_path}/runs\nexec sleep 30\n")
+    first = detect_gpus(nvidia_smi_timeout=0.5)
+    assert first.nvidia_smi == "nvidia-smi timed out after 0.5 s"
+    for _ in range(3):
+        assert detect_gpus(nvidia_smi_timeout=0.5) == first
+    assert (tmp_path / "runs").read_text().splitlines() == ["run"]
+
+
+def test_a_new_nvidia_smi_is_asked_afresh(fake_smi) -> None:  # type: ignore[no-untyped-def]
+    fake_smi("exit 3\n")
+    assert detect_gpus().nvidia_smi == "nvidia-smi exited 3"
+    fake_smi(f"cat <<'EOF'\n{SMI_OUTPUT}EOF\n# a different binary now\n")
+    assert detect_gpus().nvidia_smi == "nvidia-smi listed 2 GPUs"
 
 
 def test_non_executable_nvidia_smi_is_ignored(fake_smi) -> None:  # type: ignore[no-untyped-def]

@@ -1,112 +1,18 @@
-"""Real ``hwpool serve`` processes on temporary sockets, and client processes that drive them.
+"""Fixtures of the server tests: servers on temporary sockets, client processes that drive them.
 
-Every wait is bounded and event-driven: readiness is the server's "serving" log line (read by
-a thread that drains its stderr), a client process reports each step on its stdout.
+The processes live in tests/hostserver.py; these fixtures start them and always end them.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
-import os
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
-import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from hwpool._cli import main
-
-SRC = str(Path(__file__).resolve().parents[2] / "src")
-CLIENT = str(Path(__file__).with_name("client_proc.py"))
-BOUND = 10.0  # seconds: no wait in these tests lasts longer
-ENV = {**os.environ, "PYTHONPATH": SRC, "PYTHONUNBUFFERED": "1"}
-
-
-def run_cli(*args: str) -> tuple[int, str, str]:
-    """Run ``hwpool ARGS`` in this process (fast); its exit status, stdout and stderr."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(list(args))
-        except SystemExit as exc:  # argparse's usage errors
-            code = int(exc.code or 0)
-    return code, out.getvalue(), err.getvalue()
-
-
-def status_of(socket: Path) -> dict[str, Any]:
-    """``hwpool status --json``, in this process."""
-    code, out, err = run_cli("status", "--socket", str(socket), "--json")
-    assert code == 0, err
-    return json.loads(out)  # type: ignore[no-any-return]
-
-
-class Server:
-    """One ``hwpool serve`` process; its stderr is collected line by line."""
-
-    def __init__(self, socket: Path, *args: str) -> None:
-        self.socket = socket
-        self.args = args
-        self.lines: list[str] = []
-        self._changed = threading.Condition()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "hwpool", "serve", "--socket", str(socket), *args],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            text=True, env=ENV,
-        )  # fmt: skip
-        self._drainer = threading.Thread(target=self._drain, daemon=True)
-        self._drainer.start()
-
-    def _drain(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            with self._changed:
-                self.lines.append(line.rstrip("\n"))
-                self._changed.notify_all()
-        with self._changed:
-            self._changed.notify_all()
-
-    def wait_for(self, fragment: str, after: int = 0, timeout: float = BOUND) -> str:
-        """The first log line from index ``after`` on that contains ``fragment``."""
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            while True:
-                for line in self.lines[after:]:
-                    if fragment in line:
-                        return line
-                left = deadline - time.monotonic()
-                if left <= 0 or not self._drainer.is_alive():
-                    raise AssertionError(
-                        f"no log line with {fragment!r}:\n" + "\n".join(self.lines)
-                    )
-                self._changed.wait(min(left, 0.5))
-
-    def ready(self) -> Server:
-        self.wait_for("serving")
-        return self
-
-    def stop(self, sig: int = signal.SIGTERM) -> int:
-        """Send ``sig`` and wait for the exit status."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        return self.proc.wait(BOUND)
-
-    def kill(self) -> None:
-        """SIGKILL (if still running) and reap."""
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(BOUND)
-        self._drainer.join(BOUND)  # it ends at the end of the pipe
-        if self.proc.stderr is not None:
-            self.proc.stderr.close()
+from hostserver import BOUND, ClientProc, Server
 
 
 @pytest.fixture
@@ -130,63 +36,6 @@ def start_server(sockdir: Path) -> Iterator[Callable[..., Server]]:
     yield start
     for server in servers:
         server.kill()
-
-
-@contextlib.contextmanager
-def running_server(*args: str) -> Iterator[Server]:
-    """A server on a fresh socket for a whole module (use it in a module-scoped fixture)."""
-    directory = Path(tempfile.mkdtemp(prefix="hwp", dir="/tmp"))
-    server = Server(directory / "s.sock", *args)
-    try:
-        yield server.ready()
-    finally:
-        server.kill()
-        shutil.rmtree(directory, ignore_errors=True)
-
-
-class ClientProc:
-    """A client process (tests/server/client_proc.py) driven one command at a time."""
-
-    def __init__(self, socket: Path, *args: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, CLIENT, str(socket), *args],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env=ENV,
-        )  # fmt: skip
-        self.expect("ready")
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def send(self, command: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(command + "\n")
-        self.proc.stdin.flush()
-
-    def expect(self, prefix: str) -> str:
-        """The next line it prints, which must start with ``prefix`` (bounded by BOUND)."""
-        assert self.proc.stdout is not None
-        line = _readline(self.proc, BOUND)
-        assert line.startswith(prefix), f"expected {prefix!r}, got {line!r}"
-        return line
-
-    def kill(self) -> None:
-        self.proc.kill()
-        self.proc.wait(BOUND)
-
-
-def _readline(proc: subprocess.Popen[str], timeout: float) -> str:
-    result: list[str] = []
-    reader = threading.Thread(target=lambda: result.append(proc.stdout.readline()))  # type: ignore[union-attr]
-    reader.daemon = True
-    reader.start()
-    reader.join(timeout)
-    if not result or not result[0]:
-        proc.kill()
-        _, err = proc.communicate(timeout=BOUND)
-        raise AssertionError(f"client process said nothing (stderr: {err!r})")
-    return result[0].rstrip("\n")
 
 
 @pytest.fixture

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from hwpool._core._capacity import UNITS_PER_GPU
 from hwpool._server import _protocol as p
 from hwpool._server._host_state import ID_BLOCK, Client, Delivery, HostState
 from hwpool._server._journal import Journal, JournalEntry
 from hwpool._server._protocol import ErrorCode, ProtocolError
 
-FULL = 1_000_000
+FULL = UNITS_PER_GPU
 HALF = FULL // 2
 
 

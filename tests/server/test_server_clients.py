@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
-from conftest import BOUND, ENV, ClientProc, Server, run_cli, status_of
-from hwpool import GPUInfo, PoolClosedError, RevokedError
+import hwpool
+from hostserver import BOUND, ENV, ClientProc, Server, run_cli, status_of
+from hwpool import UNITS_PER_GPU, GPUInfo, GPUPool, PoolClosedError, RevokedError, current_gpus
 from hwpool._backends._unix import UnixBackend
 from hwpool._backends._wire import Wire
 from hwpool._core._scheduler import Demand
@@ -25,10 +26,10 @@ from hwpool._server._protocol import LeaseRecord, Status, StatusReply, Welcome, 
 
 StartServer = Callable[..., Server]
 Clients = Callable[..., ClientProc]
-FULL = 1_000_000
+FULL = UNITS_PER_GPU
 
 
-def hwpool(*args: str) -> subprocess.CompletedProcess[str]:
+def hwpool_cmd(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "hwpool", *args],
         capture_output=True, text=True, env=ENV, timeout=BOUND, check=False,
@@ -56,6 +57,31 @@ def test_connect_without_a_server_says_how_to_start_one(sockdir: Path) -> None:
         UnixBackend(sockdir / "none.sock")
     message = str(info.value)
     assert str(sockdir / "none.sock") in message and "hwpool serve" in message
+
+
+def test_connect_returns_the_gpupool_front_over_the_server(server: Server) -> None:
+    with hwpool.connect(server.socket) as pool:
+        assert isinstance(pool, GPUPool) and pool.num_gpus == 2
+        with pool.lease(0.5) as gpus:
+            assert gpus == current_gpus() == [0]
+            assert [x["held"] for x in status(server)["leases"]] == [[[0, 0.5]]]
+        with pytest.raises(ValueError, match="fraction"):
+            pool.lease(1.5)
+    assert status(server)["leases"] == []
+
+
+def test_gpupool_with_hwpool_socket_set_is_the_servers(
+    server: Server, sockdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HWPOOL_SOCKET", str(server.socket))
+    with GPUPool() as pool, pool.lease_full(2):  # no change to the code: the host's queue
+        assert len(status(server)["leases"]) == 1
+    assert len(GPUPool(1).snapshot().free) == 1  # an explicit size stays in-process
+    with hwpool.connect() as pool:  # the default socket is HWPOOL_SOCKET too
+        assert pool.num_gpus == 2
+    monkeypatch.setenv("HWPOOL_SOCKET", str(sockdir / "none.sock"))
+    with pytest.raises(ConnectionError, match=r"none\.sock"):
+        GPUPool()
 
 
 def test_processes_share_one_fifo_queue_with_reservations(server: Server, clients: Clients) -> None:
@@ -160,11 +186,11 @@ def test_one_connection_serves_many_threads_and_event_loops(server: Server) -> N
 
     def thread_work() -> None:
         for _ in range(rounds):
-            backend.release(backend.acquire_blocking(Demand(1, 300_000), BOUND))
+            backend.release(backend.acquire_blocking(Demand(1, FULL * 3 // 10), BOUND))
 
     async def task_work() -> None:
         for _ in range(rounds):
-            backend.release(await backend.acquire(Demand(1, 400_000), BOUND))
+            backend.release(await backend.acquire(Demand(1, FULL * 4 // 10), BOUND))
 
     async def loop_work() -> None:
         await asyncio.gather(*(task_work() for _ in range(4)))
@@ -225,13 +251,13 @@ def test_a_grant_that_races_a_cancellation_is_given_back(server: Server) -> None
 
 def test_a_forked_child_opens_its_own_connection(server: Server) -> None:
     backend = UnixBackend(server.socket)
-    parent_grant = backend.acquire_blocking(Demand(1, 500_000), BOUND)
+    parent_grant = backend.acquire_blocking(Demand(1, FULL // 2), BOUND)
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - reports through the pipe
         try:
             backend.release(parent_grant)  # the parent's: a no-op here
-            grant = backend.acquire_blocking(Demand(1, 500_000), 5.0)
+            grant = backend.acquire_blocking(Demand(1, FULL // 2), 5.0)
             leases = {x.pid for x in _leases(backend)}
             backend.release(grant)
             os.write(write, json.dumps(sorted(leases)).encode())
@@ -272,7 +298,7 @@ def test_status_shows_gpus_leases_and_the_queue(server: Server, clients: Clients
     assert (wait["position"], wait["pid"], wait["count"], wait["reserved"]) == (
         1, waiter.pid, 2, [0, 1],
     )  # fmt: skip
-    text = hwpool("status", "--socket", str(server.socket))  # the real command, once
+    text = hwpool_cmd("status", "--socket", str(server.socket))  # the real command, once
     assert text.returncode == 0
     assert f"#{lease['id']} root pid {holder.pid}: 0.5 of GPU 0" in text.stdout
     assert f"1. #{wait['id']} root pid {waiter.pid}: 2 whole GPUs, reserves GPU 0,1" in text.stdout
@@ -286,7 +312,7 @@ def test_cancel_revokes_a_lease_whose_release_becomes_a_no_op(
     lease_id = status(server)["leases"][0]["id"]  # type: ignore[index]
     mark = len(server.lines)
     with caplog.at_level(logging.WARNING, logger="hwpool"):
-        proc = hwpool("cancel", str(lease_id), "--socket", str(server.socket))  # the real one
+        proc = hwpool_cmd("cancel", str(lease_id), "--socket", str(server.socket))  # the real one
         assert proc.returncode == 0 and proc.stdout == f"cancelled #{lease_id}\n"
         server.wait_for(f"revoke #{lease_id}", mark)
         assert backend.snapshot().free == (1.0, 1.0)  # the status is answered after the notice

@@ -11,14 +11,15 @@ import os
 import signal
 from collections.abc import Callable
 
-from conftest import BOUND, ClientProc, Server, status_of
+from hostserver import BOUND, ClientProc, Server, status_of
 from hwpool._backends._unix import UnixBackend
+from hwpool._core._capacity import UNITS_PER_GPU
 from hwpool._core._scheduler import Demand
 from hwpool._server import _journal
 
 StartServer = Callable[..., Server]
 Clients = Callable[..., ClientProc]
-FULL = 1_000_000
+FULL = UNITS_PER_GPU
 
 
 status = status_of

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BOUND, ENV, Server, run_cli, running_server
+from hostserver import BOUND, ENV, Server, run_cli, running_server
 from hwpool._backends._unix import UnixBackend
+from hwpool._core._capacity import UNITS_PER_GPU
 from hwpool._core._scheduler import Demand
 
 StartServer = Callable[..., Server]
@@ -61,7 +62,7 @@ def still_serves(path: Path) -> None:
     """A well-behaved client can still acquire and release."""
     backend = UnixBackend(path)
     try:
-        grant = backend.acquire_blocking(Demand(1, 500_000), 5.0)
+        grant = backend.acquire_blocking(Demand(1, UNITS_PER_GPU // 2), 5.0)
         backend.release(grant)
         assert backend.snapshot().waiting == ()
     finally:
@@ -137,7 +138,7 @@ def test_an_idle_client_after_hello_is_left_alone(shared: Server) -> None:
         (b'{"req":1}', "bad_message"),
         (b'{"op":"acquire","req":1,"count":"1","units":5,"wait":true}', "bad_message"),
         (b'{"op":"acquire","req":1,"count":1,"units":5,"wait":1}', "bad_message"),
-        (b'{"op":"acquire","req":1,"count":9,"units":1000000,"wait":true}', "bad_request"),
+        (b'{"op":"acquire","req":1,"count":9,"units":1,"wait":true}', "bad_request"),
         (b'{"op":"release","req":1,"of":77}', "not_found"),
         (b'{"op":"cancel","req":1,"id":12345}', "not_found"),
     ],
@@ -156,7 +157,7 @@ def test_bad_requests_get_an_error_and_the_connection_goes_on(
 
 def test_a_client_cannot_touch_another_clients_lease(shared: Server) -> None:
     owner = welcomed(shared.socket)
-    owner.sendall(b'{"op":"acquire","req":1,"count":1,"units":1000000,"wait":true}\n')
+    owner.sendall(b'{"op":"acquire","req":1,"count":1,"units":1,"wait":true}\n')
     granted = one_reply(owner)
     assert granted["op"] == "granted"
     other = welcomed(shared.socket)

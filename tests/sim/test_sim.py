@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from hwpool._core._capacity import UNITS_PER_GPU, fraction_to_units
 from hwpool._sim._simulate import POLICIES, Outcome, lower_bound, percentile, simulate
-from hwpool._sim._trace import Task
+from hwpool._sim._trace import Task, load_trace
 
 
 def task(name: str, arrival: float, demand: float, duration: float) -> Task:
@@ -201,3 +201,13 @@ def test_every_policy_respects_capacity_and_arrivals(
                 for gpu in run.gpus:
                     used[gpu] += run.task.units
         assert max(used) <= UNITS_PER_GPU
+
+
+def test_progress_hears_the_tasks_started_about_every_percent() -> None:
+    tasks = load_trace("embedding")
+    heard: list[int] = []
+    plain = simulate(tasks, 4, "first-fit")
+    watched = simulate(tasks, 4, "first-fit", progress=heard.append)
+    assert watched == plain
+    assert heard == sorted(heard) and heard[-1] <= len(tasks)
+    assert 50 <= len(heard) <= 120

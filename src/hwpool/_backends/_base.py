@@ -35,9 +35,13 @@ class PoolSnapshot:
     free: tuple[float, ...]
     waiting: tuple[WaiterSnapshot, ...]
     granted: int
+    """Grants made (one per request, however many GPUs it holds)."""
     released: int
+    """Grants given back in full: ``granted - released`` grants are held now."""
     cancelled: int
+    """Requests withdrawn before their grant (cancelled, interrupted, their loop gone)."""
     timed_out: int
+    """Requests withdrawn when their timeout passed."""
 
 
 class Backend(Protocol):
@@ -46,6 +50,10 @@ class Backend(Protocol):
     A grant returned (or raised past) is owned by the caller until it is passed to
     ``release``. Cancellation, a timeout or KeyboardInterrupt while waiting must leave no
     trace: the request is withdrawn, or a grant that raced ahead is handed back.
+
+    The front calls ``acquire_now`` first and ``acquire``/``acquire_blocking`` only when it
+    returned None, so a backend needs no fast path of its own in those; the demand may have
+    become grantable meanwhile, and then they grant at once without queueing.
     """
 
     @property
@@ -62,11 +70,17 @@ class Backend(Protocol):
         ...
 
     def acquire_now(self, demand: Demand) -> Grant | None:
-        """Grant at once where that jumps no waiter, else None (never queues)."""
+        """Grant at once where that jumps no waiter, else None (never queues). This is the
+        hot path: no event loop lookup, no waiter object."""
         ...
 
     def release(self, grant: Grant) -> None:
-        """Give back everything ``grant`` holds. A grant is released once; again raises."""
+        """Give back ``grant``: one returned by an ``acquire*`` call, or a part of one (the same
+        ticket and units, a subset of its GPUs; the front releases ``acquire_full`` grants GPU
+        by GPU when its caller does). Each GPU of a grant is released once: again raises
+        ValueError, changing nothing. Safe to call after ``close()``. It may run inside a
+        finalizer (a lease's task collected by the GC), so it must not block on a lock its
+        own thread may hold."""
         ...
 
     def snapshot(self) -> PoolSnapshot:
@@ -74,5 +88,6 @@ class Backend(Protocol):
         ...
 
     def close(self) -> None:
-        """Stop serving: later calls raise ``hwpool.PoolClosedError``. Idempotent."""
+        """Stop serving: later ``acquire*`` calls raise ``hwpool.PoolClosedError``, and so do
+        the requests waiting now. Idempotent."""
         ...

@@ -43,7 +43,7 @@ from .._core._capacity import UNITS_PER_GPU, units_to_fraction
 from .._core._scheduler import Demand, Grant
 from .._errors import PoolClosedError, RevokedError
 from .._host._detect import GPUInfo
-from .._server._paths import socket_path
+from .._server._paths import SOCKET_VAR, socket_path
 from .._server._protocol import (
     Acquire,
     Busy,
@@ -67,10 +67,11 @@ from .._server._protocol import (
 from ._base import PoolSnapshot, WaiterSnapshot
 from ._wire import Wire
 
-__all__ = ["UnixBackend"]
+__all__ = ["SOCKET_VAR", "UnixBackend"]
 
 _log = logging.getLogger("hwpool")
 REPLY_TIMEOUT_S = 60.0  # a status or nowait reply that takes longer means the server hangs
+SNAPSHOT_TRIES = 5  # status round trips a snapshot makes at most to include its own writes
 CLOSE_TIMEOUT_S = 5.0  # how long close() waits for the server to confirm it freed everything
 
 
@@ -200,6 +201,7 @@ class UnixBackend:
         self._gpus: tuple[GPUInfo, ...] = ()
         self._readers: set[int] = set()  # idents of this backend's reader threads
         self._granted = self._released = self._cancelled = self._timed_out = 0
+        self._posted = 0  # messages queued for the server, ever (snapshots compare it)
         self._opened = _Opened()
         weakref.finalize(self, self._opened.close_all)
         self._open()
@@ -253,6 +255,7 @@ class UnixBackend:
         """In a section: queue ``message`` for the current connection (none: nothing to say)."""
         if self._wire is not None:
             self._outbox.append(encode(message))
+            self._posted += 1
 
     def _pump(self) -> None:
         """Send the outbox, unless this thread is sending already (then that send will)."""
@@ -617,13 +620,32 @@ class UnixBackend:
 
     # ----------------------------------------------------------------- the rest
     def snapshot(self) -> PoolSnapshot:
-        """The whole host's state, as the server sees it (one round trip)."""
+        """The host's capacity and queue as the server sees them, with this pool's own counters.
+
+        It reads this process's own writes: if, while the answer was on its way, this backend
+        sent something more (a withdraw in answer to a grant that came before the status, a
+        release from another thread), it asks again, a few times at most. After ``close()``
+        it asks over a connection of its own.
+        """
+        if self._closed:
+            return self._snapshot_once()
+        for _ in range(SNAPSHOT_TRIES):
+            reply, settled = self._status()
+            if settled:
+                break
+        with self._section():
+            counters = (self._granted, self._released, self._cancelled, self._timed_out)
+        return _snapshot(reply, counters)
+
+    def _status(self) -> tuple[StatusReply, bool]:
+        """One status round trip, and whether nothing else was sent after its request."""
         self._connected()
         call = _Call()
         with self._section():
             key = next(self._keys)
             self._calls[key] = call
             self._post(Status(key))
+            posted = self._posted
         if not call.event.wait(REPLY_TIMEOUT_S):
             with self._section():
                 self._calls.pop(key, None)
@@ -631,9 +653,18 @@ class UnixBackend:
         if call.error is not None:
             raise call.error
         assert isinstance(call.reply, StatusReply)
-        with self._section():
-            counters = (self._granted, self._released, self._cancelled, self._timed_out)
-        return _snapshot(call.reply, counters)
+        return call.reply, self._posted == posted
+
+    def _snapshot_once(self) -> PoolSnapshot:
+        wire = Wire(self._path)
+        try:
+            wire.send_bytes(encode(Status(1)))
+            reply = wire.read()
+        finally:
+            wire.shutdown()
+        if not isinstance(reply, StatusReply):
+            raise ConnectionError(f"unexpected reply to status from {str(self._path)!r}")
+        return _snapshot(reply, (self._granted, self._released, self._cancelled, self._timed_out))
 
     def close(self) -> None:
         """Say goodbye: the server gives back everything this process held or waited for

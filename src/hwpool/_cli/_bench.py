@@ -1,8 +1,10 @@
-"""``hwpool bench``: find the benchmark scripts of a source checkout and run them.
+"""``hwpool bench``: find the benchmark scripts and run them.
 
-Benchmarks live in ``bench/bench_*.py`` of a checkout, not in the wheel. Each module has a
-``main() -> str`` (or ``main(argv) -> str``, then called with ``[]``) that runs it and returns
-its table; what it prints is captured, and shown only where it is more than that table.
+The benchmarks are the ``bench/bench_*.py`` scripts of the source tree; the wheel ships them
+as ``hwpool/_cli/benchmarks`` (see ``force-include`` in pyproject.toml), so that whoever
+installed the package can measure their own machine. Each module has a ``main() -> str`` (or
+``main(argv) -> str``, then called with ``[]``) that runs it and returns its table; what it
+prints is captured, and shown only where it is more than that table.
 """
 
 from __future__ import annotations
@@ -15,7 +17,10 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-__all__ = ["BenchError", "find_bench_dir", "run_benchmarks"]
+__all__ = ["PACKAGED", "BenchError", "find_bench_dir", "run_benchmarks"]
+
+PACKAGED = "benchmarks"
+"""Where an installed wheel holds the benchmarks, beside this module."""
 
 
 class BenchError(RuntimeError):
@@ -23,17 +28,17 @@ class BenchError(RuntimeError):
 
 
 def find_bench_dir() -> Path:
-    """``./bench`` if it holds benchmarks, else the ``bench/`` of the checkout this runs from."""
-    here = Path(__file__).resolve().parents[3] / "bench"
-    candidates = list(dict.fromkeys([Path.cwd() / "bench", here]))
+    """The benchmarks installed with the package, else the ``bench/`` of the source checkout
+    this module runs from (an editable install)."""
+    here = Path(__file__).resolve()
+    candidates = [here.parent / PACKAGED, here.parents[3] / "bench"]
     for candidate in candidates:
         if any(candidate.glob("bench_*.py")):
             return candidate
     raise BenchError(
-        "no bench/ directory with bench_*.py found (looked in "
+        "no benchmarks found (looked in "
         + ", ".join(str(c) for c in candidates)
-        + "); the benchmarks ship with a source checkout of hwpool, not with the installed "
-        "package: run `hwpool bench` from the checkout or pass --dir"
+        + "); reinstall hwpool, or pass --dir with a folder of bench_*.py"
     )
 
 
@@ -71,6 +76,8 @@ def _run_one(script: Path) -> str:
         table, printed = _call_main(entry)
     except BenchError:
         raise
+    except ModuleNotFoundError as exc:  # numpy, threadpoolctl: the `bench` extra
+        raise BenchError(f"{script.name} needs {exc.name}: pip install 'hwpool[bench]'") from exc
     except Exception as exc:
         raise BenchError(f"{script.name} failed: {type(exc).__name__}: {exc}") from exc
     finally:

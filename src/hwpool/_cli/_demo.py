@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 from .._core._capacity import UNITS_PER_GPU, fraction_to_units
 from .._cpu._pool import CPUPool
-from .._gpu._pool import GPULease, GPUPool
+from .._gpu._lease import GPULease
+from .._gpu._pool import GPUPool
 from .._sim._simulate import TaskRun
 from .._sim._trace import Task
 

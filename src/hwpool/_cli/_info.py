@@ -13,6 +13,7 @@ from .._host._detect import GPUDetection, detect_gpus
 from .._host._sizing import effective_threads
 from .._host._topology import CPUTopology, cpu_topology
 from .._numa._place import file_page_nodes
+from ._text import plural
 
 __all__ = ["format_info", "gather"]
 
@@ -55,6 +56,7 @@ def _gpus_json(found: GPUDetection) -> dict[str, Any]:
         "count": found.count,
         "source": str(found.source),
         "detail": found.detail,
+        "nvidia_smi": found.nvidia_smi,
         "devices": [
             {
                 "index": gpu.index,
@@ -99,14 +101,14 @@ def _cpu_lines(cpus: dict[str, Any]) -> list[str]:
     lines = [
         f"CPUs: {cpus['usable']} usable (online {cpu_list(cpus['online'])}; "
         f"affinity {cpu_list(cpus['affinity'])}; "
-        f"cgroup quota {'none' if quota is None else f'{quota:g} CPUs'})",
+        f"cgroup quota {'none' if quota is None else plural(quota, 'CPU')})",
         f"  SMT: {f'{len(smt)} cores with siblings' if smt else 'off or absent'}",
         f"  big cores: {cpu_list(big) if big else 'none (homogeneous CPU)'}",
     ]
     lines += [f"  NUMA node {n['id']}: CPUs {cpu_list(n['cpus'])}" for n in cpus["numa_nodes"]]
     lines.append(
-        f"CPUPool.from_env(): team of {_plural(team, 'thread')}"
-        + (f" ({_plural(team - 1, 'worker')} + the caller)" if team > 1 else " (None: serial)")
+        f"CPUPool.from_env(): team of {plural(team, 'thread')}"
+        + (f" ({plural(team - 1, 'worker')} + the caller)" if team > 1 else " (None: serial)")
     )
     return lines
 
@@ -120,7 +122,3 @@ def cpu_list(cpus: list[int]) -> str:
         else:
             ranges.append(str(cpu))
     return ",".join(ranges) if ranges else "-"
-
-
-def _plural(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

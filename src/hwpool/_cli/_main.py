@@ -10,34 +10,62 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
-from .._host._sizing import effective_threads
+from .._check import int_from_text
 from .._sim import _simulate as _sim
 from .._sim import _trace
-from . import _bench, _demo, _host_cmds, _info, _plot, _report
+from .._version import __version__
+from . import _bench, _demo, _env, _host_cmds, _info, _plot, _report
 from ._progress import ProgressBar
+from ._text import plural
 
 __all__ = ["main"]
+
+
+MAX_GPUS = 4096
+"""The most GPUs ``simulate --gpus`` accepts (a bound, so that a typo cannot exhaust memory)."""
+MAX_SECONDS = 3600.0
+"""The longest ``demo --seconds`` accepts."""
+PROGRESS_DELAY = 0.5
+"""Seconds a simulation runs before its progress bar appears (on a terminal only)."""
 
 
 class UserError(Exception):
     """A mistake in the command line or its input: reported in one line, exit status 2."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the command's error contract: one line ``hwpool: error: ...``, exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        command = self.prog.removeprefix("hwpool").strip()
+        where = f"{command}: " if command else ""
+        self.exit(2, f"hwpool: error: {where}{one_line(message)} (see '{self.prog} --help')\n")
+
+
+def one_line(message: str) -> str:
+    """``message`` with every character that could break the line escaped (``\\n``, ...):
+    a file name may hold a newline, and the error contract is one line."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in message)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``hwpool`` command with ``argv`` (default: ``sys.argv[1:]``); return its status."""
     args = _parser().parse_args(argv)
     try:
+        _check_environment()
         status: int = args.run(args)
     except UserError as exc:
-        print(f"hwpool: error: {exc}", file=sys.stderr)
+        print(f"hwpool: error: {one_line(str(exc))}", file=sys.stderr)
         return 2
     except _bench.BenchError as exc:
-        print(f"hwpool: error: {exc}", file=sys.stderr)
+        print(f"hwpool: error: {one_line(str(exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("hwpool: interrupted", file=sys.stderr)
@@ -49,9 +77,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="hwpool", description="Share one machine's GPUs and CPU cores; see what it does."
     )
+    parser.add_argument("--version", action="version", version=f"hwpool {__version__}")
     commands = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
 
     info = commands.add_parser("info", help="what hwpool detects on this machine, and from where")
@@ -64,7 +93,7 @@ def _parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser("demo", help="run a mixed workload through a real GPUPool")
     demo.add_argument(
-        "--seconds", type=_positive_float, default=_demo.DEMO_SECONDS, metavar="S",
+        "--seconds", type=_seconds, default=_demo.DEMO_SECONDS, metavar="S",
         help=f"scale the workload to about S seconds (default {_demo.DEMO_SECONDS:g})",
     )  # fmt: skip
     demo.add_argument("--plot", metavar="FILE.png", help="also write a Gantt chart")
@@ -77,8 +106,9 @@ def _parser() -> argparse.ArgumentParser:
         f"example: {', '.join(_trace.EXAMPLE_TRACES)}",
     )  # fmt: skip
     sim.add_argument(
-        "--gpus", type=_positive_int, default=4, metavar="N", help="GPUs to simulate (default 4)"
-    )
+        "--gpus", type=_gpus, default=4, metavar="N",
+        help=f"GPUs to simulate, 1 to {MAX_GPUS} (default 4)",
+    )  # fmt: skip
     sim.add_argument(
         "--policy", type=_policies, default=["hwpool"], metavar="P[,P...]",
         help=f"policies to compare: {', '.join(_sim.POLICIES)}, or 'all' (default hwpool)",
@@ -96,19 +126,22 @@ def _parser() -> argparse.ArgumentParser:
 
 
 # ----------------------------------------------------------------- argument types
-def _positive_int(text: str) -> int:
-    if not text.strip().isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
-    return int(text)
+def _gpus(text: str) -> int:
+    try:
+        return int_from_text("--gpus", text, minimum=1, maximum=MAX_GPUS)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--gpus ")) from None
 
 
-def _positive_float(text: str) -> float:
+def _seconds(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        value = float("nan")
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
+        value = math.nan
+    if not 0 < value <= MAX_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"must be a number of seconds > 0 and <= {MAX_SECONDS:g}, got {text[:40]!r}"
+        )
     return value
 
 
@@ -123,6 +156,14 @@ def _policies(text: str) -> list[str]:
 
 
 # ----------------------------------------------------------------- commands
+def _check_environment() -> None:
+    """Every HWPOOL_* variable, parsed before any command does any work."""
+    try:
+        _env.check_environment(os.environ)
+    except ValueError as exc:  # the message names the variable and its value
+        raise UserError(str(exc)) from None
+
+
 def _cmd_info(args: argparse.Namespace) -> int:
     try:
         info = _info.gather(args.file)
@@ -130,7 +171,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from None
     except OSError as exc:
         raise UserError(f"--file: cannot read {exc.filename!r}: {exc.strerror}") from None
-    print(json.dumps(info, indent=2) if args.json else _info.format_info(info))
+    print(json.dumps(info, indent=2, allow_nan=False) if args.json else _info.format_info(info))
     return 0
 
 
@@ -138,30 +179,47 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     if args.plot is not None:
         _check_plot_target(args.plot)
     try:
-        tasks = _trace.load_trace(args.trace)
-        outcomes = [_sim.simulate(tasks, args.gpus, policy) for policy in args.policy]
+        tasks = _trace.load_trace(args.trace, max_gpus=args.gpus)
+        outcomes = _simulate_all(tasks, args.gpus, args.policy)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     if args.plot is not None:
-        _write_plot(outcomes, args.plot, f"{args.trace} on {args.gpus} GPUs")
+        _write_plot(outcomes, args.plot, f"{args.trace} on {plural(args.gpus, 'GPU')}")
     if args.json:
-        print(json.dumps(_report.outcomes_json(outcomes), indent=1))
+        print(json.dumps(_report.outcomes_json(outcomes), indent=1, allow_nan=False))
     else:
-        print(f"{args.trace}: {len(tasks)} tasks on {args.gpus} GPUs (virtual time)")
+        machine = plural(args.gpus, "GPU")
+        print(f"{args.trace}: {plural(len(tasks), 'task')} on {machine} (virtual time)")
         print(_report.format_table(outcomes))
     return 0
+
+
+def _simulate_all(
+    tasks: Sequence[_trace.Task], num_gpus: int, policies: Sequence[str]
+) -> list[_sim.Outcome]:
+    """Each policy in turn, with a progress bar on a terminal once it takes over half a second."""
+    total = len(tasks) * len(policies)
+    bar = ProgressBar(total, "tasks simulated", sys.stderr, delay=PROGRESS_DELAY)
+    outcomes = []
+    for index, policy in enumerate(policies):
+        base = index * len(tasks)
+
+        def advance(done: int, base: int = base) -> None:
+            bar.advance(base + done - bar.done)
+
+        outcomes.append(_sim.simulate(tasks, num_gpus, policy, progress=advance))
+        advance(len(tasks))
+    bar.close()
+    return outcomes
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     if args.plot is not None:
         _check_plot_target(args.plot)
-    try:
-        effective_threads()  # a malformed HWPOOL_THREADS fails here, before any output
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
     tasks = _demo.demo_workload(args.seconds)
     num_gpus = _demo.DEMO_GPUS
-    print(f"GPU stage: {len(tasks)} calls on a GPUPool of {num_gpus} logical GPUs, real time")
+    gpus = plural(num_gpus, "logical GPU")
+    print(f"GPU stage: {plural(len(tasks), 'call')} on a GPUPool of {gpus}, real time")
     sys.stdout.flush()
     bar = ProgressBar(len(tasks), "calls done", sys.stderr)
     runs = _demo.run_gpu_stage(tasks, num_gpus, bar.advance)
@@ -176,12 +234,13 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _demo_cpu_stage(rows: int) -> None:
-    print(f"\nCPU stage: {rows} rows of hashing (4 MiB each), serial, then on CPUPool.from_env()")
+    what = plural(rows, "row")
+    print(f"\nCPU stage: {what} of hashing (4 MiB each), serial, then on CPUPool.from_env()")
     sys.stdout.flush()
     stage = _demo.run_cpu_stage(rows)
     print(
-        f"  serial {stage.serial_s:.2f} s; team of {stage.team} threads {stage.pool_s:.2f} s: "
-        f"speed-up {stage.speedup:.2f}x over serial"
+        f"  serial {stage.serial_s:.2f} s; team of {plural(stage.team, 'thread')} "
+        f"{stage.pool_s:.2f} s: speed-up {stage.speedup:.2f}x over serial"
     )
 
 
@@ -195,20 +254,28 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 # ----------------------------------------------------------------- plotting
 def _check_plot_target(path: str) -> None:
-    """Fail before any work if the chart cannot be written: no matplotlib, no such folder."""
+    """Fail before any work if the chart cannot be written: no matplotlib, a format matplotlib
+    does not write (or no extension to name one), no such folder, a folder not writable."""
     try:
         _plot.require_matplotlib()
     except _plot.PlotUnavailableError as exc:
         raise UserError(f"--plot: {exc}") from None
     if Path(path).is_dir():
         raise UserError(f"--plot: {path!r} is a directory; give a file name such as chart.png")
+    try:
+        _plot.check_format(path)
+    except ValueError as exc:
+        raise UserError(f"--plot: {exc}") from None
     parent = Path(path).resolve().parent
     if not parent.is_dir():
         raise UserError(f"--plot: no such directory {str(parent)!r} for {path!r}")
+    if not os.access(parent, os.W_OK):
+        raise UserError(f"--plot: cannot write into {str(parent)!r}")
 
 
 def _write_plot(outcomes: Sequence[_sim.Outcome], path: str, title: str) -> None:
     try:
         _plot.plot_outcomes(outcomes, path, title)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RuntimeError) as exc:
         raise UserError(f"--plot: cannot write {path!r}: {exc}") from None
+    print(f"wrote {path}", file=sys.stderr)

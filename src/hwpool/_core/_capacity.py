@@ -1,6 +1,15 @@
 """Fixed-point GPU capacity: fractions of a GPU as integer units.
 
-Capacities are integers so that sums are exact: ten grants of 0.1 free exactly one GPU.
+Capacities are integers so that sums are exact. ``UNITS_PER_GPU`` is 2**6 * 3**2 * 5**6 * 7,
+so that the fractions people write are whole numbers of units: halves to tenths, twelfths,
+sixteenths, hundredths and every multiple of a millionth. Three leases of ``Fraction(1, 3)``
+fill a GPU exactly, and so do ten of ``0.1``.
+
+A demand is rounded *up* to whole units, so that demands which together exceed a GPU never
+share one (a GPU holds ten leases of ``Fraction(1, 11)``, not eleven: 11 does not divide
+``UNITS_PER_GPU``). A float is taken as the whole unit it is within float noise of (``0.1``
+is 0.1000000000000000055...: that noise is not a demand); exact numbers (``int``,
+``fractions.Fraction``) are rounded up exactly.
 """
 
 from __future__ import annotations
@@ -8,62 +17,36 @@ from __future__ import annotations
 import math
 import numbers
 
-__all__ = [
-    "UNITS_PER_GPU",
-    "check_count",
-    "check_timeout",
-    "fraction_to_units",
-    "units_to_fraction",
-]
+from .._check import check_real
 
-UNITS_PER_GPU = 1_000_000
-"""Capacity units in one whole GPU (a resolution of one millionth of a GPU)."""
+__all__ = ["UNITS_PER_GPU", "fraction_to_units", "units_to_fraction"]
 
+UNITS_PER_GPU = 63_000_000
+"""Capacity units in one whole GPU (2**6 * 3**2 * 5**6 * 7)."""
 
-def _check_real(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {value!r} ({type(value).__name__})")
-    number = float(value)
-    if math.isnan(number):
-        raise ValueError(f"{name} must not be NaN, got {value!r}")
-    return number
+_FLOAT_NOISE = 1e-6
+"""Units: a float within this of a whole unit is that unit (its error is under 1e-7 units)."""
 
 
 def fraction_to_units(fraction: object, name: str = "fraction") -> int:
-    """Convert a GPU fraction in (0, 1] to integer units, rejecting anything else.
+    """Convert a GPU fraction in (0, 1] to integer units, rounded up (at least one unit).
 
-    Raises TypeError for a bool or a non-number, ValueError for NaN, infinities,
-    values outside (0, 1] and values too small to represent (under half a unit).
+    Accepts what the numeric tower calls Real (``float``, ``int``, ``Fraction``, NumPy
+    numbers), but not ``bool`` and not ``Decimal`` (the tower does not count it as Real):
+    TypeError for those and for non-numbers, ValueError for NaN, infinities and values
+    outside (0, 1].
     """
-    number = _check_real(name, fraction)
+    number = check_real(name, fraction)
     if not 0.0 < number <= 1.0:
         raise ValueError(f"{name} must be in (0, 1], got {fraction!r}")
-    units = round(number * UNITS_PER_GPU)
-    if units < 1:
-        raise ValueError(f"{name} must be at least 1/{UNITS_PER_GPU} of a GPU, got {fraction!r}")
-    return units
+    if isinstance(fraction, numbers.Integral):
+        return UNITS_PER_GPU  # only 1 is in range
+    if isinstance(fraction, numbers.Rational):
+        numerator, denominator = int(fraction.numerator), int(fraction.denominator)
+        return -(-numerator * UNITS_PER_GPU // denominator)
+    return max(1, math.ceil(number * UNITS_PER_GPU - _FLOAT_NOISE))
 
 
 def units_to_fraction(units: int) -> float:
     """Convert integer units back to a fraction of a GPU (for display and snapshots)."""
     return units / UNITS_PER_GPU
-
-
-def check_count(count: object, num_gpus: int, name: str = "count") -> int:
-    """Validate a whole-GPU count: an int in [1, num_gpus]."""
-    if isinstance(count, bool) or not isinstance(count, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {count!r} ({type(count).__name__})")
-    value = int(count)
-    if not 1 <= value <= num_gpus:
-        raise ValueError(f"{name} must be between 1 and num_gpus={num_gpus}, got {value}")
-    return value
-
-
-def check_timeout(timeout: object) -> float | None:
-    """Validate a timeout in seconds: None (wait forever) or a finite number >= 0."""
-    if timeout is None:
-        return None
-    number = _check_real("timeout", timeout)
-    if not 0.0 <= number < math.inf:
-        raise ValueError(f"timeout must be None or a finite number >= 0, got {timeout!r}")
-    return number

@@ -23,11 +23,13 @@ gone, never two; reservations are disjoint and held only by waiters.
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from .._check import check_int
 from ._capacity import UNITS_PER_GPU
 
 __all__ = ["Demand", "Grant", "Scheduler", "Waiter"]
@@ -47,6 +49,10 @@ class Grant(NamedTuple):
     ticket: int
     gpus: tuple[int, ...]
     units: int
+
+
+# Grant((ticket, gpus, units)) without the Python frame of NamedTuple.__new__ (the hot path).
+_grant = functools.partial(tuple.__new__, Grant)
 
 
 class Waiter(NamedTuple):
@@ -173,15 +179,9 @@ class Scheduler:
     """
 
     def __init__(self, num_gpus: int, units_per_gpu: int = UNITS_PER_GPU) -> None:
-        if isinstance(num_gpus, bool) or not isinstance(num_gpus, int) or num_gpus < 1:
-            raise ValueError(f"num_gpus must be an int >= 1, got {num_gpus!r}")
-        if isinstance(units_per_gpu, bool) or not isinstance(units_per_gpu, int):
-            raise TypeError(f"units_per_gpu must be an int, got {units_per_gpu!r}")
-        if units_per_gpu < 1:
-            raise ValueError(f"units_per_gpu must be >= 1, got {units_per_gpu!r}")
-        self.num_gpus = num_gpus
-        self.units_per_gpu = units_per_gpu
-        self._free = [units_per_gpu] * num_gpus
+        self.num_gpus = check_int("num_gpus", num_gpus, minimum=1)
+        self.units_per_gpu = check_int("units_per_gpu", units_per_gpu, minimum=1)
+        self._free = [self.units_per_gpu] * self.num_gpus
         self._queue: dict[int, Demand] = {}
         self._reserved: dict[int, tuple[int, ...]] = {}
         self._fraction_index = _DemandIndex()  # units of waiting single-GPU demands
@@ -221,7 +221,7 @@ class Scheduler:
         Never queues and never jumps the queue: only GPUs that no waiter reserves are used.
         """
         gpus = self._take_new(demand)
-        return None if gpus is None else Grant(next(self._tickets), gpus, demand.units)
+        return None if gpus is None else _grant((next(self._tickets), gpus, demand.units))
 
     def submit(self, demand: Demand) -> tuple[int, Grant | None]:
         """Add a request; return its ticket and its grant if it was granted at once.
@@ -232,7 +232,7 @@ class Scheduler:
         ticket = next(self._tickets)
         gpus = self._take_new(demand)
         if gpus is not None:
-            return ticket, Grant(ticket, gpus, demand.units)
+            return ticket, _grant((ticket, gpus, demand.units))
         if not self._queue:
             self._tail.reset()
         self._queue[ticket] = demand
@@ -250,18 +250,18 @@ class Scheduler:
             and 0 <= gpu < self.num_gpus
             and type(units) is int
             and 0 < units <= self.units_per_gpu - free[gpu]
-        ):  # the checks again, slowly, for the error message
-            self._check_gpu(gpu)
-            self._check_release(gpu, units)
+        ):  # the checks again, slowly, for the error message (and NumPy ints made ints)
+            gpu = self._check_gpu(gpu)
+            units = self._check_release(gpu, units)
         free[gpu] += units
         return self._walk() if self._queue else []
 
     def release_many(self, releases: Iterable[tuple[int, int]]) -> list[Grant]:
         """Give back several ``(gpu, units)`` at once (all or nothing), then walk the queue once."""
         pending: dict[int, int] = {}
-        for gpu, units in releases:
-            self._check_gpu(gpu)
-            self._check_units(units)
+        for raw_gpu, raw_units in releases:
+            gpu = self._check_gpu(raw_gpu)
+            units = self._check_units(raw_units)
             pending[gpu] = pending.get(gpu, 0) + units
         for gpu, units in pending.items():
             self._check_release(gpu, units)
@@ -279,20 +279,19 @@ class Scheduler:
         return self._walk()
 
     # ----------------------------------------------------------------- internals
-    def _check_gpu(self, gpu: object) -> None:
-        if isinstance(gpu, bool) or not isinstance(gpu, int) or not 0 <= gpu < self.num_gpus:
-            raise ValueError(f"gpu_id must be an int in [0, {self.num_gpus}), got {gpu!r}")
+    def _check_gpu(self, gpu: object) -> int:
+        return check_int("gpu_id", gpu, minimum=0, maximum=self.num_gpus - 1)
 
     @staticmethod
-    def _check_units(units: object) -> None:
-        if isinstance(units, bool) or not isinstance(units, int) or units <= 0:
-            raise ValueError(f"units to release must be a positive int, got {units!r}")
+    def _check_units(units: object) -> int:
+        return check_int("units to release", units, minimum=1)
 
-    def _check_release(self, gpu: int, units: int) -> None:
-        self._check_units(units)
+    def _check_release(self, gpu: int, units: object) -> int:
+        number = self._check_units(units)
         held = self.units_per_gpu - self._free[gpu]
-        if units > held:
-            raise ValueError(f"cannot release {units} units on GPU {gpu}: only {held} held")
+        if number > held:
+            raise ValueError(f"cannot release {number} units on GPU {gpu}: only {held} held")
+        return number
 
     def _index_of(self, demand: Demand) -> _DemandIndex:
         return self._whole_index if demand.count > 1 else self._fraction_index
@@ -308,12 +307,16 @@ class Scheduler:
             return self._take_in(self._tail, count, units)
         free = self._free
         if count == 1:  # nobody waits: best fit over every GPU
-            best, best_free = -1, self.units_per_gpu + 1
-            for gpu, f in enumerate(free):
-                if units <= f < best_free:
-                    best, best_free = gpu, f
-            if best < 0:
-                return None
+            least = min(free)
+            if least >= units:  # every GPU fits: the least free, lowest index (all in C)
+                best = free.index(least)
+            else:
+                best, best_free = -1, self.units_per_gpu + 1
+                for gpu, f in enumerate(free):
+                    if units <= f < best_free:
+                        best, best_free = gpu, f
+                if best < 0:
+                    return None
             free[best] -= units
             return (best,)
         fitting = [gpu for gpu, f in enumerate(free) if f == self.units_per_gpu][:count]
@@ -393,7 +396,7 @@ class Scheduler:
             order.p = p
             taken = self._take_in(order, count, units)
             if taken is not None:
-                grants.append(Grant(ticket, taken, units))
+                grants.append(_grant((ticket, taken, units)))
                 continue
             chosen = order.reserve(count)
             p = order.p

@@ -1,185 +1,147 @@
-"""GPUPool: asyncio and blocking fronts over the pure scheduler core, plus leases.
+"""GPUPool: the one front (validation, leases, explicit acquire and release) over a backend.
 
-All state lives in the core and is touched only under one ``threading.Lock``. A waiter is told
-of its grant after the lock is dropped: an asyncio waiter through its own loop (directly when the
-granting thread runs that loop, else ``call_soon_threadsafe``), a blocking waiter through its
-own ``threading.Event``. A waiter that gives up (cancellation, timeout, KeyboardInterrupt)
-either withdraws its ticket or, if a grant raced ahead of it, hands the grant straight back.
+The front checks every argument, then asks its backend (``hwpool._backends``): first for a
+grant at once (``acquire_now``, the cheap path that needs no event loop and no waiter), and only
+if there is none for a place in the queue. The in-process backend is the default; the host
+server's client plugs in with ``GPUPool(backend=...)``.
+
+Explicit releases are tied to grants: the front keeps, per GPU, the grants its ``acquire*``
+calls handed out, and ``release(gpu, fraction)`` gives back one of those (a lease releases its
+own grant and is not among them).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import contextvars
-import threading
-import time
+import os
 from types import TracebackType
 
-from .._backends._base import PoolSnapshot, WaiterSnapshot
-from .._core._capacity import (
-    UNITS_PER_GPU,
-    check_count,
-    check_timeout,
-    fraction_to_units,
-    units_to_fraction,
-)
-from .._core._scheduler import Demand, Grant, Scheduler
+from .._backends._base import Backend, PoolSnapshot
+from .._backends._local import LocalBackend
+from .._backends._unix import SOCKET_VAR, UnixBackend
+from .._check import check_int, check_timeout
+from .._core._capacity import UNITS_PER_GPU, fraction_to_units, units_to_fraction
+from .._core._scheduler import Demand, Grant
 from .._errors import WouldBlock
-from .._host._detect import detect_gpus
+from .._host._detect import GPUInfo, detect_gpus
+from ._lease import GPULease
 
-__all__ = ["GPULease", "GPUPool", "PoolSnapshot", "WaiterSnapshot", "current_gpus"]
-
-_current: contextvars.ContextVar[tuple[int, ...]] = contextvars.ContextVar(
-    "hwpool_current_gpus", default=()
-)
-
-
-def current_gpus() -> list[int]:
-    """The GPUs of the innermost lease entered in this context (``[]`` outside any lease)."""
-    return list(_current.get())
-
-
-class _Waiter:
-    """A parked request. Under the pool lock, ``grant`` is set when the core grants it, and
-    ``returned`` when that grant went back to the pool undelivered (its event loop had closed).
-    """
-
-    __slots__ = ("event", "future", "grant", "loop", "returned", "since", "ticket")
-
-    def __init__(self, ticket: int, since: float, loop: asyncio.AbstractEventLoop | None) -> None:
-        self.ticket = ticket
-        self.since = since
-        self.loop = loop
-        self.future: asyncio.Future[None] | None = None
-        self.event: threading.Event | None = None
-        if loop is None:
-            self.event = threading.Event()
-        else:
-            self.future = loop.create_future()
-        self.grant: Grant | None = None
-        self.returned = False
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
+__all__ = ["GPUPool"]
 
 
 class GPUPool:
     """Fractional and whole-GPU leases for any number of asyncio tasks and threads.
 
     ``GPUPool(num_gpus)`` manages ``num_gpus`` logical GPUs; ``GPUPool()`` detects them with
-    :func:`hwpool.detect_gpus` (one logical GPU when none is found, so GPU code runs anywhere).
-    Requests are served by one FIFO queue with reservations, best fit and backfill (see the
-    scheduler core); cancelling or timing out a waiter never leaks capacity.
+    :func:`hwpool.detect_gpus` (one logical GPU when none is found, so GPU code runs anywhere),
+    or, when ``HWPOOL_SOCKET`` is set, is the host server's pool there (see ``hwpool.connect``).
+    ``GPUPool(backend=b)`` is the same front over another backend (e.g. the host server's
+    client). Requests are served by one FIFO queue with reservations, best fit and backfill
+    (see the scheduler core); cancelling or timing out a waiter never leaks capacity.
     """
 
-    def __init__(self, num_gpus: int | None = None) -> None:
-        if num_gpus is None:
-            num_gpus = max(1, detect_gpus().count)
-        elif isinstance(num_gpus, bool) or not isinstance(num_gpus, int):
-            raise TypeError(f"num_gpus must be an int or None, got {num_gpus!r}")
-        elif num_gpus < 1:
-            raise ValueError(f"num_gpus must be >= 1, got {num_gpus}")
-        self._core = Scheduler(num_gpus)
-        self._lock = threading.Lock()
-        self._waiters: dict[int, _Waiter] = {}
-        self._granted = self._released = self._cancelled = self._timed_out = 0
+    def __init__(self, num_gpus: int | None = None, *, backend: Backend | None = None) -> None:
+        if backend is None and num_gpus is None and os.environ.get(SOCKET_VAR):
+            backend = UnixBackend()  # the host-wide queue, with no change to the code
+        elif backend is None:
+            backend = LocalBackend(_pool_gpus(num_gpus))
+        elif num_gpus is not None:
+            raise TypeError(f"give num_gpus or backend, not both (num_gpus={num_gpus!r})")
+        self._backend = backend
+        self._gpus = backend.gpus
+        self._num_gpus = len(self._gpus)
+        self._acquire_now = backend.acquire_now  # the hot paths, looked up once
+        self._release = backend.release
+        # Per GPU, the grants of acquire* calls not yet released (list ops are atomic).
+        self._held: list[list[Grant]] = [[] for _ in range(self._num_gpus)]
 
     def __repr__(self) -> str:
-        return f"GPUPool(num_gpus={self.num_gpus})"
+        return f"GPUPool(num_gpus={self._num_gpus})"
 
     @property
     def num_gpus(self) -> int:
         """The number of logical GPUs this pool shares out."""
-        return self._core.num_gpus
+        return self._num_gpus
 
-    # ----------------------------------------------------------------- demands
-    def _whole_demand(self, count: int) -> Demand:
-        return Demand(check_count(count, self.num_gpus), UNITS_PER_GPU)
+    @property
+    def gpus(self) -> tuple[GPUInfo, ...]:
+        """What is known of each logical GPU, in index order: ``device_id`` (for
+        ``CUDA_VISIBLE_DEVICES``), ``uuid`` and ``memory_mib`` where detection found them."""
+        return self._gpus
 
-    def _submit(self, demand: Demand, loop: asyncio.AbstractEventLoop | None) -> Grant | _Waiter:
-        """Under the lock: grant ``demand`` now, or park a waiter for it (asyncio if ``loop``)."""
-        with self._lock:
-            ticket, grant = self._core.submit(demand)
-            if grant is not None:
-                self._granted += 1
-                return grant
-            waiter = _Waiter(ticket, time.monotonic(), loop)
-            self._waiters[ticket] = waiter
-            return waiter
+    # ----------------------------------------------------------------- lifetime
+    def close(self) -> None:
+        """Stop granting: later ``acquire*`` calls and the requests waiting now raise
+        :class:`hwpool.PoolClosedError`. Releasing what is still held stays allowed. Idempotent."""
+        self._backend.close()
+
+    def __enter__(self) -> GPUPool:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
 
     # ----------------------------------------------------------------- async
     async def acquire(self, fraction: float = 1.0, *, timeout: float | None = None) -> int:
         """Wait for ``fraction`` (0 < fraction <= 1) of one GPU; return the GPU's index.
 
-        Raises TimeoutError after ``timeout`` seconds; release with ``release(gpu, fraction)``.
+        Raises TimeoutError after ``timeout`` seconds; give it back with
+        ``release(gpu, fraction)``.
         """
-        demand = _fraction_demand(fraction)
+        last = _LAST
+        demand = last[1] if fraction is last[0] else _fraction_demand(fraction)
         if timeout is not None:
             timeout = check_timeout(timeout)
-        got = self._submit(demand, asyncio.get_running_loop())
-        if isinstance(got, _Waiter):
-            got = await self._wait_async(got, timeout)
-        return got.gpus[0]
+        grant = self._acquire_now(demand)
+        if grant is None:
+            grant = await self._backend.acquire(demand, timeout)
+        gpu = grant.gpus[0]
+        self._held[gpu].append(grant)
+        return gpu
 
     async def acquire_full(self, count: int, *, timeout: float | None = None) -> list[int]:
-        """Wait for ``count`` completely free GPUs, granted together; return their indices."""
+        """Wait for ``count`` completely free GPUs, granted together; return their indices.
+
+        Give each back with ``release(gpu)``.
+        """
         demand = self._whole_demand(count)
-        return list((await self._acquire_async(demand, check_timeout(timeout))).gpus)
-
-    async def _acquire_async(self, demand: Demand, timeout: float | None) -> Grant:
-        got = self._submit(demand, asyncio.get_running_loop())
-        return got if isinstance(got, Grant) else await self._wait_async(got, timeout)
-
-    async def _wait_async(self, waiter: _Waiter, timeout: float | None) -> Grant:
-        assert waiter.future is not None
-        try:
-            if timeout is None:
-                await waiter.future
-            else:
-                async with asyncio.timeout(timeout):
-                    await waiter.future
-        except BaseException as exc:
-            self._abandon(waiter, timed_out=isinstance(exc, TimeoutError))
-            raise
-        assert waiter.grant is not None
-        return waiter.grant
+        timeout = check_timeout(timeout)
+        grant = self._acquire_now(demand)
+        if grant is None:
+            grant = await self._backend.acquire(demand, timeout)
+        return self._keep(grant)
 
     # ----------------------------------------------------------------- blocking
     def acquire_blocking(self, fraction: float = 1.0, *, timeout: float | None = None) -> int:
-        """Like :meth:`acquire`, for threads: block until granted or ``timeout`` passes."""
+        """Like :meth:`acquire`, for threads: block until granted or ``timeout`` passes.
+
+        Raises RuntimeError in a thread that runs an event loop (it would freeze the loop,
+        and deadlock if the holder is a task on it): use ``await pool.acquire()`` there.
+        """
         demand = _fraction_demand(fraction)
-        return self._acquire_blocking(demand, check_timeout(timeout)).gpus[0]
+        grant = self._take_blocking(demand, check_timeout(timeout), "acquire_blocking()")
+        return self._keep(grant)[0]
 
     def acquire_full_blocking(self, count: int, *, timeout: float | None = None) -> list[int]:
-        """Like :meth:`acquire_full`, for threads."""
+        """Like :meth:`acquire_full`, for threads (RuntimeError on an event loop's thread)."""
         demand = self._whole_demand(count)
-        return list(self._acquire_blocking(demand, check_timeout(timeout)).gpus)
+        grant = self._take_blocking(demand, check_timeout(timeout), "acquire_full_blocking()")
+        return self._keep(grant)
 
-    def _acquire_blocking(self, demand: Demand, timeout: float | None) -> Grant:
-        waiter = self._submit(demand, None)
-        if isinstance(waiter, Grant):
-            return waiter
-        assert waiter.event is not None
-        try:
-            woken = waiter.event.wait(timeout)
-        except BaseException:
-            self._abandon(waiter, timed_out=False)
-            raise
-        if not woken:
-            with self._lock:
-                withdrawn = waiter.grant is None  # else a grant won the race: keep it
-                if withdrawn:
-                    del self._waiters[waiter.ticket]
-                    self._timed_out += 1
-                    others = self._collect(self._core.cancel(waiter.ticket))
-            if withdrawn:
-                self._wake(others)
-                raise TimeoutError(f"no GPU capacity granted within timeout={timeout}s")
-        assert waiter.grant is not None
-        return waiter.grant
+    def _take_blocking(self, demand: Demand, timeout: float | None, what: str) -> Grant:
+        if asyncio._get_running_loop() is not None:
+            raise RuntimeError(
+                f"{what} called in a thread that runs an event loop: it would block the loop "
+                "(and never return if a task of this loop holds the GPUs); use "
+                "'await pool.acquire()' or 'async with pool.lease()' there"
+            )
+        grant = self._acquire_now(demand)
+        return grant if grant is not None else self._backend.acquire_blocking(demand, timeout)
 
     # ----------------------------------------------------------------- nowait
     def acquire_nowait(self, fraction: float = 1.0) -> int:
@@ -187,45 +149,81 @@ class GPUPool:
 
         Never jumps the queue: granted only on GPUs no waiter reserves.
         """
-        return self._acquire_nowait(_fraction_demand(fraction)).gpus[0]
+        return self._keep(self._take_now(_fraction_demand(fraction)))[0]
 
     def acquire_full_nowait(self, count: int) -> list[int]:
         """Take ``count`` whole GPUs now, or raise :class:`hwpool.WouldBlock`."""
-        return list(self._acquire_nowait(self._whole_demand(count)).gpus)
+        return self._keep(self._take_now(self._whole_demand(count)))
 
-    def _acquire_nowait(self, demand: Demand) -> Grant:
-        with self._lock:
-            grant = self._core.grant_now(demand)
-            if grant is None:
-                raise WouldBlock(f"no GPU can take {_describe(demand)} without waiting")
-            self._granted += 1
-            return grant
+    def _take_now(self, demand: Demand) -> Grant:
+        grant = self._acquire_now(demand)
+        if grant is None:
+            raise WouldBlock(f"no GPU can take {_describe(demand)} without waiting")
+        return grant
 
     # ----------------------------------------------------------------- release
     def release(self, gpu_id: int, fraction: float = 1.0) -> None:
-        """Give back ``fraction`` of GPU ``gpu_id`` (for whole GPUs: 1.0 on each of them).
+        """Give back a grant of ``fraction`` on GPU ``gpu_id`` from this pool's ``acquire*``
+        calls (for ``acquire_full``: ``release(gpu)`` for each of its GPUs).
 
-        Raises ValueError, changing nothing, for an unknown GPU or more than is held on it.
+        Raises ValueError, changing nothing, when no such grant is held: released already,
+        held by a lease (a lease releases itself), or never granted. TypeError for a wrong type.
         """
-        units = _fraction_demand(fraction).units
-        with self._lock:
-            grants = self._core.release(gpu_id, units)
-            self._released += 1
-            woken = self._collect(grants) if grants else None
-        if woken:
-            self._wake(woken)
+        last = _LAST
+        units = (last[1] if fraction is last[0] else _fraction_demand(fraction)).units
+        if type(gpu_id) is not int or not 0 <= gpu_id < self._num_gpus:
+            gpu_id = check_int("gpu_id", gpu_id, minimum=0, maximum=self._num_gpus - 1)
+        held = self._held[gpu_id]
+        try:
+            grant: Grant | None = held[-1]  # the common case: the grant was kept last
+        except IndexError:
+            grant = None
+        if grant is None or grant.units != units:
+            grant = self._forget(held, units)
+        else:
+            try:
+                held.remove(grant)
+            except ValueError:  # another thread released it meanwhile
+                grant = self._forget(held, units)
+        if grant is None:
+            raise ValueError(
+                f"gpu_id={gpu_id}, fraction={fraction!r}: this pool's acquire calls hold no "
+                f"grant of {units_to_fraction(units)} on GPU {gpu_id} (released already, or "
+                "held by a lease, which releases itself)"
+            )
+        self._release(grant)
 
-    def _release_grant(self, grant: Grant) -> None:
-        """Give back ``grant.units`` on each of ``grant.gpus`` (all or nothing)."""
-        with self._lock:
-            if len(grant.gpus) == 1:
-                grants = self._core.release(grant.gpus[0], grant.units)
+    def _keep(self, grant: Grant) -> list[int]:
+        """Remember ``grant`` for ``release``, GPU by GPU; return its GPUs.
+
+        A grant of several GPUs is kept as one part per GPU (the same ticket and units), since
+        each is released on its own.
+        """
+        gpus = grant.gpus
+        if len(gpus) == 1:
+            self._held[gpus[0]].append(grant)
+        else:
+            for gpu in gpus:
+                self._held[gpu].append(Grant(grant.ticket, (gpu,), grant.units))
+        return list(gpus)
+
+    @staticmethod
+    def _forget(held: list[Grant], units: int) -> Grant | None:
+        """Take the oldest kept grant of ``units`` in ``held`` off the books (None: none is).
+
+        Other threads may change the list meanwhile: scan a copy, remove by identity, retry.
+        """
+        while True:
+            for grant in tuple(held):
+                if grant.units == units:
+                    break
             else:
-                grants = self._core.release_many([(g, grant.units) for g in grant.gpus])
-            self._released += len(grant.gpus)
-            woken = self._collect(grants) if grants else None
-        if woken:
-            self._wake(woken)
+                return None
+            try:
+                held.remove(grant)
+            except ValueError:  # another thread released it first: look again
+                continue
+            return grant
 
     # ----------------------------------------------------------------- leases
     def lease(self, fraction: float = 1.0, *, timeout: float | None = None) -> GPULease:
@@ -239,96 +237,43 @@ class GPUPool:
     # ----------------------------------------------------------------- introspection
     def snapshot(self) -> PoolSnapshot:
         """Free capacity per GPU, the waiting queue and the counters, taken atomically."""
-        now = time.monotonic()
-        with self._lock:
-            waiting = tuple(
-                WaiterSnapshot(
-                    w.demand.count,
-                    units_to_fraction(w.demand.units),
-                    w.reserved,
-                    now - self._waiters[w.ticket].since,
-                )
-                for w in self._core.waiters()
-            )
-            return PoolSnapshot(
-                num_gpus=self.num_gpus,
-                free=tuple(units_to_fraction(u) for u in self._core.free),
-                waiting=waiting,
-                granted=self._granted,
-                released=self._released,
-                cancelled=self._cancelled,
-                timed_out=self._timed_out,
-            )
+        return self._backend.snapshot()
 
-    # ----------------------------------------------------------------- waking
-    def _collect(self, grants: list[Grant]) -> list[_Waiter]:
-        """Under the lock: hand each grant to its waiter, to be woken by ``_wake``."""
-        woken = []
-        for grant in grants:
-            waiter = self._waiters.pop(grant.ticket)
-            waiter.grant = grant
-            woken.append(waiter)
-        self._granted += len(grants)
-        return woken
-
-    def _wake(self, waiters: list[_Waiter]) -> None:
-        """Outside the lock: wake ``waiters``; give back grants whose loop has closed."""
-        if not waiters:
-            return
-        try:
-            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        undeliverable: list[_Waiter] = []
-        for waiter in waiters:
-            if waiter.event is not None:
-                waiter.event.set()
-                continue
-            assert waiter.future is not None and waiter.loop is not None
-            if waiter.loop is running:
-                _resolve(waiter.future)
-                continue
-            try:
-                waiter.loop.call_soon_threadsafe(_resolve, waiter.future)
-            except RuntimeError:  # its loop is closed: nobody will ever take this grant
-                undeliverable.append(waiter)
-        for waiter in undeliverable:
-            self._abandon(waiter, timed_out=False, counted=False)
-
-    def _abandon(self, waiter: _Waiter, *, timed_out: bool, counted: bool = True) -> None:
-        """A waiter gave up: withdraw its ticket, or give back the grant that raced ahead.
-
-        Safe to call twice for one waiter (a grant is given back once, whoever notices first).
-        """
-        grants: list[Grant] = []
-        with self._lock:
-            if waiter.grant is None:
-                grants = self._core.cancel(waiter.ticket)
-                del self._waiters[waiter.ticket]
-            elif not waiter.returned:
-                waiter.returned = True
-                grant = waiter.grant
-                grants = self._core.release_many([(g, grant.units) for g in grant.gpus])
-            if counted and timed_out:
-                self._timed_out += 1
-            elif counted:
-                self._cancelled += 1
-            woken = self._collect(grants)
-        self._wake(woken)
+    # ----------------------------------------------------------------- demands
+    def _whole_demand(self, count: int) -> Demand:
+        number = check_int(
+            "count", count, minimum=1, maximum=self._num_gpus, maximum_name="num_gpus"
+        )
+        return Demand(number, UNITS_PER_GPU)
 
 
-_DEMANDS: dict[float, Demand] = {}  # validated float fractions, the common case, memoised
+def _pool_gpus(num_gpus: object) -> tuple[GPUInfo, ...]:
+    """The GPUs of a local pool: ``num_gpus`` logical ones, or what detection finds (one
+    logical GPU when it finds none)."""
+    if num_gpus is None:
+        return detect_gpus().gpus or (GPUInfo(0, "0"),)
+    count = check_int("num_gpus", num_gpus, minimum=1)
+    return tuple(GPUInfo(i, str(i)) for i in range(count))
 
 
-def _fraction_demand(fraction: float) -> Demand:
+# Validated float fractions, the common case, memoised as (fraction, demand) entries.
+_DEMANDS: dict[float, tuple[float, Demand]] = {}
+_LAST: tuple[object, Demand] = (1.0, Demand(1, UNITS_PER_GPU))
+"""The entry of the float last validated: the hot paths test ``fraction is _LAST[0]`` (a
+literal such as ``0.5`` is one object, and a float never changes), skipping the dict."""
+
+
+def _fraction_demand(fraction: object) -> Demand:
     """The single-GPU demand for ``fraction``, validated (see ``fraction_to_units``)."""
+    global _LAST
     if type(fraction) is float:
-        demand = _DEMANDS.get(fraction)
-        if demand is None:
-            demand = Demand(1, fraction_to_units(fraction))
+        entry = _DEMANDS.get(fraction)
+        if entry is None:
+            entry = (fraction, Demand(1, fraction_to_units(fraction)))
             if len(_DEMANDS) < 4096:
-                _DEMANDS[fraction] = demand
-        return demand
+                _DEMANDS[fraction] = entry
+        _LAST = entry
+        return entry[1]
     return Demand(1, fraction_to_units(fraction))
 
 
@@ -336,79 +281,3 @@ def _describe(demand: Demand) -> str:
     if demand.count > 1:
         return f"{demand.count} whole GPUs"
     return f"fraction={units_to_fraction(demand.units)}"
-
-
-class GPULease:
-    """Holds GPUs from a :class:`GPUPool` for the body of an ``async with`` or ``with`` block.
-
-    ``.gpus`` lists the GPUs held (empty until entered), ``.fraction`` the share of each.
-    Inside the block :func:`hwpool.current_gpus` returns ``.gpus``. A lease is entered once and
-    releases exactly what it holds, once, when the block ends (also on error or cancellation).
-    """
-
-    __slots__ = ("_demand", "_grant", "_pool", "_timeout", "_token", "_used")
-
-    def __init__(self, pool: GPUPool, demand: Demand, timeout: float | None) -> None:
-        self._pool = pool
-        self._demand = demand
-        self._timeout = timeout
-        self._grant: Grant | None = None
-        self._token: contextvars.Token[tuple[int, ...]] | None = None
-        self._used = False
-
-    def __repr__(self) -> str:
-        return f"GPULease(gpus={self.gpus}, fraction={self.fraction})"
-
-    @property
-    def gpus(self) -> list[int]:
-        """The GPUs held (empty before the lease is entered and after it is released)."""
-        return [] if self._grant is None else list(self._grant.gpus)
-
-    @property
-    def fraction(self) -> float:
-        """The share of each leased GPU (1.0 for whole GPUs)."""
-        return units_to_fraction(self._demand.units)
-
-    def _start(self) -> None:
-        if self._used:
-            raise RuntimeError("a GPULease can be entered only once; ask the pool for a new one")
-        self._used = True
-
-    def _enter(self, grant: Grant) -> list[int]:
-        self._grant = grant
-        self._token = _current.set(grant.gpus)
-        return list(grant.gpus)
-
-    def _exit(self) -> None:
-        grant, self._grant = self._grant, None
-        if self._token is not None:
-            token, self._token = self._token, None
-            # Exited in another context than it was entered in: nothing there to restore.
-            with contextlib.suppress(ValueError):
-                _current.reset(token)
-        if grant is not None:
-            self._pool._release_grant(grant)
-
-    async def __aenter__(self) -> list[int]:
-        self._start()
-        return self._enter(await self._pool._acquire_async(self._demand, self._timeout))
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._exit()
-
-    def __enter__(self) -> list[int]:
-        self._start()
-        return self._enter(self._pool._acquire_blocking(self._demand, self._timeout))
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._exit()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -127,9 +127,16 @@ class Outcome:
     classes: tuple[ClassStats, ...]
 
 
-def simulate(tasks: Sequence[Task], num_gpus: int, policy: str = "hwpool") -> Outcome:
+def simulate(
+    tasks: Sequence[Task],
+    num_gpus: int,
+    policy: str = "hwpool",
+    *,
+    progress: Callable[[int], None] | None = None,
+) -> Outcome:
     """Replay ``tasks`` on ``num_gpus`` GPUs under ``policy`` in virtual time.
 
+    ``progress``, if given, hears the number of tasks started so far, about every 1% of them.
     Raises ValueError, naming the task, for a task that needs more GPUs than there are.
     """
     rule = make_policy(policy, num_gpus)
@@ -139,6 +146,8 @@ def simulate(tasks: Sequence[Task], num_gpus: int, policy: str = "hwpool") -> Ou
     events = [(task.arrival, _ARRIVAL, i) for i, task in enumerate(tasks)]
     heapq.heapify(events)
     started: dict[int, tuple[float, tuple[int, ...]]] = {}
+    step = max(1, len(tasks) // 100)
+    report = step if progress is not None else len(tasks) + 1
     while events:
         now, kind, index = heapq.heappop(events)
         if kind == _ARRIVAL:
@@ -149,6 +158,9 @@ def simulate(tasks: Sequence[Task], num_gpus: int, policy: str = "hwpool") -> Ou
         for begun, gpus in starts:
             started[begun] = (now, gpus)
             heapq.heappush(events, (now + tasks[begun].duration, _COMPLETION, begun))
+        if len(started) >= report and progress is not None:
+            progress(len(started))
+            report = len(started) + step
     if len(started) != len(tasks):
         raise RuntimeError(f"policy {policy!r} left {len(tasks) - len(started)} tasks unstarted")
     runs = [

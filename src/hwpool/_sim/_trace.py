@@ -3,36 +3,47 @@
 A task has ``arrival`` (seconds, >= 0), ``demand`` and ``duration`` (seconds, > 0), and an
 optional ``name``. The demand is one number read by a single rule: a number in (0, 1] is a
 fraction of one GPU (``1`` is one whole GPU), an integer >= 2 is a count of whole GPUs; anything
-else (0, negatives, 1.5) is an error. JSON Lines: one object per line. CSV: a header line naming
-the columns, in any order. In both, blank lines and lines starting with ``#`` are skipped.
+else (0, negatives, 1.5) is an error. JSON Lines: one object per line, numbers as JSON numbers
+(``"0.5"`` is refused, as the API refuses a string). CSV: a header line naming the columns, in
+any order. In both, blank lines and lines starting with ``#`` are skipped, a UTF-8 byte order
+mark is ignored, and an unknown or repeated field is an error. What ``hwpool simulate --json``
+writes is a trace too (its tasks are read back; how they ran is ignored).
 
-Parsing is all or nothing: the first bad line raises :class:`TraceError` naming the line number
-and the field, before anything is simulated or printed.
+Parsing is all or nothing: the first bad line raises :class:`TraceError` naming the file, the
+line number and the field, before anything is simulated or printed.
 """
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import math
-from collections.abc import Iterator, Mapping
+import os
+import re
+import stat
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 from .._core._capacity import UNITS_PER_GPU, fraction_to_units
+from ._rows import TraceError, csv_rows, json_rows, lines, show
 
-__all__ = ["EXAMPLE_TRACES", "Task", "TraceError", "example_trace", "load_trace", "parse_trace"]
+__all__ = [
+    "EXAMPLE_TRACES",
+    "MAX_SECONDS",
+    "Task",
+    "TraceError",
+    "example_trace",
+    "load_trace",
+    "parse_trace",
+]
 
-FIELDS = ("arrival", "demand", "duration", "name")
-REQUIRED = FIELDS[:3]
+REQUIRED = ("arrival", "demand", "duration")
+MAX_SECONDS = 1e12
+"""The largest arrival or duration, in seconds (about 31,700 years): it keeps every time and
+every sum of times the simulator computes finite and exact to well under a millisecond."""
+_CSV_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 EXAMPLE_TRACES = {"embedding": "embedding-service.jsonl", "batch": "bursty-batch.csv"}
 """Bundled example traces: short name -> file under ``hwpool/traces``."""
-
-
-class TraceError(ValueError):
-    """A trace that cannot be read; the message names the line and the field."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,24 +81,50 @@ def example_trace(name: str) -> str:
     )
 
 
-def load_trace(source: str) -> list[Task]:
+def load_trace(source: str, *, max_gpus: int | None = None) -> list[Task]:
     """Read a trace from a file path or, if no such file exists, a bundled example name.
 
-    Raises TraceError for a missing file or a malformed line.
+    ``max_gpus``: a task that needs more GPUs is an error naming its line. Raises TraceError
+    for a file that is missing, a directory, unreadable or not UTF-8, and for a bad line.
     """
-    path = Path(source)
-    if path.is_file():
-        try:
-            text = path.read_text("utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise TraceError(f"{source}: cannot read: {exc}") from None
-        return parse_trace(text, fmt=_format_of(path, text), origin=source)
+    text = _read_file(source)
+    if text is not None:
+        return parse_trace(
+            text, fmt=_format_of(Path(source), text), origin=source, max_gpus=max_gpus
+        )
     if source in EXAMPLE_TRACES:
         text = example_trace(source)
-        return parse_trace(text, fmt=_format_of(Path(EXAMPLE_TRACES[source]), text), origin=source)
+        fmt = _format_of(Path(EXAMPLE_TRACES[source]), text)
+        return parse_trace(text, fmt=fmt, origin=source, max_gpus=max_gpus)
     raise TraceError(
         f"trace {source!r}: no such file, and not an example ({', '.join(EXAMPLE_TRACES)})"
     )
+
+
+def _read_file(source: str) -> str | None:
+    """The text of the regular file ``source``; None when there is no such file."""
+    try:
+        info = os.stat(source)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the name
+        raise TraceError(f"trace {source!r}: cannot read: {_reason(exc)}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise TraceError(f"{source}: is a directory; give a trace file (JSON Lines or CSV)")
+    if not stat.S_ISREG(info.st_mode):
+        raise TraceError(f"{source}: not a regular file")
+    try:
+        data = Path(source).read_bytes()
+    except OSError as exc:
+        raise TraceError(f"{source}: cannot read: {_reason(exc)}") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"{source}: not UTF-8 text (byte {exc.start} is not valid)") from None
+
+
+def _reason(exc: Exception) -> str:
+    return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
 
 
 def _format_of(path: Path, text: str) -> str:
@@ -97,99 +134,86 @@ def _format_of(path: Path, text: str) -> str:
         return "csv"
     if suffix in (".jsonl", ".ndjson", ".json"):
         return "jsonl"
-    first = next((line.strip() for line in text.splitlines() if _meaningful(line)), "")
+    first = next((line.strip() for _, line in lines(text.removeprefix("\ufeff"))), "")
     return "jsonl" if first.startswith("{") else "csv"
 
 
-def _meaningful(line: str) -> bool:
-    stripped = line.strip()
-    return bool(stripped) and not stripped.startswith("#")
-
-
-def parse_trace(text: str, *, fmt: str, origin: str = "trace") -> list[Task]:
+def parse_trace(
+    text: str, *, fmt: str, origin: str = "trace", max_gpus: int | None = None
+) -> list[Task]:
     """Parse a whole trace (``fmt`` is 'jsonl' or 'csv'); tasks come back sorted by arrival.
 
-    Ties keep the file order. Raises TraceError naming ``origin``, the line and the field.
+    Ties keep the file order. ``max_gpus``: a task needing more GPUs is an error. Raises
+    TraceError naming ``origin``, the line and the field.
     """
-    if fmt == "jsonl":
-        rows = _jsonl_rows(text, origin)
-    elif fmt == "csv":
-        rows = _csv_rows(text, origin)
-    else:
+    if fmt not in ("jsonl", "csv"):
         raise ValueError(f"fmt must be 'jsonl' or 'csv', got {fmt!r}")
-    tasks = [_task(row, lineno, origin) for lineno, row in rows]
+    text = text.removeprefix("\ufeff")  # a UTF-8 byte order mark, as spreadsheets write
+    rows = json_rows(text, origin) if fmt == "jsonl" else csv_rows(text, origin)
+    strict = fmt == "jsonl"  # JSON numbers must be numbers; CSV values are all text
+    tasks: list[Task] = []
+    for index, (where, row) in enumerate(rows, start=1):
+        tasks.append(_task(row, where, f"task{index}", strict=strict))
+        _check_fits(tasks[-1], where, max_gpus)
     if not tasks:
         raise TraceError(f"{origin}: the trace has no tasks")
     return sorted(tasks, key=lambda task: task.arrival)
 
 
-def _jsonl_rows(text: str, origin: str) -> Iterator[tuple[int, Mapping[str, object]]]:
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not _meaningful(line):
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise TraceError(f"{origin}: line {lineno}: not valid JSON ({exc.msg})") from None
-        if not isinstance(row, dict):
-            raise TraceError(f"{origin}: line {lineno}: expected a JSON object, got {line!r}")
-        yield lineno, row
+def _check_fits(task: Task, where: str, max_gpus: int | None) -> None:
+    if max_gpus is not None and task.count > max_gpus:
+        raise TraceError(f"{where}: task {task.name!r} needs {task.count} GPUs but gpus={max_gpus}")
 
 
-def _csv_rows(text: str, origin: str) -> Iterator[tuple[int, Mapping[str, object]]]:
-    lines = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if _meaningful(line)]
-    if not lines:
-        return
-    header_line, header = lines[0]
-    columns = [c.strip() for c in next(csv.reader(io.StringIO(header)))]
-    for field in REQUIRED:
-        if field not in columns:
-            raise TraceError(f"{origin}: line {header_line}: CSV header lacks the {field!r} column")
-    for lineno, line in lines[1:]:
-        values = next(csv.reader(io.StringIO(line)))
-        if len(values) != len(columns):
-            raise TraceError(
-                f"{origin}: line {lineno}: expected {len(columns)} fields, got {len(values)}"
-            )
-        yield lineno, dict(zip(columns, (v.strip() for v in values), strict=True))
-
-
-def _task(row: Mapping[str, object], lineno: int, origin: str) -> Task:
-    where = f"{origin}: line {lineno}"
-    unknown = sorted(set(row) - set(FIELDS))
-    if unknown:
-        raise TraceError(f"{where}: unknown field {unknown[0]!r} (fields: {', '.join(FIELDS)})")
+def _task(row: Mapping[str, object], where: str, default_name: str, *, strict: bool) -> Task:
     for field in REQUIRED:
         if field not in row or row[field] in ("", None):
             raise TraceError(f"{where}: field {field!r} is missing")
-    arrival = _number(row["arrival"], "arrival", where)
-    duration = _number(row["duration"], "duration", where)
+    arrival = _seconds(row["arrival"], "arrival", where, strict)
+    duration = _seconds(row["duration"], "duration", where, strict)
     if arrival < 0:
-        raise TraceError(f"{where}: field 'arrival' must be >= 0, got {row['arrival']!r}")
+        raise TraceError(f"{where}: field 'arrival' must be >= 0, got {show(row['arrival'])}")
     if duration <= 0:
-        raise TraceError(f"{where}: field 'duration' must be > 0, got {row['duration']!r}")
-    count, units = _demand(row["demand"], where)
-    name = row.get("name")
-    label = f"task{lineno}" if name in (None, "") else str(name)
-    return Task(label, arrival, count, units, duration)
+        raise TraceError(f"{where}: field 'duration' must be > 0, got {show(row['duration'])}")
+    count, units = _demand(row["demand"], where, strict)
+    return Task(_name(row.get("name"), where, default_name), arrival, count, units, duration)
 
 
-def _number(value: object, field: str, where: str) -> float:
-    """A finite number from a JSON number or a CSV string; bools and text are errors."""
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise TraceError(f"{where}: field {field!r} must be a number, got {value!r}")
-    try:
-        number = float(value)
-    except ValueError:
-        raise TraceError(f"{where}: field {field!r} must be a number, got {value!r}") from None
-    if not math.isfinite(number):
-        raise TraceError(f"{where}: field {field!r} must be finite, got {value!r}")
+def _name(value: object, where: str, default: str) -> str:
+    if value is None or value == "":
+        return default
+    if not isinstance(value, str):
+        raise TraceError(f"{where}: field 'name' must be a string, got {show(value)}")
+    return value
+
+
+def _seconds(value: object, field: str, where: str, strict: bool) -> float:
+    number = _number(value, field, where, strict)
+    if abs(number) > MAX_SECONDS:
+        raise TraceError(
+            f"{where}: field {field!r} must be at most {MAX_SECONDS:g} seconds, got {show(value)}"
+        )
     return number
 
 
-def _demand(value: object, where: str) -> tuple[int, int]:
+def _number(value: object, field: str, where: str, strict: bool) -> float:
+    """A finite number: a JSON number (``strict``) or a decimal CSV string; never a bool."""
+    textual = isinstance(value, str) and not strict
+    numeric = isinstance(value, int | float) and not isinstance(value, bool)
+    if not (numeric or (textual and _CSV_NUMBER.fullmatch(str(value)))):
+        raise TraceError(f"{where}: field {field!r} must be a number, got {show(value)}")
+    try:
+        number = float(value)  # type: ignore[arg-type]  # int, float or a decimal string
+    except OverflowError:  # an int of hundreds of digits
+        raise TraceError(f"{where}: field {field!r} is out of range, got {show(value)}") from None
+    if not math.isfinite(number):
+        raise TraceError(f"{where}: field {field!r} must be finite, got {show(value)}")
+    return number
+
+
+def _demand(value: object, where: str, strict: bool) -> tuple[int, int]:
     """(count, units) from a demand: a fraction in (0, 1] or a whole-GPU count >= 2."""
-    number = _number(value, "demand", where)
+    number = _number(value, "demand", where, strict)
     if 0 < number <= 1:
         try:
             return 1, fraction_to_units(number, "demand")
@@ -198,5 +222,6 @@ def _demand(value: object, where: str) -> tuple[int, int]:
     if number >= 2 and number.is_integer():
         return int(number), UNITS_PER_GPU
     raise TraceError(
-        f"{where}: field 'demand' must be a fraction in (0, 1] or a whole count >= 2, got {value!r}"
+        f"{where}: field 'demand' must be a fraction in (0, 1] or a whole count >= 2, "
+        f"got {show(value)}"
     )

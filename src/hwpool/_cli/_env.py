@@ -1,0 +1,30 @@
+"""The ``HWPOOL_*`` variables, checked before a command does any work.
+
+The command reads no variable of its own, but the library parts it drives read four. Each is
+parsed here by the library's own parser (so the command and the library can never disagree)
+before anything runs: a malformed ``HWPOOL_SPIN`` must stop ``hwpool demo`` at once, not after
+its GPU stage, when the CPU pool first reads it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from .._host._detect import NUM_GPUS_VAR, detect_gpus
+from .._host._sizing import spin_from_env, threads_from_env
+from .._numa._pages import numa_mode
+
+__all__ = ["check_environment"]
+
+
+def check_environment(environ: Mapping[str, str]) -> None:
+    """Parse every ``HWPOOL_*`` variable the library reads; ValueError names the first bad one.
+
+    Runs no subprocess: ``HWPOOL_NUM_GPUS`` is parsed on its own, without the rest of GPU
+    detection (which may call nvidia-smi).
+    """
+    if NUM_GPUS_VAR in environ:
+        detect_gpus({NUM_GPUS_VAR: environ[NUM_GPUS_VAR]})
+    threads_from_env(environ)
+    spin_from_env(environ)
+    numa_mode(environ)

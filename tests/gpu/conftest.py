@@ -1,0 +1,47 @@
+"""The GPU suite runs over both backends: the in-process pool and a real ``hwpool serve``.
+
+A test that takes ``make_pool`` runs twice: ``make_pool(n)`` is ``GPUPool(n)``, then
+``hwpool.connect()`` to a server of ``n`` GPUs (one per count, shared by the session). Each
+server test ends by closing its pools (the server frees what they held before ``close``
+returns) and checking, over a fresh connection, that the server holds nothing: a leak into
+the server fails the test that made it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+import hwpool
+from hostserver import MakePool, ServerFarm
+from hwpool import GPUPool
+
+
+@pytest.fixture(scope="session")
+def server_farm() -> Iterator[ServerFarm]:
+    farm = ServerFarm()
+    yield farm
+    farm.close()
+
+
+@pytest.fixture(params=["local", "server"])
+def make_pool(request: pytest.FixtureRequest, server_farm: ServerFarm) -> Iterator[MakePool]:
+    pools: list[tuple[int, GPUPool]] = []
+
+    def make(num_gpus: int) -> GPUPool:
+        if request.param == "local":
+            pool = GPUPool(num_gpus)
+        else:
+            pool = hwpool.connect(server_farm.socket(num_gpus), reconnect_timeout=0)
+        pools.append((num_gpus, pool))
+        return pool
+
+    yield make
+    for _, pool in pools:
+        pool.close()
+    if request.param == "server":
+        for num_gpus in {n for n, _ in pools}:
+            with hwpool.connect(server_farm.socket(num_gpus)) as probe:
+                snap = probe.snapshot()
+            assert snap.free == (1.0,) * num_gpus and snap.waiting == (), "left on the server"
