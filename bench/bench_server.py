@@ -8,8 +8,8 @@ contenders interleaved and each figure the best of several rounds:
    request/reply server in Python on this machine;
 2. the same echo answered through a reader thread and a ``threading.Event``, as the hwpool
    client receives its replies (so that any number of threads and loops share one socket);
-3. ``acquire_blocking`` + ``release`` through ``hwpool serve`` (the release is not waited for),
-   and the same with ``await acquire``;
+3. ``acquire_blocking(0.5)`` + ``release`` on ``hwpool.connect()``, a GPUPool over ``hwpool
+   serve`` (the release is not waited for), and the same with ``await acquire``;
 4. the same pair on the in-process ``GPUPool``.
 
 Aim: the server's grant round trip at most 2x the bare echo. Run:
@@ -27,15 +27,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import hwpool
 from _hostserver import echo_server, host_server
-from hwpool import GPUPool
-from hwpool._backends._unix import UnixBackend
-from hwpool._core._capacity import UNITS_PER_GPU
-from hwpool._core._scheduler import Demand
+from hwpool import UNITS_PER_GPU, GPUPool
 from hwpool._server._protocol import Acquire, encode
 
 GPUS = 8
-DEMAND = Demand(1, UNITS_PER_GPU // 2)
 LINE = encode(Acquire(12345, 1, UNITS_PER_GPU // 2, True))
 
 
@@ -74,49 +71,42 @@ def echo_threaded(path: Path, n: int) -> float:
     return elapsed / n
 
 
-def server_blocking(backend: UnixBackend, n: int) -> float:
-    start = time.perf_counter()
-    for _ in range(n):
-        backend.release(backend.acquire_blocking(DEMAND, None))
-    return (time.perf_counter() - start) / n
-
-
-def server_async(backend: UnixBackend, n: int) -> float:
-    async def pairs() -> float:
-        start = time.perf_counter()
-        for _ in range(n):
-            backend.release(await backend.acquire(DEMAND, None))
-        return (time.perf_counter() - start) / n
-
-    return asyncio.run(pairs())
-
-
-def local_blocking(pool: GPUPool, n: int) -> float:
+def blocking_pairs(pool: GPUPool, n: int) -> float:
     start = time.perf_counter()
     for _ in range(n):
         pool.release(pool.acquire_blocking(0.5), 0.5)
     return (time.perf_counter() - start) / n
 
 
+def async_pairs(pool: GPUPool, n: int) -> float:
+    async def pairs() -> float:
+        start = time.perf_counter()
+        for _ in range(n):
+            pool.release(await pool.acquire(0.5), 0.5)
+        return (time.perf_counter() - start) / n
+
+    return asyncio.run(pairs())
+
+
 def measure(n: int, rounds: int) -> dict[str, float]:
     """Best-of-``rounds`` seconds per round trip for each contender, interleaved."""
     results: dict[str, list[float]] = {}
     with echo_server() as echo, host_server(GPUS) as (path, _):
-        backend = UnixBackend(path)
+        shared = hwpool.connect(path)
         pool = GPUPool(GPUS)
         cases: list[tuple[str, Callable[[], float]]] = [
             ("echo", lambda: echo_inline(echo, n)),
             ("echo_thread", lambda: echo_threaded(echo, n)),
-            ("server", lambda: server_blocking(backend, n)),
-            ("server_async", lambda: server_async(backend, n)),
-            ("local", lambda: local_blocking(pool, n * 10)),
+            ("server", lambda: blocking_pairs(shared, n)),
+            ("server_async", lambda: async_pairs(shared, n)),
+            ("local", lambda: blocking_pairs(pool, n * 10)),
         ]
         for _, case in cases:  # warm-up
             case()
         for _ in range(rounds):
             for name, case in cases:
                 results.setdefault(name, []).append(case())
-        backend.close()
+        shared.close()
     return {name: min(values) for name, values in results.items()}
 
 

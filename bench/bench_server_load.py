@@ -26,17 +26,15 @@ from multiprocessing.sharedctypes import Synchronized
 from pathlib import Path
 from typing import Any
 
+import hwpool
 from _hostserver import host_server, rss_kib
-from hwpool._backends._unix import UnixBackend
 from hwpool._backends._wire import Wire
 from hwpool._core._capacity import UNITS_PER_GPU
-from hwpool._core._scheduler import Demand
 from hwpool._server._protocol import Status, StatusReply, encode
 
 GPUS = 8
 FULL = UNITS_PER_GPU
-MIX = [Demand(1, FULL // 10), Demand(1, FULL // 4), Demand(1, FULL // 2), Demand(1, FULL)] * 5
-MIX += [Demand(2, FULL)]  # one request in 21 wants two whole GPUs
+MIX: list[float | int] = [0.1, 0.25, 0.5, 1.0] * 5 + [2]  # one in 21 wants two whole GPUs
 
 
 class _Slot:
@@ -56,16 +54,16 @@ class _Slot:
 
 def _client(path: str, slot_latencies: Any, done: Synchronized[int], quota: int, seed: int) -> None:
     rng = random.Random(seed)
-    backend = UnixBackend(path)
+    pool = hwpool.connect(path)  # forked: this process opens its own connection
     for i in range(quota):
         demand = rng.choice(MIX)
+        lease = pool.lease_full(2) if demand == 2 else pool.lease(demand)
         start = time.perf_counter()
-        grant = backend.acquire_blocking(demand, None)
-        slot_latencies[i] = time.perf_counter() - start
-        time.sleep(rng.random() * 0.002)  # the work done under the lease
-        backend.release(grant)
+        with lease:
+            slot_latencies[i] = time.perf_counter() - start
+            time.sleep(rng.random() * 0.002)  # the work done under the lease
         done.value = i + 1
-    backend.close()
+    pool.close()
 
 
 def _start(ctx: Any, path: Path, quota: int, seed: int) -> _Slot:

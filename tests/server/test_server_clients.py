@@ -116,7 +116,7 @@ def test_sigkill_of_a_holder_frees_its_leases_at_once(server: Server, clients: C
     holder.kill()
     waiter.join(BOUND)
     assert got and got[0].gpus == (0, 1)  # type: ignore[attr-defined]
-    assert f"client uid 0 pid {holder.pid} gone: freed 1 leases" in server.wait_for("gone")
+    assert f"client uid 0 pid {holder.pid} gone: freed 1 lease" in server.wait_for("gone")
     backend.close()
 
 
@@ -127,7 +127,7 @@ def test_sigkill_of_a_waiter_withdraws_it(server: Server, clients: Clients) -> N
     waiter.send("acquire x 0.5")
     server.wait_for(f"pid {waiter.pid}: 0.5 of a GPU")
     waiter.kill()
-    assert "withdrew 1 waiters" in server.wait_for(f"pid {waiter.pid} gone")
+    assert "withdrew 1 waiter" in server.wait_for(f"pid {waiter.pid} gone")
     assert queue_of(server) == []
     backend.release(grant)
     assert backend.snapshot().free == (1.0, 1.0)

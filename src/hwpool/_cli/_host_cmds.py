@@ -16,11 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from .._backends._wire import Wire
+from .._check import int_from_text
 from .._host._detect import GPUInfo, detect_gpus
 from .._server import _listen
 from .._server._paths import socket_path
 from .._server._protocol import Cancel, Done, ErrorReply, Status, StatusReply, encode
 from .._server._server import ServeConfig, serve
+from ._text import one_line
 
 __all__ = ["register"]
 
@@ -72,9 +74,10 @@ def _socket_option(parser: argparse.ArgumentParser) -> None:
 
 
 def _count(text: str) -> int:
-    if not text.strip().isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
-    return int(text)
+    try:
+        return int_from_text("the value", text, minimum=1)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("the value ")) from None
 
 
 def _seconds(text: str) -> float:
@@ -92,10 +95,10 @@ def _guarded(command: Any) -> Any:
         try:
             status: int = command(args)
         except _Usage as exc:
-            print(f"hwpool: error: {exc}", file=sys.stderr)
+            print(f"hwpool: error: {one_line(str(exc))}", file=sys.stderr)
             return 2
         except ConnectionError as exc:
-            print(f"hwpool: error: {exc}", file=sys.stderr)
+            print(f"hwpool: error: {one_line(str(exc))}", file=sys.stderr)
             return 1
         return status
 

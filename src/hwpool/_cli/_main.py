@@ -23,7 +23,7 @@ from .._sim import _trace
 from .._version import __version__
 from . import _bench, _demo, _env, _host_cmds, _info, _plot, _report
 from ._progress import ProgressBar
-from ._text import plural
+from ._text import one_line, plural
 
 __all__ = ["main"]
 
@@ -47,12 +47,6 @@ class _Parser(argparse.ArgumentParser):
         command = self.prog.removeprefix("hwpool").strip()
         where = f"{command}: " if command else ""
         self.exit(2, f"hwpool: error: {where}{one_line(message)} (see '{self.prog} --help')\n")
-
-
-def one_line(message: str) -> str:
-    """``message`` with every character that could break the line escaped (``\\n``, ...):
-    a file name may hold a newline, and the error contract is one line."""
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in message)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

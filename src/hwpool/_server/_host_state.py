@@ -95,6 +95,10 @@ def _no_log(line: str) -> None:
     pass
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def _journaled(entry: Entry) -> JournalEntry:
     held = None if entry.held is None else tuple(sorted(entry.held.items()))
     c = entry.client
@@ -338,9 +342,9 @@ class HostState:
                 self._drop(entry)
         waiting = sum(e.held is None for e in entries)
         self.log(
-            f"client {client} gone: freed {len(entries) - waiting} leases"
+            f"client {client} gone: freed {_count(len(entries) - waiting, 'lease')}"
             + (f" ({self._what(freed)})" if freed else "")
-            + f", withdrew {waiting} waiters"
+            + f", withdrew {_count(waiting, 'waiter')}"
         )
         return out + self._deliver(self.core.release_many(freed.items()), now)
 
