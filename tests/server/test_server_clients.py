@@ -375,3 +375,33 @@ def test_a_server_that_goes_away_mid_wait_is_retried_then_raises(server: Server)
     with pytest.raises(ConnectionError, match="hwpool serve"):
         backend.acquire_now(Demand(1, 1))
     backend.close()
+
+
+def test_an_async_waiter_whose_server_goes_away_raises_after_retrying(server: Server) -> None:
+    backend = UnixBackend(server.socket, reconnect_timeout=0.3)
+
+    async def main() -> None:
+        await backend.acquire(Demand(2, FULL), BOUND)
+        task = asyncio.create_task(backend.acquire(Demand(1, FULL), BOUND))
+        await asyncio.to_thread(server.wait_for, f"pid {os.getpid()}: 1 of a GPU")
+        server.kill()
+        with pytest.raises(ConnectionError, match="reconnect_timeout"):
+            await task
+
+    asyncio.run(main())
+    backend.close()
+
+
+def test_labels_show_in_status_and_bad_labels_are_refused(server: Server) -> None:
+    backend = UnixBackend(server.socket, name="train", command="python train.py --lr 3e-4")
+    grant = backend.acquire_blocking(Demand(1, FULL), BOUND)
+    (lease,) = status(server)["leases"]
+    assert (lease["name"], lease["command"]) == ("train", "python train.py --lr 3e-4")
+    code, out, _ = run_cli("status", "--socket", str(server.socket))
+    assert code == 0 and "[train | python train.py --lr 3e-4]" in out
+    backend.release(grant)
+    backend.close()
+    with pytest.raises(TypeError, match="name must be a string"):
+        UnixBackend(server.socket, name=3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="command must be at most 4096"):
+        UnixBackend(server.socket, command="x" * 5000)

@@ -7,8 +7,10 @@ keep their ids, waiters their order, and what clients that died meanwhile held c
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
+import threading
 from collections.abc import Callable
 
 from hostserver import BOUND, ClientProc, Server, status_of
@@ -143,3 +145,36 @@ def test_a_sigterm_restart_is_recovered_the_same_way(
     again.wait_for(f"reclaim #{ident} by uid 0 pid {holder.pid}")
     again.wait_for("recovery over")
     assert leases(status(again.socket))[0][:2] == (ident, holder.pid)
+
+
+def test_async_and_blocking_waiters_of_one_process_keep_their_order_over_a_restart(
+    start_server: StartServer,
+) -> None:
+    server = start_server("--gpus", "1", "--grace", "8")
+    backend = UnixBackend(server.socket)
+    order: list[str] = []
+    held = backend.acquire_blocking(Demand(1, FULL), BOUND)
+
+    def blocking() -> None:
+        backend.release(backend.acquire_blocking(Demand(1, FULL), BOUND * 2))
+        order.append("thread")
+
+    async def main() -> None:
+        task = asyncio.create_task(backend.acquire(Demand(1, FULL), BOUND * 2))
+        await asyncio.to_thread(server.wait_for, f"pid {os.getpid()}: 1 of a GPU")
+        thread = threading.Thread(target=blocking)
+        thread.start()
+        await asyncio.to_thread(server.wait_for, "wait #3")
+        status(server.socket)  # the journal is up to date
+        server.proc.kill()
+        server.proc.wait(BOUND)
+        again = start_server("--gpus", "1", "--grace", "8")
+        await asyncio.to_thread(again.wait_for, "recovery over")
+        backend.release(held)  # the lease survived: its release frees the GPU
+        backend.release(await task)
+        order.append("task")
+        await asyncio.to_thread(thread.join, BOUND)
+
+    asyncio.run(main())
+    assert order == ["task", "thread"]
+    backend.close()

@@ -45,6 +45,7 @@ from .._errors import PoolClosedError, RevokedError
 from .._host._detect import GPUInfo
 from .._server._paths import SOCKET_VAR, socket_path
 from .._server._protocol import (
+    MAX_TEXT,
     Acquire,
     Busy,
     Bye,
@@ -176,13 +177,18 @@ class UnixBackend:
     """A client of the host server on ``socket`` (default: see ``hwpool serve``).
 
     Connects at once: ConnectionError, naming the socket and how to start a server, if none
-    answers. ``reconnect_timeout`` bounds how long a lost server is waited for.
+    answers. ``reconnect_timeout`` bounds how long a lost server is waited for. ``name`` and
+    ``command`` label every request of this backend in ``hwpool status`` (at most
+    4096 characters each).
     """
 
     def __init__(self, socket: str | os.PathLike[str] | None = None, *,
-                 reconnect_timeout: float = 30.0) -> None:  # fmt: skip
+                 reconnect_timeout: float = 30.0, name: str | None = None,
+                 command: str | None = None) -> None:  # fmt: skip
         self._path: Path = socket_path(socket)
         self._reconnect_s = check_timeout(reconnect_timeout, "reconnect_timeout") or 0.0
+        self._name = _label("name", name)
+        self._command = _label("command", command)
         self._lock = threading.Lock()
         self._owner = 0
         self._send_lock = threading.Lock()
@@ -383,10 +389,13 @@ class UnixBackend:
         for r in sorted(self._reqs.values(), key=lambda r: r.key):
             d = r.demand
             if r.id is None:
-                out.append(Acquire(r.key, d.count, d.units, r.wait))
+                out.append(Acquire(r.key, d.count, d.units, r.wait, self._name, self._command))
             else:
                 held = tuple((g, d.units) for g in r.gpus) if r.state is _State.HELD else None
-                out.append(Reclaim(r.key, r.id, d.count, d.units, held, now - r.since))
+                age = now - r.since
+                out.append(
+                    Reclaim(r.key, r.id, d.count, d.units, held, age, self._name, self._command)
+                )
         out.append(Reclaimed(next(self._keys)))
         return out
 
@@ -504,7 +513,7 @@ class UnixBackend:
                 raise PoolClosedError("the GPU pool is closed")
             r = _Req(next(self._keys), demand, wait, loop)
             self._reqs[r.key] = r
-            self._post(Acquire(r.key, demand.count, demand.units, wait))
+            self._post(Acquire(r.key, demand.count, demand.units, wait, self._name, self._command))
         return r
 
     async def acquire(self, demand: Demand, timeout: float | None) -> Grant:
@@ -690,6 +699,14 @@ class UnixBackend:
             if get_ident() not in self._readers:  # (a finalizer on the reader cannot wait)
                 bye.event.wait(CLOSE_TIMEOUT_S)
         wire.shutdown()
+
+
+def _label(what: str, text: str | None) -> str | None:
+    if text is not None and not isinstance(text, str):
+        raise TypeError(f"{what} must be a string or None, got {text!r}")
+    if text is not None and len(text) > MAX_TEXT:
+        raise ValueError(f"{what} must be at most {MAX_TEXT} characters, got {len(text)}")
+    return text
 
 
 def _error_for(message: ErrorReply) -> BaseException:

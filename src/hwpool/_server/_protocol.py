@@ -28,6 +28,7 @@ from .._host._detect import GPUInfo
 
 __all__ = [
     "MAX_LINE",
+    "MAX_TEXT",
     "PROTOCOL_VERSION",
     "Acquire",
     "Busy",
