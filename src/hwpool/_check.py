@@ -13,7 +13,16 @@ import numbers
 import re
 from collections.abc import Mapping
 
-__all__ = ["check_bool", "check_int", "check_real", "check_timeout", "env_int", "int_from_text"]
+__all__ = [
+    "check_bool",
+    "check_callable",
+    "check_int",
+    "check_real",
+    "check_timeout",
+    "env_int",
+    "int_from_text",
+    "is_ascii_int",
+]
 
 _ASCII_DIGITS = re.compile(r"[0-9]+")
 
@@ -89,7 +98,7 @@ def env_int(name: str, environ: Mapping[str, str], *, minimum: int = 0) -> int |
     raw = environ.get(name)
     if raw is None:
         return None
-    if not _ASCII_DIGITS.fullmatch(raw) or int(raw) < minimum:
+    if not is_ascii_int(raw) or int(raw) < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {raw!r}")
     return int(raw)
 
@@ -118,3 +127,15 @@ def int_from_text(name: str, text: str, *, minimum: int = 0, maximum: int | None
 def _shorten(text: str, limit: int = 40) -> str:
     """``text``, cut to ``limit`` characters with an ellipsis, for an error message."""
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def is_ascii_int(text: str) -> bool:
+    """Whether ``text`` is one or more ASCII digits and nothing else (``str.isdigit`` also
+    accepts ``²`` and other scripts' digits, which ``int()`` then rejects or reads)."""
+    return _ASCII_DIGITS.fullmatch(text) is not None
+
+
+def check_callable(name: str, value: object) -> None:
+    """Raise TypeError naming ``name`` and the value unless ``value`` is callable."""
+    if not callable(value):
+        raise TypeError(f"{name} must be callable, got {value!r} ({_type_name(value)})")

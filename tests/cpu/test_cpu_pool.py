@@ -165,6 +165,18 @@ def test_run_many_default_grain_per_space(pool: CPUPool) -> None:
     b.assert_cover(10, default_grain(10, 4))
 
 
+def test_run_rows_huge_counts_pass_the_last_row(pool: CPUPool) -> None:
+    # Float division made this one range: row 2**53 never reached f.
+    ranges = Ranges()
+    pool.run_rows(2**53 + 1, ranges, grain=2**53)
+    assert sorted(ranges.seen) == [(0, 2**53), (2**53, 2**53 + 1)]
+    many = Ranges()
+    pool.run_many([(3 * 2**60 + 1, many), (1, many)], grain=2**60)
+    assert sorted(many.seen) == [
+        (0, 1), (0, 2**60), (2**60, 2**61), (2**61, 3 * 2**60), (3 * 2**60, 3 * 2**60 + 1)
+    ]  # fmt: skip
+
+
 def test_run_many_empty_list(pool: CPUPool) -> None:
     pool.run_many([])
 
@@ -441,11 +453,22 @@ def test_fork_child_gets_fresh_workers() -> None:
         ({"n_workers": True}, TypeError, "n_workers"),
         ({"n_workers": 1, "spin": -1}, ValueError, "spin"),
         ({"n_workers": 1, "spin": 1.5}, TypeError, "spin"),
+        ({"n_workers": "1"}, TypeError, r"n_workers must be an int, got '1' \(str\)"),
+        ({"n_workers": 2.0}, TypeError, "n_workers"),
+        ({"n_workers": 1, "spin": True}, TypeError, "spin"),
     ],
 )
 def test_bad_constructor_arguments(kwargs: dict[str, object], error: type, match: str) -> None:
     with pytest.raises(error, match=match):
         CPUPool(**kwargs)  # type: ignore[arg-type]
+
+
+def test_numpy_integers_are_counts() -> None:
+    with CPUPool(np.int64(2), spin=np.uint8(3)) as p:  # type: ignore[arg-type]
+        assert (p.n_workers, p.spin) == (2, 3) and type(p.n_workers) is int
+        ranges = Ranges()
+        p.run_rows(np.int32(10), ranges, grain=np.int16(4))  # type: ignore[arg-type]
+        ranges.assert_cover(10, 4)
 
 
 def test_bad_job_arguments_run_nothing(pool: CPUPool) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import hwpool
@@ -126,7 +127,12 @@ def test_spin_from_env() -> None:
     assert spin_from_env({"HWPOOL_SPIN": "5000"}) == 5000
 
 
-@pytest.mark.parametrize("raw", ["-1", "x", "", "1e3"])
+def test_set_threads_takes_numpy_integers(tmp_path: Path) -> None:
+    set_threads(np.int64(4))  # type: ignore[arg-type]
+    assert team(tmp_path, [0]) == 4 and type(team(tmp_path, [0])) is int
+
+
+@pytest.mark.parametrize("raw", ["-1", "x", "", "1e3", "\u00b2", "\u0663", " 5"])
 def test_bad_hwpool_spin_names_variable(raw: str) -> None:
     with pytest.raises(ValueError, match="HWPOOL_SPIN"):
         spin_from_env({"HWPOOL_SPIN": raw})

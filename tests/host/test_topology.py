@@ -25,7 +25,7 @@ def test_parse_cpu_list_ranges_and_singles() -> None:
     assert parse_cpu_list("\n") == ()
 
 
-@pytest.mark.parametrize("text", ["0-", "a", "3-1", "1,,x", "-2"])
+@pytest.mark.parametrize("text", ["0-", "a", "3-1", "1,,x", "-2", "\u00b2", "0-\u0663"])
 def test_parse_cpu_list_rejects_malformed(text: str) -> None:
     with pytest.raises(ValueError, match="CPU list"):
         parse_cpu_list(text)
@@ -110,7 +110,15 @@ def test_container_with_fractional_quota(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("cpu_max", "quota"),
-    [("max 100000", None), ("", None), ("garbage", None), ("50000 100000", 0.5), ("1 0", None)],
+    [
+        ("max 100000", None),
+        ("", None),
+        ("garbage", None),
+        ("50000 100000", 0.5),
+        ("1 0", None),
+        ("\u00b2 100000", None),
+        ("50000 \u0661", None),
+    ],
 )
 def test_cgroup_v2_cpu_max_contents(tmp_path: Path, cpu_max: str, quota: float | None) -> None:
     container_with_quota(tmp_path, cpu_max)
@@ -190,9 +198,13 @@ def test_offline_cpus_are_left_out_of_nodes_and_groups(tmp_path: Path) -> None:
     assert topo.smt_groups == ((0,), (1, 2))
 
 
-@pytest.mark.parametrize("bad", [[], [-1], ["0"], [True], [1.0]])
-def test_bad_affinity_is_rejected(tmp_path: Path, bad: list[object]) -> None:
-    with pytest.raises((TypeError, ValueError), match="affinity"):
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [([], ValueError), ([-1], ValueError), (["0"], TypeError), ([True], TypeError),
+     ([1.0], TypeError)],
+)  # fmt: skip
+def test_bad_affinity_is_rejected(tmp_path: Path, bad: list[object], error: type) -> None:
+    with pytest.raises(error, match="affinity"):
         cpu_topology(tmp_path, affinity=bad)  # type: ignore[arg-type]
 
 

@@ -55,7 +55,9 @@ def test_numa_mode_forced_node() -> None:
     assert numa_mode({"HWPOOL_NUMA": "node:3"}) == NumaMode(node=3)
 
 
-@pytest.mark.parametrize("value", ["node:", "node:-1", "node:x", "2", "yes", "node 1"])
+@pytest.mark.parametrize(
+    "value", ["node:", "node:-1", "node:x", "2", "yes", "node 1", "node:\u00b2", "node:\u0661"]
+)
 def test_numa_mode_rejects_garbage_naming_the_variable(value: str) -> None:
     with pytest.raises(ValueError, match=r"HWPOOL_NUMA.*" + repr(value).replace("(", r"\(")):
         numa_mode({"HWPOOL_NUMA": value})
@@ -136,8 +138,11 @@ def test_page_nodes_rejects_a_non_buffer(bad: object) -> None:
 def test_page_nodes_rejects_strided_buffers_and_bad_sample() -> None:
     with pytest.raises(ValueError, match="contiguous"):
         page_nodes(np.zeros((4, 4))[:, 1])
-    with pytest.raises(ValueError, match="sample must be an int >= 1, got 0"):
+    with pytest.raises(ValueError, match="sample must be >= 1, got 0"):
         page_nodes(b"x", sample=0)
+    for bad in ("3", 2.0, True):
+        with pytest.raises(TypeError, match="sample must be an int"):
+            page_nodes(b"x", sample=bad)  # type: ignore[arg-type]
 
 
 def test_buffer_span_reads_read_only_buffers() -> None:

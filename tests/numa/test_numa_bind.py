@@ -124,7 +124,7 @@ def test_bind_node_and_its_errors(tmp_path: Path) -> None:
     assert binder.bind_node(2) == NumaBinding(2, (), BindReason.TOO_FEW_CPUS)  # no CPUs there
     with pytest.raises(ValueError, match=r"node must be one of the NUMA nodes \[0, 1, 2\], got 9"):
         binder.bind_node(9)
-    with pytest.raises(TypeError, match="node must be an int, got str"):
+    with pytest.raises(TypeError, match=r"node must be an int, got '1' \(str\)"):
         binder.bind_node("1")  # type: ignore[arg-type]
     assert pool.runs == 1 and kernel.masks[CALLER] == NODE1_CORES
 
@@ -174,10 +174,13 @@ def test_two_nodes_bad_hint_and_far_worker_index(tmp_path: Path) -> None:
     binder, _pool, _kernel = make(plain_two_nodes(tmp_path), 3)
     with pytest.raises(ValueError, match="hint must be one of the NUMA nodes"):
         binder.bind_two_nodes(hint=4)
-    for bad in (-1, 3, True):
+    for bad in (-1, 3):
         expected = rf"w must be a participant index in range\(3\), got {bad}"
         with pytest.raises(ValueError, match=expected):
             binder.far_worker(bad)
+    for wrong in (True, 1.0, "1"):
+        with pytest.raises(TypeError, match="w must be an int"):
+            binder.far_worker(wrong)  # type: ignore[arg-type]
 
 
 def test_adopt_rebinds_a_new_calling_thread_once(tmp_path: Path) -> None:

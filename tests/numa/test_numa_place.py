@@ -104,8 +104,10 @@ def test_bad_arguments_are_refused_before_anything_moves(
         place(ok, ok, (1, 1))
     with pytest.raises(TypeError, match="nodes must be"):
         place(ok, ok, 1)
-    with pytest.raises(ValueError, match="fill must be an int >= 0, got -1"):
+    with pytest.raises(ValueError, match="fill must be >= 0, got -1"):
         place(ok, ok, (0, 1), fill=-1)
+    with pytest.raises(TypeError, match=r"fill must be an int, got 1\.5"):
+        place(ok, ok, (0, 1), fill=1.5)  # type: ignore[arg-type]
     assert kernel.reads == [] and kernel.unmapped == []
 
 

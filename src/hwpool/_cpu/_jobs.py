@@ -7,17 +7,22 @@ chunks of ``grain`` rows and let participants pull chunk numbers from one shared
 
 from __future__ import annotations
 
-import math
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
 
+from .._check import check_int
 from ._cursor import Cursor
 
-__all__ = ["Job", "RowSpace", "check_callable", "check_grain", "check_rows", "default_grain"]
+__all__ = ["Job", "RowSpace", "ceil_div", "check_grain", "check_rows", "default_grain"]
 
 RowFunction = Callable[[int, int], object]
+
+
+def ceil_div(a: int, b: int) -> int:
+    """``ceil(a / b)`` for ints, exactly: float division loses rows beyond 2**53."""
+    return -(-a // b)
 
 
 def default_grain(rows: int, participants: int) -> int:
@@ -26,29 +31,17 @@ def default_grain(rows: int, participants: int) -> int:
     About eight chunks per participant for balance, at least 32 rows to amortise the call, and
     never so many that some participant gets none.
     """
-    return max(1, min(max(rows // (8 * participants), 32), math.ceil(rows / participants)))
+    return max(1, min(max(rows // (8 * participants), 32), ceil_div(rows, participants)))
 
 
-def check_rows(rows: object) -> None:
-    """Raise TypeError/ValueError unless ``rows`` is an int >= 0."""
-    if not isinstance(rows, int) or isinstance(rows, bool):
-        raise TypeError(f"rows must be an int >= 0, got {rows!r}")
-    if rows < 0:
-        raise ValueError(f"rows must be >= 0, got {rows!r}")
+def check_rows(rows: object) -> int:
+    """``rows`` as an int >= 0; TypeError/ValueError otherwise."""
+    return check_int("rows", rows, minimum=0)
 
 
-def check_grain(grain: object) -> None:
-    """Raise TypeError/ValueError unless ``grain`` is an int >= 1."""
-    if not isinstance(grain, int) or isinstance(grain, bool):
-        raise TypeError(f"grain must be an int >= 1 or None, got {grain!r}")
-    if grain < 1:
-        raise ValueError(f"grain must be >= 1, got {grain!r}")
-
-
-def check_callable(name: str, f: object) -> None:
-    """Raise TypeError naming ``name`` unless ``f`` is callable."""
-    if not callable(f):
-        raise TypeError(f"{name} must be callable, got {f!r}")
+def check_grain(grain: object) -> int:
+    """``grain`` as an int >= 1; TypeError/ValueError otherwise."""
+    return check_int("grain", grain, minimum=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +54,7 @@ class RowSpace:
     chunks: int = field(init=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "chunks", math.ceil(self.rows / self.grain))
+        object.__setattr__(self, "chunks", ceil_div(self.rows, self.grain))
 
 
 class Job:

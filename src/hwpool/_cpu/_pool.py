@@ -28,10 +28,11 @@ import weakref
 from collections.abc import Callable, Sequence
 from types import TracebackType
 
+from .._check import check_callable, check_int
 from .._errors import PoolClosedError
 from .._host._sizing import effective_threads, spin_from_env
 from .._numa._methods import NumaMethods
-from ._jobs import Job, RowSpace, check_callable, check_grain, check_rows, default_grain
+from ._jobs import Job, RowSpace, check_grain, check_rows, default_grain
 
 __all__ = ["CPUPool", "default_grain"]
 
@@ -134,11 +135,10 @@ class CPUPool(NumaMethods):
     """
 
     def __init__(self, n_workers: int, *, spin: int | None = None) -> None:
-        _check_count("n_workers", n_workers)
-        if spin is not None:
-            _check_count("spin", spin)
+        n_workers = check_int("n_workers", n_workers, minimum=0)
+        spin = spin_from_env() if spin is None else check_int("spin", spin, minimum=0)
         self._n_workers = n_workers
-        self._spin = spin_from_env() if spin is None else spin
+        self._spin = spin
         self._dispatch_lock = threading.Lock()
         self._epoch = 0
         self._dispatcher: int | None = None  # thread running a dispatch, if any
@@ -245,7 +245,7 @@ class CPUPool(NumaMethods):
         self, jobs: Sequence[tuple[int, Callable[[int, int], object]]], grain: int | None
     ) -> list[RowSpace]:
         if grain is not None:
-            check_grain(grain)
+            grain = check_grain(grain)
         if isinstance(jobs, (str, bytes)) or not isinstance(jobs, Sequence):
             raise TypeError(f"jobs must be a sequence of (rows, f) pairs, got {jobs!r}")
         spaces = []
@@ -253,7 +253,7 @@ class CPUPool(NumaMethods):
             if not isinstance(item, tuple) or len(item) != 2:
                 raise TypeError(f"jobs[{position}] must be a (rows, f) pair, got {item!r}")
             rows, f = item
-            check_rows(rows)
+            rows = check_rows(rows)
             check_callable("f", f)
             step = grain if grain is not None else default_grain(rows, self.n_participants)
             spaces.append(RowSpace(rows, f, step))
@@ -319,10 +319,3 @@ def _wait(done: list[threading.Lock], job: Job) -> None:
                 interrupt = interrupt or exc
     if interrupt is not None:
         raise interrupt
-
-
-def _check_count(name: str, value: object) -> None:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an int >= 0, got {value!r}")
-    if value < 0:
-        raise ValueError(f"{name} must be >= 0, got {value!r}")

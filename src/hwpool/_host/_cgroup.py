@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .._check import is_ascii_int
+
 __all__ = ["cgroup_cpu_quota"]
 
 CGROUP_FILE = "proc/self/cgroup"
@@ -133,6 +135,6 @@ def _parse_cfs(directory: Path) -> float | None:
 
 
 def _ratio(quota: str, period: str) -> float | None:
-    if not quota.isdigit() or not period.isdigit() or int(period) == 0 or int(quota) == 0:
+    if not (is_ascii_int(quota) and is_ascii_int(period)) or int(period) == 0 or int(quota) == 0:
         return None
     return int(quota) / int(period)

@@ -11,10 +11,10 @@ The environment variables of the CPU pool are read here and nowhere else:
 from __future__ import annotations
 
 import os
-import re
 import threading
 from collections.abc import Mapping
 
+from .._check import check_int, env_int
 from ._topology import CPUTopology, cpu_topology
 
 __all__ = ["DEFAULT_SPIN", "effective_threads", "set_threads", "spin_from_env"]
@@ -24,7 +24,6 @@ SPIN_VAR = "HWPOOL_SPIN"
 # Measured with bench/bench_cpu_pool.py (docs/readme-cpu.md): on a GIL build a polling worker
 # only takes the GIL away from the thread that is about to publish work, so it never pays.
 DEFAULT_SPIN = 0
-_DIGITS = re.compile(r"[0-9]+")
 
 _forced_lock = threading.Lock()
 _forced: int | None = None
@@ -36,13 +35,9 @@ def set_threads(n: int | None) -> None:
     Raises TypeError unless ``n`` is an int or None, ValueError when it is below 1.
     """
     global _forced
-    if n is not None:
-        if not isinstance(n, int) or isinstance(n, bool):
-            raise TypeError(f"n must be an int >= 1 or None, got {n!r}")
-        if n < 1:
-            raise ValueError(f"n must be >= 1, got {n!r}")
+    number = None if n is None else check_int("n", n, minimum=1)
     with _forced_lock:
-        _forced = n
+        _forced = number
 
 
 def effective_threads(
@@ -66,23 +61,14 @@ def effective_threads(
 
 
 def threads_from_env(environ: Mapping[str, str]) -> int | None:
-    """``HWPOOL_THREADS`` parsed strictly, or None when it is not set."""
-    raw = environ.get(THREADS_VAR)
-    if raw is None:
-        return None
-    if not _DIGITS.fullmatch(raw) or int(raw) < 1:
-        raise ValueError(f"{THREADS_VAR} must be a positive integer, got {raw!r}")
-    return int(raw)
+    """``HWPOOL_THREADS`` parsed strictly (ASCII digits, >= 1), or None when it is not set."""
+    return env_int(THREADS_VAR, environ, minimum=1)
 
 
 def spin_from_env(environ: Mapping[str, str] | None = None) -> int:
-    """``HWPOOL_SPIN`` parsed strictly, or :data:`DEFAULT_SPIN` when it is not set."""
-    raw = (os.environ if environ is None else environ).get(SPIN_VAR)
-    if raw is None:
-        return DEFAULT_SPIN
-    if not _DIGITS.fullmatch(raw):
-        raise ValueError(f"{SPIN_VAR} must be an integer >= 0, got {raw!r}")
-    return int(raw)
+    """``HWPOOL_SPIN`` parsed strictly (ASCII digits), or :data:`DEFAULT_SPIN` when unset."""
+    spin = env_int(SPIN_VAR, os.environ if environ is None else environ, minimum=0)
+    return DEFAULT_SPIN if spin is None else spin
 
 
 def _team_from_topology(topology: CPUTopology) -> int:

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .._check import check_int, is_ascii_int
 from ._cgroup import cgroup_cpu_quota
 
 __all__ = ["BIG_CORE_RATIO", "CPUTopology", "NumaNode", "cpu_topology", "parse_cpu_list"]
@@ -89,7 +90,7 @@ def parse_cpu_list(text: str) -> tuple[int, ...]:
         if not part:
             continue
         first, sep, last = part.partition("-")
-        if not first.isdigit() or (sep and not last.isdigit()):
+        if not is_ascii_int(first) or (sep and not is_ascii_int(last)):
             raise ValueError(f"malformed CPU list {text!r}")
         low, high = int(first), int(last) if sep else int(first)
         if high < low:
@@ -99,10 +100,7 @@ def parse_cpu_list(text: str) -> tuple[int, ...]:
 
 
 def _check_affinity(affinity: Iterable[int]) -> tuple[int, ...]:
-    cpus = tuple(affinity)
-    for cpu in cpus:
-        if not isinstance(cpu, int) or isinstance(cpu, bool) or cpu < 0:
-            raise TypeError(f"affinity must hold CPU numbers (int >= 0), got {affinity!r}")
+    cpus = tuple(check_int("affinity CPU", cpu, minimum=0) for cpu in affinity)
     if not cpus:
         raise ValueError(f"affinity must name at least one CPU, got {affinity!r}")
     return tuple(sorted(set(cpus)))
@@ -128,7 +126,7 @@ def _read_cpu_list(path: Path) -> tuple[int, ...] | None:
 
 def _read_int(path: Path) -> int | None:
     text = _read_text(path)
-    return int(text.strip()) if text is not None and text.strip().isdigit() else None
+    return int(text.strip()) if text is not None and is_ascii_int(text.strip()) else None
 
 
 def _online_cpus(base: Path) -> tuple[int, ...]:
@@ -153,7 +151,7 @@ def _numa_nodes(base: Path, online: tuple[int, ...]) -> tuple[NumaNode, ...]:
     for entry in entries:
         suffix = entry.name.removeprefix("node")
         cpus = _read_cpu_list(entry / "cpulist")
-        if suffix.isdigit() and cpus is not None:
+        if is_ascii_int(suffix) and cpus is not None:
             nodes.append(NumaNode(int(suffix), tuple(c for c in cpus if c in present)))
     if not nodes:
         return (NumaNode(0, online),)

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple, Protocol
 
+from .._check import check_int
 from .._host._topology import CPUTopology, cpu_topology
 from ._kernel import Kernel
 from ._pages import (
@@ -182,7 +183,8 @@ class NumaBinder:
         outside ``range(n_participants)``.
         """
         n = self._pool.n_participants
-        if not isinstance(w, int) or isinstance(w, bool) or not 0 <= w < n:
+        w = check_int("w", w)
+        if not 0 <= w < n:
             raise ValueError(f"w must be a participant index in range({n}), got {w!r}")
         return self._two is not None and w < n - 1 and w % 2 == 1
 

@@ -16,6 +16,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from .._check import check_int, is_ascii_int
 from .._host._topology import CPUTopology
 from ._kernel import Kernel, LinuxKernel, buffer_span
 
@@ -72,7 +73,7 @@ def numa_mode(environ: Mapping[str, str] | None = None) -> NumaMode:
     if text in ("0", "off"):
         return NumaMode(enabled=False)
     number = text.removeprefix("node:")
-    if text.startswith("node:") and number.isdigit():
+    if text.startswith("node:") and is_ascii_int(number):
         return NumaMode(node=int(number))
     raise ValueError(f"{NUMA_VAR} must be 0, off, on or node:<n>, got {raw!r}")
 
@@ -111,7 +112,7 @@ def sample_pages(
     buffer: object, *, sample: int = DEFAULT_SAMPLE, kernel: Kernel | None = None
 ) -> PageSample:
     """Sample ``buffer``'s pages as :func:`page_nodes` does, keeping the resident count too."""
-    _check_sample(sample)
+    sample = check_int("sample", sample, minimum=1)
     addr, length = buffer_span(buffer)
     return sample_span(addr, length, sample=sample, kernel=kernel or default_kernel())
 
@@ -135,11 +136,6 @@ def sample_span(addr: int, length: int, *, sample: int, kernel: Kernel) -> PageS
     except OSError:
         nodes = {}
     return PageSample(len(pages), len(resident), nodes)
-
-
-def _check_sample(sample: int) -> None:
-    if not isinstance(sample, int) or isinstance(sample, bool) or sample < 1:
-        raise ValueError(f"sample must be an int >= 1, got {sample!r}")
 
 
 def _sampled_pages(addr: int, length: int, sample: int, page: int) -> list[int]:
@@ -298,8 +294,7 @@ def node_cpus(topology: CPUTopology, node: int) -> tuple[int, ...]:
 
 def check_node(topology: CPUTopology, node: object, name: str = "node") -> int:
     """Validate a node number against the topology; TypeError/ValueError naming ``name``."""
-    if not isinstance(node, int) or isinstance(node, bool):
-        raise TypeError(f"{name} must be an int, got {type(node).__name__}")
+    node = check_int(name, node)
     known = [entry.id for entry in topology.nodes]
     if node not in known:
         raise ValueError(f"{name} must be one of the NUMA nodes {known}, got {node!r}")

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from .._check import check_int
 from .._host._topology import CPUTopology
 from ._kernel import Kernel, buffer_span
 from ._pages import DEFAULT_SAMPLE, MAJORITY, check_node, nodes_with_cpus, page_nodes, sample_span
@@ -119,8 +120,7 @@ def place_file_pages(
     """
     if isinstance(nodes, (str, bytes)) or not isinstance(nodes, Sequence) or len(nodes) != 2:
         raise TypeError(f"nodes must be (home node, far node), got {nodes!r}")
-    if not isinstance(fill, int) or isinstance(fill, bool) or fill < 0:
-        raise ValueError(f"fill must be an int >= 0, got {fill!r}")
+    fill = check_int("fill", fill, minimum=0)
     sides = [
         [file_spans(b, kernel, f"{label}[{i}]") for i, b in enumerate(side)]
         for label, side in (("home", home), ("far", far))
