@@ -58,14 +58,20 @@ class RowSpace:
 
 
 class Job:
-    """One dispatch: ``share(job, index)`` runs once per participant; errors are collected."""
+    """One dispatch: ``share(job, index)`` runs once per participant; errors are collected.
 
-    __slots__ = ("epoch", "errors", "failed", "n_participants", "share")
+    ``helpers`` (``n_participants - 1``) workers run it besides the caller; ``woken`` counts the
+    ones the dispatcher has woken so far.
+    """
+
+    __slots__ = ("epoch", "errors", "failed", "helpers", "n_participants", "share", "woken")
 
     def __init__(self, epoch: int, share: Callable[[Job, int], object], n_participants: int):
         self.epoch = epoch
         self.share = share
         self.n_participants = n_participants
+        self.helpers = n_participants - 1
+        self.woken = 0
         self.errors: list[tuple[int, BaseException]] = []
         self.failed = False
 

@@ -1,19 +1,19 @@
 """CPUPool: persistent worker threads that run row-parallel jobs together with the caller.
 
-Dispatch uses one job slot and an epoch counter. Worker ``i`` owns two locks used as binary
-semaphores: the caller publishes the job, releases ``wake[i]`` for each worker the job needs,
-runs its own share, then acquires ``done[i]`` of each. A worker acquires ``wake[i]`` (after
-polling it ``spin`` times), runs its share, releases ``done[i]``. Because the caller takes every
-``done`` token before it publishes the next job, a worker runs each job it is woken for exactly
-once, and a worker that is not woken keeps sleeping.
-
-Rules the reference pool left open:
+Dispatch publishes a job in one slot, wakes only the workers it needs, runs the caller's share,
+then waits for each worker to have run it (the hand-shake and why it survives interrupts are in
+``_workers``). Rules the reference pool left open:
 
 - Errors: every participant's exception is caught; once all have finished, one exception is
   re-raised in the caller as it is, several as a ``BaseExceptionGroup``. Each carries a note
   naming its participant. A failing row job stops handing out new row ranges.
+- Interrupts: a KeyboardInterrupt (or any exception) raised in the dispatch itself, at any
+  point, fails the job and is re-raised only after every worker woken for it has finished; the
+  pool stays usable. Should a second one cut even that short, the next dispatch (or ``close``)
+  finishes the job first.
 - Re-entrancy: a job started from inside any CPUPool job (from a worker, or from the caller's
-  share) runs serially in the calling thread, so a pool never waits on itself.
+  share) runs serially in the calling thread, so a pool never waits on itself. Shares run in a
+  copy of their thread's context (the mark that says "inside a job" lives there).
 - Concurrency: callers on different threads take turns on one dispatch lock.
 - Fork: the child gets fresh locks and, at its next dispatch, fresh worker threads.
 - Lifetime: workers hold no reference to the pool; a finalizer stops them when the pool is
@@ -22,6 +22,7 @@ Rules the reference pool left open:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import weakref
@@ -33,85 +34,9 @@ from .._errors import PoolClosedError
 from .._host._sizing import effective_threads, spin_from_env
 from .._numa._methods import NumaMethods
 from ._jobs import Job, RowSpace, check_grain, check_rows, default_grain
+from ._workers import Workers, in_job, run_share, settle
 
 __all__ = ["CPUPool", "default_grain"]
-
-_STOP = Job(-1, lambda job, index: None, 0)  # in the job slot: workers exit
-_IDLE = Job(0, lambda job, index: None, 0)  # in the job slot between jobs
-_local = threading.local()
-
-
-def _in_job() -> bool:
-    return getattr(_local, "depth", 0) > 0
-
-
-def _run_share(job: Job, index: int) -> None:
-    """Run participant ``index``'s share of ``job``, marking this thread as inside a job."""
-    _local.depth = getattr(_local, "depth", 0) + 1
-    try:
-        job.run_share(index)
-    finally:
-        _local.depth -= 1
-
-
-def _park(wake: threading.Lock, spin: int) -> None:
-    for _ in range(spin):
-        if wake.acquire(False):
-            return
-    wake.acquire()
-
-
-class _Workers:
-    """The threads and locks of a pool; shared with the workers instead of the pool itself."""
-
-    def __init__(self, n_workers: int, spin: int) -> None:
-        self.n_workers = n_workers
-        self.spin = spin
-        self.job = _STOP
-        self.stopped = False
-        self.reset()
-
-    def reset(self) -> None:
-        """Fresh locks and no threads (at start, and in a forked child)."""
-        self.wake = [_locked() for _ in range(self.n_workers)]
-        self.done = [_locked() for _ in range(self.n_workers)]
-        self.last_epoch = [-1] * self.n_workers
-        self.threads: list[threading.Thread] = []
-
-    def start(self) -> None:
-        for index in range(self.n_workers):
-            name = f"hwpool-cpu-{index}"
-            thread = threading.Thread(target=_worker, args=(self, index), name=name, daemon=True)
-            self.threads.append(thread)
-            thread.start()
-
-    def stop(self) -> None:
-        """Tell every worker to exit; only valid while no job is in flight. Idempotent."""
-        if self.stopped:
-            return
-        self.stopped = True
-        self.job = _STOP
-        for wake in self.wake[: len(self.threads)]:
-            wake.release()
-
-
-def _locked() -> threading.Lock:
-    lock = threading.Lock()
-    lock.acquire()
-    return lock
-
-
-def _worker(workers: _Workers, index: int) -> None:
-    wake, done = workers.wake[index], workers.done[index]
-    while True:
-        _park(wake, workers.spin)
-        job = workers.job
-        if job is _STOP:
-            return
-        workers.last_epoch[index] = job.epoch
-        _run_share(job, index)
-        done.release()
-
 
 _live_pools: weakref.WeakSet[CPUPool] = weakref.WeakSet()
 
@@ -123,6 +48,12 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _release_if_mine(lock: threading.RLock) -> None:
+    """Release ``lock`` if this thread holds it: an RLock refuses any other thread."""
+    with contextlib.suppress(RuntimeError):
+        lock.release()
 
 
 class CPUPool(NumaMethods):
@@ -139,14 +70,14 @@ class CPUPool(NumaMethods):
         spin = spin_from_env() if spin is None else check_int("spin", spin, minimum=0)
         self._n_workers = n_workers
         self._spin = spin
-        self._dispatch_lock = threading.Lock()
+        # An RLock: only its holder can release it, which _dispatch relies on.
+        self._dispatch_lock = threading.RLock()
         self._epoch = 0
-        self._dispatcher: int | None = None  # thread running a dispatch, if any
         self._closed = False
-        self._workers = _Workers(n_workers, self._spin)
+        self._workers = Workers(n_workers, self._spin)
         self._remember_cpu_mask()
         self._workers.start()
-        self._finalizer = weakref.finalize(self, _Workers.stop, self._workers)
+        self._finalizer = weakref.finalize(self, Workers.stop, self._workers)
         _live_pools.add(self)
 
     @classmethod
@@ -215,16 +146,18 @@ class CPUPool(NumaMethods):
 
         Idempotent. Raises RuntimeError when called from inside one of this pool's jobs.
         """
-        me = threading.current_thread()
-        if me.ident == self._dispatcher or me in self._workers.threads:
+        if in_job(self._workers):
             raise RuntimeError("CPUPool.close() called from inside one of its own jobs")
         with self._dispatch_lock:
             if self._closed:
                 return
+            interrupt = settle(self._workers)  # a job an interrupted dispatch left unfinished
             self._closed = True
             self._finalizer()
         for thread in self._workers.threads:
             thread.join()
+        if interrupt is not None:
+            raise interrupt
 
     def __enter__(self) -> CPUPool:
         return self
@@ -266,56 +199,55 @@ class CPUPool(NumaMethods):
     def _dispatch(self, make_job: Callable[[int], Job], team: int) -> None:
         """Run a job on ``team`` participants: ``team - 1`` workers and the caller."""
         self._check_open()
-        if not _in_job():
+        nested = in_job()
+        if not nested:
             self._adopt_numa()
-        if _in_job() or team == 1 or self._n_workers == 0:
+        if nested or team == 1 or self._n_workers == 0:
             self._run_serial(make_job(-1))
             return
-        with self._dispatch_lock:
-            self._check_open()
-            job = self._publish(make_job)
-            helpers = min(team, self.n_participants) - 1
-            self._dispatcher = threading.get_ident()
-            try:
-                for index in range(helpers):
-                    self._workers.wake[index].release()
-                _run_share(job, self._n_workers)
-                _wait(self._workers.done[:helpers], job)
-            finally:
-                self._dispatcher = None
-                self._workers.job = _IDLE
+        lock = self._dispatch_lock
+        try:
+            with lock:
+                self._check_open()
+                job = self._run_job(make_job, team)
+        except BaseException:
+            # A `with` exits through its own line, where a trace function (never a signal) can
+            # raise before the lock is released; nowhere else can this thread still hold it.
+            _release_if_mine(lock)
+            raise
         job.raise_errors()
 
-    def _publish(self, make_job: Callable[[int], Job]) -> Job:
-        if not self._workers.threads:  # first dispatch in a forked child
-            self._workers.start()
-        self._epoch += 1
-        job = make_job(self._epoch)
-        self._workers.job = job
+    def _run_job(self, make_job: Callable[[int], Job], team: int) -> Job:
+        """Publish, wake, run the caller's share and wait; see the module docstring.
+
+        The normal path finishes the job inside the ``try``; any exception on the way finishes
+        it in the ``except`` (both are idempotent), and only then is re-raised.
+        """
+        workers = self._workers
+        try:
+            settle(workers)  # a job that an earlier, interrupted dispatch left unfinished
+            if not workers.started:  # at creation, and at the first dispatch after a fork
+                workers.start()
+            self._epoch += 1
+            job = make_job(self._epoch)
+            workers.job = job
+            workers.wake_helpers(job)
+            run_share(workers, job, self._n_workers)
+            interrupt = settle(workers)
+        except BaseException:
+            workers.job.failed = True
+            settle(workers)
+            raise
+        if interrupt is not None:
+            raise interrupt
         return job
 
     def _run_serial(self, job: Job) -> None:
         """Run every participant's share in this thread, one after the other."""
         for index in range(job.n_participants):
-            _run_share(job, index)
+            run_share(self._workers, job, index)
         job.raise_errors()
 
     def _reset_after_fork(self) -> None:
-        self._dispatch_lock = threading.Lock()
-        self._dispatcher = None
+        self._dispatch_lock = threading.RLock()
         self._workers.reset()
-
-
-def _wait(done: list[threading.Lock], job: Job) -> None:
-    """Take each worker's done token; an interrupt cuts the job short but still waits."""
-    interrupt: BaseException | None = None
-    for lock in done:
-        while True:
-            try:
-                lock.acquire()
-                break
-            except BaseException as exc:
-                job.failed = True
-                interrupt = interrupt or exc
-    if interrupt is not None:
-        raise interrupt
