@@ -1,0 +1,261 @@
+"""The scheduler actor: one per cluster and namespace, named and detached; it alone decides GPUs.
+
+It is one more front over the pure core (through :class:`ClusterState`), driven from its own
+asyncio loop: every state change happens between two awaits, so no lock is needed. What it
+learns from Ray:
+
+- **Nodes**, from ``ray.nodes()`` (every ``poll_s`` seconds, and on ``sync_nodes``): a node with
+  ``GPU`` resources joins once a probe task on it has said what its GPUs are; a node that is
+  dead or gone leaves, and its leases with it.
+- **Clients** (one actor per driver, see ``_client``): each has a ``watch`` call pending here
+  that Ray fails when the client dies (its driver exited or crashed, its node was lost). Its
+  waiting requests are then withdrawn and its leases released: Ray kills the work a dead
+  owner started.
+- **A restart** (the actor is restartable; it may also be killed): it starts empty, asks every
+  client still alive (found by name) what it holds and what it waits for, restores that, and
+  only then serves requests, so nothing is granted twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from typing import Any
+
+from .._core._scheduler import Demand
+from . import _api
+from ._state import ClusterSnapshot, ClusterState, Key, NodeGPU, Outcome, Placement
+from ._worker import probe_node
+
+__all__ = ["CLIENT_PREFIX", "SCHEDULER_NAME", "SchedulerActor"]
+
+SCHEDULER_NAME = "hwpool-scheduler"
+CLIENT_PREFIX = "hwpool-client-"
+POLL_S = 1.0
+PROBE_TIMEOUT_S = 60.0
+RECLAIM_TIMEOUT_S = 10.0
+_TOMBSTONES = 10_000  # cancelled keys remembered, for a request that arrives after its cancel
+
+log = logging.getLogger("hwpool.ray")
+
+_probe = _api.remote(probe_node, num_cpus=0, num_gpus=0, max_retries=0)
+
+
+class SchedulerActor:
+    """Owns the cluster's :class:`ClusterState`; clients ask it for GPUs and give them back."""
+
+    def __init__(self, namespace: str, poll_s: float = POLL_S) -> None:
+        self._namespace = namespace
+        self._poll_s = poll_s
+        self._state = ClusterState()
+        self._futures: dict[Key, asyncio.Future[Placement]] = {}
+        self._failed: dict[Key, str] = {}
+        self._cancelled: dict[Key, None] = {}
+        self._watched: set[str] = set()
+        self._started: asyncio.Task[None] | None = None
+        self._syncing: asyncio.Lock | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    # ----------------------------------------------------------------- for clients
+    async def ready(self) -> None:
+        """Return once the nodes are known and the clients' leases reclaimed."""
+        await self._ready()
+
+    async def request(self, client: str, number: int, count: int, units: int) -> Placement:
+        """Wait until request ``number`` of ``client`` is granted; return where.
+
+        Asking again for the same request (after a restart, say) waits for the same grant.
+        Raises ValueError if no node could ever hold ``count`` GPUs of ``units``.
+        """
+        await self._ready()
+        key = (client, number)
+        self._watch(client)
+        placement = self._state.lease(key)
+        if placement is not None:
+            return placement
+        if key in self._cancelled:
+            raise ValueError(f"request {number} of {client} was cancelled")
+        reason = self._failed.pop(key, None)
+        if reason is not None:
+            raise ValueError(reason)
+        future = self._futures.get(key)
+        if future is None:
+            future = asyncio.get_running_loop().create_future()
+            out = (
+                None
+                if self._state.is_waiting(key)
+                else self._state.request(key, Demand(count, units))
+            )
+            self._futures[key] = future
+            if out is not None:
+                self._apply(out)
+        return await asyncio.shield(future)
+
+    async def cancel(self, client: str, number: int) -> None:
+        """Withdraw a request (or release its lease if it was granted meanwhile)."""
+        await self._ready()
+        key = (client, number)
+        if self._state.lease(key) is None and not self._state.is_waiting(key):
+            self._cancelled[key] = None  # it may still be on its way
+            while len(self._cancelled) > _TOMBSTONES:
+                del self._cancelled[next(iter(self._cancelled))]
+        self._forget(key)
+        self._apply(self._state.cancel(key))
+
+    async def release(self, client: str, number: int, node_lost: bool = False) -> None:
+        """Give back a lease; one already released or lost with its node frees nothing.
+
+        ``node_lost``: the work ended because its node died; the nodes are read first, so that
+        a dying node's GPUs are withdrawn rather than granted again.
+        """
+        await self._ready()
+        if node_lost:
+            await self._sync_nodes()
+        self._apply(self._state.release((client, number)))
+
+    async def snapshot(self) -> ClusterSnapshot:
+        """Nodes and free capacity, leases, and the queue in order."""
+        await self._ready()
+        return self._state.snapshot()
+
+    async def sync_nodes(self) -> ClusterSnapshot:
+        """Read the cluster's nodes now (rather than at the next poll); then snapshot."""
+        await self._ready()
+        await self._sync_nodes()
+        return self._state.snapshot()
+
+    # ----------------------------------------------------------------- start
+    async def _ready(self) -> None:
+        if self._started is None:
+            self._started = asyncio.get_running_loop().create_task(self._start())
+        await asyncio.shield(self._started)
+
+    async def _start(self) -> None:
+        await self._sync_nodes()
+        await self._reclaim()
+        self._spawn(self._poll())
+
+    async def _reclaim(self) -> None:
+        """Restore what the live clients hold and wait for (empty on a first start)."""
+        named = await asyncio.to_thread(_api.named_actors)
+        names = [
+            actor["name"]
+            for actor in named
+            if isinstance(actor, dict)
+            and actor.get("namespace") == self._namespace
+            and str(actor.get("name", "")).startswith(CLIENT_PREFIX)
+        ]
+        answers = await asyncio.gather(*(self._held(name) for name in names))
+        leases: list[Placement] = []
+        waiting: list[tuple[float, Key, Demand]] = []
+        for name, answer in zip(names, answers, strict=True):
+            if answer is None:
+                continue
+            leases += answer[0]
+            waiting += [(since, key, demand) for key, demand, since in answer[1]]
+            self._watch(name)
+        waiting.sort(key=lambda item: item[0])
+        if leases or waiting:
+            log.info("reclaimed %d leases and %d waiters", len(leases), len(waiting))
+        self._apply(self._state.restore(leases, [(key, d) for _, key, d in waiting]))
+
+    async def _held(
+        self, name: str
+    ) -> tuple[list[Placement], list[tuple[Key, Demand, float]]] | None:
+        try:
+            handle = await asyncio.to_thread(_api.get_actor, name, self._namespace)
+            held: tuple[list[Placement], list[tuple[Key, Demand, float]]] = await asyncio.wait_for(
+                handle.held.remote(), RECLAIM_TIMEOUT_S
+            )
+        except Exception:  # gone, or not answering: whatever it held ended with it
+            return None
+        return held
+
+    # ----------------------------------------------------------------- nodes
+    async def _poll(self) -> None:
+        while True:
+            await asyncio.sleep(self._poll_s)
+            try:
+                await self._sync_nodes()
+            except Exception:  # pragma: no cover - a GCS hiccup: try again next time
+                log.exception("reading the cluster's nodes failed")
+
+    async def _sync_nodes(self) -> None:
+        if self._syncing is None:
+            self._syncing = asyncio.Lock()
+        async with self._syncing:
+            listed = await asyncio.to_thread(_api.nodes)
+            alive = {
+                str(node["NodeID"]): int(node.get("Resources", {}).get("GPU", 0))
+                for node in listed
+                if node.get("Alive")
+            }
+            alive = {node: count for node, count in alive.items() if count > 0}
+            known = self._state.nodes
+            for node, node_gpus in known.items():
+                if alive.get(node) != len(node_gpus):
+                    log.info("node %s left with %d GPUs", node, len(node_gpus))
+                    self._apply(self._state.remove_node(node))
+            joining = [node for node in alive if node not in self._state.nodes]
+            probed = await asyncio.gather(*(self._probe(node, alive[node]) for node in joining))
+            for node, node_gpus in zip(joining, probed, strict=True):
+                log.info("node %s joined with %d GPUs", node, len(node_gpus))
+                self._apply(self._state.add_node(node, node_gpus))
+
+    async def _probe(self, node: str, count: int) -> tuple[NodeGPU, ...]:
+        """Ask the node what its GPUs are; plain indices if it cannot say."""
+        ref = _probe.options(scheduling_strategy=_api.affinity(node)).remote(count)
+        try:
+            gpus: tuple[NodeGPU, ...] = await asyncio.wait_for(ref, PROBE_TIMEOUT_S)
+        except Exception:
+            log.warning("node %s did not say what its GPUs are; using indices", node)
+            _api.cancel(ref, force=True)
+            return tuple(NodeGPU(i, str(i)) for i in range(count))
+        return gpus
+
+    # ----------------------------------------------------------------- clients
+    def _watch(self, client: str) -> None:
+        if client not in self._watched:
+            self._watched.add(client)
+            self._spawn(self._watch_client(client))
+
+    async def _watch_client(self, client: str) -> None:
+        """Wait for ``client`` to die, then withdraw and release everything it had."""
+        try:
+            handle = await asyncio.to_thread(_api.get_actor, client, self._namespace)
+            await handle.watch.remote()
+        except Exception:
+            pass
+        self._watched.discard(client)
+        log.info("client %s is gone: withdrawing its requests and leases", client)
+        for key in [k for k in self._futures if k[0] == client]:
+            self._forget(key)
+        self._failed = {k: v for k, v in self._failed.items() if k[0] != client}
+        self._apply(self._state.drop_client(client))
+
+    # ----------------------------------------------------------------- outcomes
+    def _apply(self, out: Outcome) -> None:
+        """Wake the requests placed, fail those that can never be placed, log lost leases."""
+        for placement in out.placed:
+            future = self._futures.pop(placement.key, None)
+            if future is not None and not future.done():
+                future.set_result(placement)
+        for key, reason in out.failed:
+            future = self._futures.pop(key, None)
+            if future is not None and not future.done():
+                future.set_exception(ValueError(reason))
+            else:
+                self._failed[key] = reason
+        for placement in out.lost:
+            log.warning("lease %s lost with node %s", placement.key, placement.node_id)
+
+    def _forget(self, key: Key) -> None:
+        future = self._futures.pop(key, None)
+        if future is not None and not future.done():
+            future.cancel()
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)

@@ -1,0 +1,272 @@
+"""A driver's client: the actor that waits for GPUs and launches the work on them.
+
+``pool.submit`` must return an ``ObjectRef`` at once, but where the work runs is known only
+once the scheduler grants it GPUs. So the driver calls this actor (async, ``num_cpus=0``, on
+the driver's node, owned by the driver): its ``run`` waits for the grant without holding any
+process, launches the function there with ``num_gpus=0`` and a hard node affinity, awaits it
+and returns its result, which is what the driver's ``ObjectRef`` resolves to. Because this
+actor owns the work, it sees every way the work ends (a result, an exception, a dead worker, a
+lost node) and releases the lease then, exactly once. Because the driver owns this actor, Ray
+ends it, and the work it launched, when the driver goes, and the scheduler, which watches
+it, withdraws what it waited for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from ray.exceptions import NodeDiedError, RayActorError, RayError, TaskUnschedulableError
+
+from .._core._scheduler import Demand
+from . import _api
+from ._state import Key, Placement
+from ._worker import WATCH_GROUP, device_env, leased_class, run_leased
+
+__all__ = ["Call", "ClientActor", "TaskOptions"]
+
+SCHEDULER_RETRY_S = 120.0
+"""How long a request keeps asking a scheduler that is restarting (or gone) before failing."""
+RETRY_PAUSE_S = 0.2
+CANCEL_WAIT_S = 30.0
+ORDER_WAIT_S = 2.0
+LAUNCH_ATTEMPTS = 3
+"""Grants a task may get on nodes that die before it starts there, before it fails."""
+
+_run_fresh = _api.remote(run_leased, max_calls=1)
+_run_reusing = _api.remote(run_leased)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskOptions:
+    """How leased work is launched: CPUs reserved through Ray, and whether a worker process
+    may serve several leases (CUDA reads ``CUDA_VISIBLE_DEVICES`` once, so by default each
+    task gets a fresh process, as Ray does for its own GPU tasks)."""
+
+    num_cpus: float = 0.0
+    reuse_worker: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One call from the driver: its place in the driver's order (None from copies of the
+    pool inside tasks), its demand, and how to launch it."""
+
+    seq: int | None
+    count: int
+    units: int
+    options: TaskOptions
+
+
+class ClientActor:
+    """Waits for grants, launches work on them and releases them (see the module)."""
+
+    def __init__(self, scheduler_name: str, namespace: str, name: str) -> None:
+        self._scheduler = _api.get_actor(scheduler_name, namespace)
+        self._name = name
+        self._numbers = itertools.count(1)
+        self._leases: dict[int, Placement] = {}
+        self._waiting: dict[int, tuple[Demand, float]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._turn: asyncio.Condition | None = None
+        self._next_seq = 1  # the driver's next call to queue
+        self._passed: set[int] = set()  # later calls already queued
+
+    # ----------------------------------------------------------------- for the scheduler
+    async def watch(self) -> None:
+        """Never returns: the scheduler learns of this client's death when Ray fails it."""
+        await asyncio.Event().wait()
+
+    async def held(self) -> tuple[list[Placement], list[tuple[Key, Demand, float]]]:
+        """The leases held and the requests waiting (with when they were made), for a
+        restarted scheduler to restore."""
+        waiting = [((self._name, n), d, since) for n, (d, since) in self._waiting.items()]
+        return list(self._leases.values()), waiting
+
+    # ----------------------------------------------------------------- for the driver
+    async def run(
+        self,
+        call: Call,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        """Wait for the GPUs, run ``fn(*args, **kwargs)`` on them, release, return its result.
+
+        If the node goes before the task could start there, the task asks for GPUs again
+        (at the back of the queue); if it goes while the task runs, the task fails, as a
+        Ray task without retries does.
+        """
+        demand, options = Demand(call.count, call.units), call.options
+        for attempt in itertools.count(1):
+            number = next(self._numbers)
+            placement = await self._acquire(number, demand, call.seq if attempt == 1 else None)
+            node_lost = False
+            try:
+                remote = _run_reusing if options.reuse_worker else _run_fresh
+                ref = remote.options(
+                    num_cpus=options.num_cpus,
+                    num_gpus=0,
+                    max_retries=0,
+                    scheduling_strategy=_api.affinity(placement.node_id),
+                ).remote(fn, placement.gpus, placement.devices, *args, **kwargs)
+                return await _outcome(ref)
+            except TaskUnschedulableError:
+                node_lost = True
+                if attempt >= LAUNCH_ATTEMPTS:
+                    raise
+            except NodeDiedError:
+                node_lost = True
+                raise
+            finally:
+                # Given back before the result is: once ray.get returns, the lease is free.
+                await asyncio.shield(self._release_now(number, node_lost))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def start_actor(
+        self,
+        call: Call,
+        cls: type,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        """Wait for the GPUs, start an actor of ``cls`` on them and return its handle; the
+        lease lasts as long as the actor does."""
+        number = next(self._numbers)
+        placement = await self._acquire(number, Demand(call.count, call.units), call.seq)
+        try:
+            actor_class = _api.remote(
+                leased_class(cls, placement.gpus),
+                concurrency_groups={WATCH_GROUP: 1},
+                max_restarts=0,
+            )
+            handle = actor_class.options(
+                num_cpus=call.options.num_cpus,
+                num_gpus=0,
+                scheduling_strategy=_api.affinity(placement.node_id),
+                runtime_env={"env_vars": device_env(placement.devices, {})},
+            ).remote(*args, **kwargs)
+            watch = handle._hwpool_watch.remote()
+        except BaseException:
+            self._release(number)
+            raise
+        self._spawn(self._hold_while_alive(number, watch))
+        return handle
+
+    async def skip(self, seq: int) -> None:
+        """The driver's call ``seq`` was never sent (its arguments did not serialize)."""
+        turn = self._turn_condition()
+        async with turn:
+            self._pass(seq)
+            turn.notify_all()
+
+    # ----------------------------------------------------------------- internals
+    def _turn_condition(self) -> asyncio.Condition:
+        if self._turn is None:
+            self._turn = asyncio.Condition()
+        return self._turn
+
+    async def _in_turn(self, seq: int | None) -> None:
+        """Wait until the driver's earlier calls are queued, so that requests reach the
+        scheduler in the order the driver made them (Ray may start an async actor's calls
+        in another order). Waits at most ``ORDER_WAIT_S`` for a call that never comes."""
+        if seq is None:
+            return
+        turn = self._turn_condition()
+        async with turn:
+            try:
+                await asyncio.wait_for(turn.wait_for(lambda: seq <= self._next_seq), ORDER_WAIT_S)
+            except TimeoutError:
+                self._next_seq = max(self._next_seq, seq)
+            self._pass(seq)
+            turn.notify_all()
+
+    def _pass(self, seq: int) -> None:
+        """Call ``seq`` is queued (or will never be): let the next ones go."""
+        if seq >= self._next_seq:
+            self._passed.add(seq)
+        while self._next_seq in self._passed:
+            self._passed.remove(self._next_seq)
+            self._next_seq += 1
+
+    async def _acquire(self, number: int, demand: Demand, seq: int | None) -> Placement:
+        self._waiting[number] = (demand, time.time())
+        try:
+            await self._in_turn(seq)
+            placement = await self._request(number, demand)
+        finally:
+            del self._waiting[number]
+        self._leases[number] = placement
+        return placement
+
+    async def _request(self, number: int, demand: Demand) -> Placement:
+        """Ask the scheduler, again while it restarts (the request is idempotent there)."""
+        deadline = time.monotonic() + SCHEDULER_RETRY_S
+        while True:
+            ref = self._scheduler.request.remote(self._name, number, demand.count, demand.units)
+            try:
+                placement: Placement = await ref
+            except asyncio.CancelledError:
+                self._spawn(self._call(self._scheduler.cancel, number))
+                self._spawn(self._give_back_if_granted(ref, number))
+                raise
+            except RayActorError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(RETRY_PAUSE_S)
+                continue
+            return placement
+
+    async def _give_back_if_granted(self, ref: Any, number: int) -> None:
+        """A request cancelled here may still be granted there: give that grant back."""
+        with contextlib.suppress(Exception):
+            await ref
+            await self._call(self._scheduler.release, number)
+
+    def _release(self, number: int, node_lost: bool = False) -> None:
+        if self._leases.pop(number, None) is not None:
+            self._spawn(self._call(self._scheduler.release, number, node_lost))
+
+    async def _release_now(self, number: int, node_lost: bool = False) -> None:
+        if self._leases.pop(number, None) is not None:
+            await self._call(self._scheduler.release, number, node_lost)
+
+    async def _call(self, method: Any, number: int, *more: Any) -> None:
+        # A release lost to a scheduler restart is not reclaimed either: nothing leaks.
+        with contextlib.suppress(RayError):
+            await method.remote(self._name, number, *more)
+
+    async def _hold_while_alive(self, number: int, watch: Any) -> None:
+        try:
+            await watch
+        except BaseException:  # the actor died (killed, crashed, exited, node lost)
+            pass
+        finally:
+            self._release(number, True)
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+async def _outcome(ref: Any) -> Any:
+    """The result of the leased task; if this call is cancelled, the task is killed first and
+    awaited, so that its GPUs are given back only once nothing runs on them."""
+    try:
+        return await ref
+    except asyncio.CancelledError:
+        _api.cancel(ref, force=True)
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(_settled(ref), CANCEL_WAIT_S)
+        raise
+
+
+async def _settled(ref: Any) -> None:
+    with contextlib.suppress(Exception):
+        await ref

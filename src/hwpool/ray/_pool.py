@@ -1,0 +1,355 @@
+"""The driver's side: ``hwpool.ray.connect()`` and the pool it returns.
+
+The pool validates demands as the local ``GPUPool`` does (the same checks, the same errors,
+raised before anything is sent), then hands the work to this driver's client actor, whose
+answer is the ``ObjectRef`` returned: ``ray.get`` it or ``await`` it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import time
+import uuid
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, Generic, ParamSpec, TypeVar, overload
+
+from ray.exceptions import RayActorError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from .._check import check_bool, check_callable, check_int, check_real
+from .._core._capacity import UNITS_PER_GPU, fraction_to_units
+from .._core._scheduler import Demand
+from .._errors import PoolClosedError
+from . import _api
+from ._actor import CLIENT_PREFIX, SCHEDULER_NAME, SchedulerActor
+from ._client import RETRY_PAUSE_S, SCHEDULER_RETRY_S, Call, ClientActor, TaskOptions
+from ._state import ClusterSnapshot
+
+__all__ = ["LeasedFunction", "RayGPUPool", "connect"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+MAX_CONCURRENCY = 100_000
+"""Calls one scheduler or client actor serves at once: every waiting request is one."""
+
+
+def connect(
+    *, namespace: str = "hwpool", num_cpus: float = 0, reuse_workers: bool = False
+) -> RayGPUPool:
+    """Join the cluster's hwpool scheduler (starting it if need be) and open this driver's pool.
+
+    Call ``ray.init(...)`` first. ``namespace`` names the Ray namespace of the scheduler and
+    clients: pools of one namespace share one queue over the cluster's GPUs. ``num_cpus`` is
+    what each leased task or actor reserves through Ray besides its GPUs (0: the GPU lease is
+    the admission control, and a granted task never waits for a CPU while holding its GPUs);
+    ``reuse_workers=True`` lets one worker process run several leased tasks, which is faster
+    but safe only for work that does not keep a CUDA context (CUDA reads
+    ``CUDA_VISIBLE_DEVICES`` once per process).
+    """
+    if not isinstance(namespace, str) or not namespace:
+        raise TypeError(f"namespace must be a non-empty str, got {namespace!r}")
+    options = _task_options(num_cpus, reuse_workers)
+    if not _api.is_initialized():
+        raise RuntimeError("hwpool.ray.connect() needs Ray: call ray.init(...) first")
+    scheduler = _scheduler(namespace)
+    _ask(scheduler.ready)
+    name = f"{CLIENT_PREFIX}{uuid.uuid4().hex}"
+    here = _api.here()
+    client = (
+        _api.remote(ClientActor)
+        .options(
+            name=name,
+            namespace=namespace,
+            num_cpus=0,
+            max_restarts=0,
+            max_concurrency=MAX_CONCURRENCY,
+            scheduling_strategy=_api.affinity(here),
+        )
+        .remote(SCHEDULER_NAME, namespace, name)
+    )
+    largest = _ask(scheduler.snapshot).largest_node
+    return RayGPUPool(namespace, scheduler, client, options, largest)
+
+
+def _scheduler(namespace: str) -> Any:
+    """The scheduler actor of ``namespace``, started on the head node if there is none."""
+    head = [
+        str(node["NodeID"])
+        for node in _api.nodes()
+        if node.get("Alive") and "node:__internal_head__" in node.get("Resources", {})
+    ]
+    placement = (
+        {}
+        if not head
+        else {"scheduling_strategy": NodeAffinitySchedulingStrategy(head[0], soft=True)}
+    )
+    return (
+        _api.remote(SchedulerActor)
+        .options(
+            name=SCHEDULER_NAME,
+            namespace=namespace,
+            lifetime="detached",
+            get_if_exists=True,
+            num_cpus=0,
+            max_restarts=-1,
+            max_concurrency=MAX_CONCURRENCY,
+            **placement,
+        )
+        .remote(namespace)
+    )
+
+
+def _ask(method: Any) -> Any:
+    """Call a scheduler method and wait for its answer, again while the actor restarts."""
+    deadline = time.monotonic() + SCHEDULER_RETRY_S
+    while True:
+        try:
+            return _api.get(method.remote())
+        except RayActorError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(RETRY_PAUSE_S)
+
+
+def _task_options(num_cpus: object, reuse_worker: object) -> TaskOptions:
+    cpus = check_real("num_cpus", num_cpus)
+    if not 0 <= cpus < float("inf"):
+        raise ValueError(f"num_cpus must be a finite number >= 0, got {num_cpus!r}")
+    return TaskOptions(cpus, check_bool("reuse_worker", reuse_worker))
+
+
+def _demand(fraction: object, gpus: object) -> Demand:
+    """The demand of ``fraction`` of one GPU or of ``gpus`` whole GPUs (one GPU if neither)."""
+    if fraction is not None and gpus is not None:
+        raise ValueError(f"give fraction or gpus, not both (fraction={fraction!r}, gpus={gpus!r})")
+    if gpus is not None:
+        return Demand(check_int("gpus", gpus, minimum=1), UNITS_PER_GPU)
+    return Demand(1, UNITS_PER_GPU if fraction is None else fraction_to_units(fraction))
+
+
+class RayGPUPool:
+    """Shares of the GPUs of a whole Ray cluster for functions and actors, in one fair queue.
+
+    Made by :func:`hwpool.ray.connect`. ``submit`` and :meth:`remote` functions return an
+    ``ObjectRef`` at once; the work starts when the scheduler grants its GPUs, on the node
+    that holds them, and its lease ends when it returns, raises, or its worker or node dies.
+    """
+
+    def __init__(
+        self,
+        namespace: str,
+        scheduler: Any,
+        client: Any,
+        options: TaskOptions,
+        largest: int,
+        *,
+        ordered: bool = True,
+    ) -> None:
+        self._namespace = namespace
+        # The pool made by connect() numbers its calls, so that its client queues them in
+        # order; copies sent to tasks do not (their calls are ordered among themselves only).
+        self._seq = itertools.count(1) if ordered else None
+        self._scheduler = scheduler
+        self._client = client
+        self._options = options
+        self._largest = largest
+        self._closed = False
+
+    def __repr__(self) -> str:
+        options = self._options
+        return f"RayGPUPool(num_cpus={options.num_cpus}, reuse_workers={options.reuse_worker})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Tasks and actors may submit through the driver's pool (its client serves them too).
+        state = (self._namespace, self._scheduler, self._client, self._options, self._largest)
+        return (_unpickled, state)
+
+    @property
+    def namespace(self) -> str:
+        """The Ray namespace of this pool's scheduler: pools of one namespace share a queue."""
+        return self._namespace
+
+    # ----------------------------------------------------------------- work
+    def submit(
+        self,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        fraction: float | None = None,
+        gpus: int | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Run ``fn(*args, **kwargs)`` on ``fraction`` of one GPU or on ``gpus`` whole GPUs of
+        one node (one whole GPU if neither is given); return its ``ObjectRef`` at once.
+
+        Raises TypeError/ValueError as ``GPUPool.acquire`` does, and ValueError for more GPUs
+        than any node has or for both ``fraction`` and ``gpus``; nothing is queued then.
+        """
+        check_callable("fn", fn)
+        return self._submit(fn, self._checked(fraction, gpus), self._options, args, kwargs)
+
+    @overload
+    def remote(self, fn: Callable[P, R], /) -> LeasedFunction[P, R]: ...
+    @overload
+    def remote(
+        self,
+        fn: None = None,
+        /,
+        *,
+        fraction: float | None = None,
+        gpus: int | None = None,
+        num_cpus: float | None = None,
+        reuse_worker: bool | None = None,
+    ) -> _Decorator: ...
+    def remote(
+        self,
+        fn: Callable[..., Any] | None = None,
+        /,
+        *,
+        fraction: float | None = None,
+        gpus: int | None = None,
+        num_cpus: float | None = None,
+        reuse_worker: bool | None = None,
+    ) -> LeasedFunction[..., Any] | _Decorator:
+        """Decorate a function to run on a GPU share: ``@pool.remote(fraction=0.25)``, then
+        ``f.remote(*args) -> ObjectRef``. Bare ``@pool.remote`` asks for one whole GPU;
+        ``num_cpus`` and ``reuse_worker`` override the pool's for this function."""
+        demand = self._checked(fraction, gpus)
+        options = _task_options(
+            self._options.num_cpus if num_cpus is None else num_cpus,
+            self._options.reuse_worker if reuse_worker is None else reuse_worker,
+        )
+
+        decorate = _Decorator(self, demand, options)
+        return decorate if fn is None else decorate(fn)
+
+    def start_actor(
+        self,
+        cls: type,
+        /,
+        *args: Any,
+        fraction: float | None = None,
+        gpus: int | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Start ``cls(*args, **kwargs)`` as a Ray actor holding a GPU share for its lifetime;
+        return an ``ObjectRef`` of its handle at once (``ray.get`` or ``await`` it).
+
+        The lease ends when the actor does (``ray.kill``, a crash, its node lost, the driver's
+        exit). ``cls`` is a plain class, not one decorated with ``ray.remote``.
+        """
+        if not inspect.isclass(cls):
+            raise TypeError(f"cls must be a class, got {cls!r} ({type(cls).__name__})")
+        demand = self._checked(fraction, gpus)
+        return self._call(self._client.start_actor, demand, self._options, cls, args, kwargs)
+
+    # ----------------------------------------------------------------- state
+    def snapshot(self) -> ClusterSnapshot:
+        """The cluster's GPU nodes with free capacity, every lease, and the queue in order."""
+        self._check_open()
+        snapshot: ClusterSnapshot = _ask(self._scheduler.snapshot)
+        self._largest = snapshot.largest_node
+        return snapshot
+
+    def close(self) -> None:
+        """End this pool's client: what it still waits for is withdrawn and what it runs is
+        stopped (its leases return). Idempotent; other pools are not affected."""
+        if not self._closed:
+            self._closed = True
+            _api.kill(self._client)
+
+    def __enter__(self) -> RayGPUPool:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # ----------------------------------------------------------------- internals
+    def _checked(self, fraction: object, gpus: object) -> Demand:
+        demand = _demand(fraction, gpus)
+        if demand.count > self._largest:  # the cluster may have grown since we looked
+            self._largest = _ask(self._scheduler.sync_nodes).largest_node
+            if demand.count > self._largest:
+                raise ValueError(
+                    f"gpus={demand.count} is more than any node of the cluster has "
+                    f"(the largest has {self._largest})"
+                )
+        return demand
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise PoolClosedError("this RayGPUPool is closed")
+
+    def _submit(
+        self,
+        fn: Callable[..., Any],
+        demand: Demand,
+        options: TaskOptions,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        return self._call(self._client.run, demand, options, fn, args, kwargs)
+
+    def _call(self, method: Any, demand: Demand, options: TaskOptions, *rest: Any) -> Any:
+        """``method.remote(Call(...), *rest)``; a call that cannot be sent gives up its place
+        in the order."""
+        self._check_open()
+        seq = None if self._seq is None else next(self._seq)
+        try:
+            return method.remote(Call(seq, demand.count, demand.units, options), *rest)
+        except BaseException:
+            if seq is not None:
+                self._client.skip.remote(seq)
+            raise
+
+
+def _unpickled(
+    namespace: str, scheduler: Any, client: Any, options: TaskOptions, largest: int
+) -> RayGPUPool:
+    return RayGPUPool(namespace, scheduler, client, options, largest, ordered=False)
+
+
+class _Decorator:
+    """What ``pool.remote(...)`` returns: applied to a function, binds it to the share."""
+
+    def __init__(self, pool: RayGPUPool, demand: Demand, options: TaskOptions) -> None:
+        self._pool, self._demand, self._options = pool, demand, options
+
+    def __call__(self, fn: Callable[P, R], /) -> LeasedFunction[P, R]:
+        if inspect.isclass(fn):
+            raise TypeError("pool.remote takes functions; start actors with pool.start_actor")
+        check_callable("fn", fn)
+        return LeasedFunction(self._pool, fn, self._demand, self._options)
+
+
+class LeasedFunction(Generic[P, R]):
+    """A function bound to a GPU share by :meth:`RayGPUPool.remote`; call ``.remote()``."""
+
+    def __init__(
+        self, pool: RayGPUPool, fn: Callable[P, R], demand: Demand, options: TaskOptions
+    ) -> None:
+        self._pool = pool
+        self._fn = fn
+        self._demand = demand
+        self._options = options
+        self.__doc__ = fn.__doc__
+        self.__name__ = getattr(fn, "__name__", "leased")
+
+    def __repr__(self) -> str:
+        demand = self._demand
+        return f"LeasedFunction({self.__name__}, count={demand.count}, units={demand.units})"
+
+    def remote(self, *args: P.args, **kwargs: P.kwargs) -> Any:
+        """Queue a call on this function's GPU share; return its ``ObjectRef`` at once."""
+        return self._pool._submit(self._fn, self._demand, self._options, args, kwargs)
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        raise TypeError(f"call {self.__name__}.remote(...) to run it on a GPU share")

@@ -1,0 +1,473 @@
+"""The GPUs of a Ray cluster as one scheduler core: what the scheduler actor decides with.
+
+Pure (no Ray, no I/O, no clock), so that every rule here is tested without a cluster. Every GPU
+of every node is one logical GPU of a single :class:`hwpool._core._scheduler.Scheduler`, so a
+request anywhere in the cluster waits in one FIFO queue with the core's reservations, best fit
+and backfill; this module adds only what a cluster has and one host has not:
+
+- **Nodes come and go.** Adding or removing a node rebuilds the core over the GPUs now present:
+  the leases still held are restored on their GPUs, then the waiting requests are submitted
+  again in their queue order. The leases of a removed node are dropped without being released
+  (their GPUs are gone, so nothing is freed twice); a waiting request that no node can hold
+  any more fails.
+- **A multi-GPU lease must sit on one node** (a Ray task is one process), while the core sees
+  GPUs only. Logical GPU numbers are labels: two idle GPUs can swap labels without the core
+  noticing, since their state in the core is the same. So when the core grants ``n`` whole GPUs
+  on several nodes, the grant is moved onto one node that has ``n`` idle GPUs by swapping
+  labels. If no node has, the request keeps the idle GPUs it was granted (the *hoard*) and one
+  whole-GPU request is put at the head of the queue to add the next GPU that drains; the
+  oldest unplaced request is placed as soon as one node holds enough idle or hoarded GPUs, and
+  the rest of the hoard goes back. The head of the queue never starves, so the hoard grows
+  until a node is free enough: a multi-GPU request waits, but never forever.
+
+Invariants after every call: on every GPU the units of its leases plus its free units in the
+core equal one GPU, except that a hoarded GPU has no lease, is idle and counts as taken; a
+request is waiting, leased or gone; every lease lies on one node.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from .._core._capacity import UNITS_PER_GPU, units_to_fraction
+from .._core._scheduler import Demand, Grant, Scheduler
+
+__all__ = [
+    "ClusterSnapshot",
+    "ClusterState",
+    "Key",
+    "LeaseSnapshot",
+    "NodeGPU",
+    "NodeSnapshot",
+    "Outcome",
+    "Placement",
+    "WaitingSnapshot",
+]
+
+Key = tuple[str, int]
+"""A request's identity: the name of the client that asked and its number there."""
+
+_FULL = Demand(1, UNITS_PER_GPU)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeGPU:
+    """One GPU of a node: its index there, what selects it in ``CUDA_VISIBLE_DEVICES``
+    (a UUID where the node knows it, else the index), and its memory where known."""
+
+    index: int
+    device_id: str
+    uuid: str | None = None
+    memory_mib: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """A granted request: ``units`` on each of the GPUs ``gpus`` (indices on ``node_id``)."""
+
+    key: Key
+    node_id: str
+    gpus: tuple[int, ...]
+    devices: tuple[str, ...]
+    units: int
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What one input changed: requests ``placed``, requests ``failed`` (with the reason) and
+    leases ``lost`` with their node."""
+
+    placed: list[Placement] = field(default_factory=list)
+    failed: list[tuple[Key, str]] = field(default_factory=list)
+    lost: list[Placement] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSnapshot:
+    """A node's GPUs and the free fraction of each."""
+
+    node_id: str
+    gpus: tuple[NodeGPU, ...]
+    free: tuple[float, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseSnapshot:
+    """A held lease: whose (``client``, ``request``), where, and the share of each GPU."""
+
+    client: str
+    request: int
+    node_id: str
+    gpus: tuple[int, ...]
+    fraction: float
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingSnapshot:
+    """A waiting request, in queue order: ``count`` GPUs of ``fraction`` each."""
+
+    client: str
+    request: int
+    count: int
+    fraction: float
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSnapshot:
+    """The cluster as the scheduler sees it: nodes, leases, and the queue in order."""
+
+    nodes: tuple[NodeSnapshot, ...]
+    leases: tuple[LeaseSnapshot, ...]
+    waiting: tuple[WaitingSnapshot, ...]
+
+    @property
+    def num_gpus(self) -> int:
+        """How many GPUs the cluster has."""
+        return sum(len(node.gpus) for node in self.nodes)
+
+    @property
+    def largest_node(self) -> int:
+        """The GPUs of the node with the most (0 without GPU nodes)."""
+        return max((len(node.gpus) for node in self.nodes), default=0)
+
+
+class ClusterState:
+    """Requests, leases and nodes of one cluster over one scheduler core (see the module)."""
+
+    def __init__(self) -> None:
+        self._nodes: dict[str, tuple[NodeGPU, ...]] = {}
+        self._labels: list[tuple[str, int]] = []  # logical GPU -> (node, index there)
+        self._logical: dict[tuple[str, int], int] = {}
+        self._core: Scheduler | None = None
+        self._leases: dict[Key, Placement] = {}
+        self._demands: dict[Key, Demand] = {}  # requests not placed yet
+        self._tickets: dict[int, Key] = {}  # core ticket -> waiting request
+        self._ticket_of: dict[Key, int] = {}
+        self._unplaced: list[Key] = []  # granted by the core across nodes, oldest first
+        self._hoard: list[int] = []  # idle logical GPUs the unplaced requests hold
+        self._phantom: int | None = None  # ticket of the whole GPU asked for the hoard
+
+    # ----------------------------------------------------------------- queries
+    @property
+    def nodes(self) -> dict[str, tuple[NodeGPU, ...]]:
+        """The GPU nodes, in the order they joined."""
+        return dict(self._nodes)
+
+    @property
+    def largest_node(self) -> int:
+        """The GPUs of the node with the most (0 without GPU nodes)."""
+        return max((len(gpus) for gpus in self._nodes.values()), default=0)
+
+    def lease(self, key: Key) -> Placement | None:
+        """The lease of ``key``, if it holds one."""
+        return self._leases.get(key)
+
+    def leases(self) -> list[Placement]:
+        """Every lease held."""
+        return list(self._leases.values())
+
+    def is_waiting(self, key: Key) -> bool:
+        """Whether ``key`` waits (in the queue, or granted but not yet placed on one node)."""
+        return key in self._demands
+
+    def waiting(self) -> list[tuple[Key, Demand]]:
+        """The waiting requests in queue order (those being placed first)."""
+        keys = list(self._unplaced)
+        if self._core is not None:
+            keys += [
+                self._tickets[w.ticket] for w in self._core.waiters() if w.ticket in self._tickets
+            ]
+        return [(key, self._demands[key]) for key in keys]
+
+    def hoarded(self) -> list[tuple[str, int]]:
+        """The idle GPUs held for requests being placed, as ``(node, index)``."""
+        return [self._labels[g] for g in self._hoard]
+
+    def free_units(self, node_id: str, index: int) -> int:
+        """Free units of one GPU in the core (a hoarded GPU counts as taken)."""
+        assert self._core is not None
+        return self._core.free[self._logical[node_id, index]]
+
+    def snapshot(self) -> ClusterSnapshot:
+        """Nodes with free capacity per GPU, the leases, and the queue in order."""
+        nodes = tuple(
+            NodeSnapshot(
+                node,
+                gpus,
+                tuple(units_to_fraction(self.free_units(node, g.index)) for g in gpus),
+            )
+            for node, gpus in self._nodes.items()
+        )
+        leases = tuple(
+            LeaseSnapshot(p.key[0], p.key[1], p.node_id, p.gpus, units_to_fraction(p.units))
+            for p in self._leases.values()
+        )
+        waiting = tuple(
+            WaitingSnapshot(key[0], key[1], d.count, units_to_fraction(d.units))
+            for key, d in self.waiting()
+        )
+        return ClusterSnapshot(nodes, leases, waiting)
+
+    def infeasible(self, demand: Demand) -> str | None:
+        """Why no node of the cluster could ever hold ``demand``, or None if one could."""
+        largest = self.largest_node
+        if largest == 0:
+            return "the Ray cluster has no GPUs (start its nodes with --num-gpus)"
+        if demand.count > largest:
+            return f"gpus={demand.count} is more than any node has (the largest has {largest})"
+        return None
+
+    # ----------------------------------------------------------------- inputs
+    def request(self, key: Key, demand: Demand) -> Outcome:
+        """Queue ``demand`` for ``key`` (granted at once if it fits).
+
+        Raises ValueError, changing nothing, if ``key`` is known already or no node could ever
+        hold the demand.
+        """
+        if key in self._leases or key in self._demands:
+            raise ValueError(f"request {key!r} is already known")
+        reason = self.infeasible(demand)
+        if reason is not None:
+            raise ValueError(reason)
+        out = Outcome()
+        self._absorb(self._submit(key, demand), out)
+        return out
+
+    def release(self, key: Key) -> Outcome:
+        """Give back the lease of ``key``; a key without one (released already, lost with its
+        node, never granted) changes nothing."""
+        out = Outcome()
+        placement = self._leases.pop(key, None)
+        if placement is not None:
+            assert self._core is not None
+            pairs = [(self._logical[placement.node_id, g], placement.units) for g in placement.gpus]
+            self._absorb(self._core.release_many(pairs), out)
+        return out
+
+    def cancel(self, key: Key) -> Outcome:
+        """Withdraw ``key``: a waiting request leaves the queue, a lease is released."""
+        if key in self._leases:
+            return self.release(key)
+        out = Outcome()
+        if key in self._ticket_of:
+            assert self._core is not None
+            ticket = self._ticket_of.pop(key)
+            del self._tickets[ticket], self._demands[key]
+            self._absorb(self._core.cancel(ticket), out)
+        elif key in self._unplaced:
+            self._unplaced.remove(key)
+            del self._demands[key]
+            self._absorb([], out)  # its share of the hoard goes on to the others, or back
+        return out
+
+    def drop_client(self, client: str) -> Outcome:
+        """Withdraw every request and release every lease of ``client`` (it has gone)."""
+        out = Outcome()
+        keys = [k for k in (*self._demands, *self._leases) if k[0] == client]
+        for key in keys:
+            step = self.cancel(key)
+            out.placed += step.placed
+            out.failed += step.failed
+        return out
+
+    def add_node(self, node_id: str, gpus: Iterable[NodeGPU]) -> Outcome:
+        """A node joined (or changed): rebuild the core over every GPU now present."""
+        nodes = dict(self._nodes)
+        nodes[node_id] = tuple(gpus)
+        if not nodes[node_id]:
+            del nodes[node_id]
+        return self._rebuild(nodes, self.leases(), self.waiting())
+
+    def remove_node(self, node_id: str) -> Outcome:
+        """A node left: its leases are lost (not released), the core is rebuilt without it."""
+        if node_id not in self._nodes:
+            return Outcome()
+        nodes = {n: g for n, g in self._nodes.items() if n != node_id}
+        return self._rebuild(nodes, self.leases(), self.waiting())
+
+    def restore(
+        self, leases: Iterable[Placement], waiting: Iterable[tuple[Key, Demand]]
+    ) -> Outcome:
+        """Start again from what the clients still hold and wait for (a restarted actor).
+
+        Leases that no longer fit (unknown node or GPU, or more than a GPU holds) are lost;
+        waiting requests are queued in the order given.
+        """
+        return self._rebuild(dict(self._nodes), list(leases), list(waiting))
+
+    # ----------------------------------------------------------------- internals
+    def _rebuild(
+        self,
+        nodes: dict[str, tuple[NodeGPU, ...]],
+        leases: list[Placement],
+        waiting: list[tuple[Key, Demand]],
+    ) -> Outcome:
+        self._nodes = nodes
+        self._labels = [(node, gpu.index) for node, gpus in nodes.items() for gpu in gpus]
+        self._logical = {label: i for i, label in enumerate(self._labels)}
+        self._core = Scheduler(len(self._labels)) if self._labels else None
+        self._leases, self._demands = {}, {}
+        self._tickets, self._ticket_of = {}, {}
+        self._unplaced, self._hoard, self._phantom = [], [], None
+        out = Outcome()
+        for placement in leases:
+            if not self._restore_lease(placement):
+                out.lost.append(placement)
+        grants: list[Grant] = []
+        for key, demand in waiting:
+            reason = self.infeasible(demand)
+            if reason is not None:
+                out.failed.append((key, reason))
+            elif key not in self._leases and key not in self._demands:
+                grants += self._submit(key, demand)
+        self._absorb(grants, out)
+        return out
+
+    def _restore_lease(self, placement: Placement) -> bool:
+        """Hold ``placement`` again on its GPUs; False if it cannot be (it is then lost)."""
+        if self._core is None or placement.key in self._leases:
+            return False
+        try:
+            gpus = tuple(self._logical[placement.node_id, g] for g in placement.gpus)
+            self._core.restore(gpus, placement.units)
+        except (KeyError, ValueError):
+            return False
+        self._leases[placement.key] = placement
+        return True
+
+    def _submit(self, key: Key, demand: Demand) -> list[Grant]:
+        """Queue ``demand`` in the core; its grant, if it was granted at once."""
+        assert self._core is not None
+        self._demands[key] = demand
+        ticket, grant = self._core.submit(demand)
+        self._tickets[ticket] = key
+        self._ticket_of[key] = ticket
+        return [] if grant is None else [grant]
+
+    def _absorb(self, grants: list[Grant], out: Outcome) -> None:
+        """Turn the core's grants into placements until nothing more changes."""
+        pending = deque(grants)
+        while True:
+            while pending:
+                self._on_grant(pending.popleft(), out)
+            more = self._settle(out)
+            if not more:
+                return
+            pending.extend(more)
+
+    def _on_grant(self, grant: Grant, out: Outcome) -> None:
+        if grant.ticket == self._phantom:
+            self._phantom = None
+            self._hoard += grant.gpus
+            return
+        key = self._tickets.pop(grant.ticket)
+        del self._ticket_of[key]
+        if len({self._labels[g][0] for g in grant.gpus}) == 1:
+            out.placed.append(self._place(key, grant.gpus, grant.units))
+        else:  # granted on several nodes: hoard the GPUs until one node has enough
+            self._hoard += grant.gpus
+            self._unplaced.append(key)
+
+    def _place(self, key: Key, logical: Iterable[int], units: int) -> Placement:
+        labels = sorted(self._labels[g] for g in logical)
+        node = labels[0][0]
+        by_index = {gpu.index: gpu for gpu in self._nodes[node]}
+        gpus = tuple(index for _, index in labels)
+        devices = tuple(by_index[g].device_id for g in gpus)
+        placement = Placement(key, node, gpus, devices, units)
+        del self._demands[key]
+        self._leases[key] = placement
+        return placement
+
+    def _settle(self, out: Outcome) -> list[Grant]:
+        """Place what the hoard allows, oldest first; then ask for more GPUs or give it back."""
+        assert self._core is not None or not self._unplaced
+        while self._unplaced:
+            key = self._unplaced[0]
+            chosen = self._gather(self._demands[key].count)
+            if chosen is None:
+                break
+            self._unplaced.pop(0)
+            out.placed.append(self._place(key, chosen, UNITS_PER_GPU))
+        if self._core is None:
+            return []
+        if self._unplaced:
+            return self._ask_for_more() if self._phantom is None else []
+        grants: list[Grant] = []
+        if self._phantom is not None:
+            grants += self._core.cancel(self._phantom)
+            self._phantom = None
+        if self._hoard:
+            hoard, self._hoard = self._hoard, []
+            grants += self._core.release_many([(g, UNITS_PER_GPU) for g in hoard])
+        return grants
+
+    def _gather(self, count: int) -> tuple[int, ...] | None:
+        """``count`` hoarded labels mapped, by swaps with idle GPUs, onto one node; or None.
+
+        The node chosen is the one with most hoarded GPUs among those with ``count`` idle or
+        hoarded GPUs (ties: the node that joined first), so that few labels move.
+        """
+        assert self._core is not None
+        free = self._core.free
+        hoarded: dict[str, list[int]] = {node: [] for node in self._nodes}
+        idle: dict[str, list[int]] = {node: [] for node in self._nodes}
+        for g in self._hoard:
+            hoarded[self._labels[g][0]].append(g)
+        for g, units in enumerate(free):
+            if units == UNITS_PER_GPU:
+                idle[self._labels[g][0]].append(g)
+        fitting = [n for n in self._nodes if len(hoarded[n]) + len(idle[n]) >= count]
+        if not fitting:
+            return None
+        node = max(fitting, key=lambda n: len(hoarded[n]))  # max keeps the first of ties
+        taken = hoarded[node][:count]
+        spare = [g for g in self._hoard if g not in taken]
+        for g in idle[node][: count - len(taken)]:
+            label = spare.pop()
+            self._swap(label, g)  # `label` now names the idle GPU on `node`
+            taken.append(label)
+        for g in taken:
+            self._hoard.remove(g)
+        return tuple(taken)
+
+    def _swap(self, a: int, b: int) -> None:
+        """Exchange the GPUs behind logical GPUs ``a`` and ``b`` (both idle: the core cannot
+        tell them apart)."""
+        labels = self._labels
+        labels[a], labels[b] = labels[b], labels[a]
+        self._logical[labels[a]] = a
+        self._logical[labels[b]] = b
+
+    def _ask_for_more(self) -> list[Grant]:
+        """Queue one whole GPU for the hoard at the head of the queue; its grant if at once.
+
+        The core queues at the tail only, so the waiters are withdrawn from the tail forward
+        and queued again behind it, in their order. Withdrawing the last waiter frees no
+        capacity, so this grants nothing early; should the core grant one of them meanwhile,
+        that grant stands and the waiter is not queued again.
+        """
+        assert self._core is not None
+        waiting = [(w.ticket, w.demand) for w in self._core.waiters()]
+        grants: list[Grant] = []
+        granted: set[int] = set()
+        for ticket, _ in reversed(waiting):
+            if ticket not in granted:
+                step = self._core.cancel(ticket)
+                grants += step
+                granted.update(g.ticket for g in step)
+        self._phantom, grant = self._core.submit(_FULL)
+        if grant is not None:
+            grants.append(grant)
+        for ticket, demand in waiting:
+            if ticket in granted:
+                continue
+            key = self._tickets.pop(ticket)
+            new, now = self._core.submit(demand)
+            self._tickets[new] = key
+            self._ticket_of[key] = new
+            if now is not None:
+                grants.append(now)
+        return grants

@@ -1,0 +1,253 @@
+"""The cluster state of the Ray scheduler actor, driven directly (pure: no cluster needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("ray")
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hwpool._core._capacity import UNITS_PER_GPU
+from hwpool._core._scheduler import Demand
+from hwpool.ray._state import ClusterState, Key, NodeGPU, Outcome, Placement
+
+FULL = UNITS_PER_GPU
+
+
+def gpus(count: int, prefix: str = "") -> list[NodeGPU]:
+    return [NodeGPU(i, f"{prefix}{i}") for i in range(count)]
+
+
+def frac(f: float) -> Demand:
+    return Demand(1, round(f * FULL))
+
+
+def whole(n: int) -> Demand:
+    return Demand(n, FULL)
+
+
+def two_by_two() -> ClusterState:
+    state = ClusterState()
+    state.add_node("A", gpus(2, "GPU-a"))
+    state.add_node("B", gpus(2, "GPU-b"))
+    return state
+
+
+def placed(out: Outcome) -> dict[Key, tuple[str, tuple[int, ...]]]:
+    return {p.key: (p.node_id, p.gpus) for p in out.placed}
+
+
+def check(state: ClusterState) -> None:
+    """Every GPU: lease units + free units (+ a whole GPU if hoarded) == one GPU; leases on
+    one node each; nothing both leased and waiting."""
+    used: dict[tuple[str, int], int] = {}
+    for lease in state.leases():
+        assert lease.node_id in state.nodes
+        assert len(set(lease.gpus)) == len(lease.gpus)
+        for g in lease.gpus:
+            used[lease.node_id, g] = used.get((lease.node_id, g), 0) + lease.units
+    hoarded = state.hoarded()
+    assert len(set(hoarded)) == len(hoarded)
+    for node, node_gpus in state.nodes.items():
+        for gpu in node_gpus:
+            here = (node, gpu.index)
+            held = used.get(here, 0) + (FULL if here in hoarded else 0)
+            assert here not in hoarded or here not in used
+            assert held + state.free_units(node, gpu.index) == FULL
+    for key, _ in state.waiting():
+        assert state.lease(key) is None
+
+
+def test_fractions_best_fit_across_nodes_and_devices_follow_the_node() -> None:
+    state = two_by_two()
+    out = state.request(("c", 1), frac(0.5))
+    assert placed(out) == {("c", 1): ("A", (0,))}
+    assert out.placed[0].devices == ("GPU-a0",)
+    state.request(("c", 2), whole(1))  # A1
+    state.request(("c", 3), whole(1))  # B0
+    out = state.request(("c", 4), frac(0.5))  # best fit: the half-used A0
+    assert placed(out) == {("c", 4): ("A", (0,))}
+    out = state.request(("c", 5), frac(0.25))
+    assert placed(out) == {("c", 5): ("B", (1,))}
+    assert out.placed[0].devices == ("GPU-b1",)
+    check(state)
+
+
+def busy_corners() -> ClusterState:
+    """A0 and B1 held whole, A1 and B0 idle: two idle GPUs, but not on one node."""
+    state = two_by_two()
+    for i in range(4):
+        state.request(("c", i), whole(1))
+    state.release(("c", 1))
+    state.release(("c", 2))
+    return state
+
+
+def test_a_multi_gpu_grant_across_nodes_waits_for_one_node_and_is_never_split() -> None:
+    state = busy_corners()
+    out = state.request(("big", 1), whole(2))
+    assert out.placed == []
+    assert state.is_waiting(("big", 1))
+    assert sorted(state.hoarded()) == [("A", 1), ("B", 0)]  # held idle, not used
+    assert [key for key, _ in state.waiting()] == [("big", 1)]
+    check(state)
+    # A small request may not take the hoarded GPUs; it waits behind the hoard's head request.
+    out = state.request(("small", 1), frac(0.25))
+    assert out.placed == []
+    out = state.release(("c", 0))  # A0 drains: node A now has two GPUs for the big request
+    # B0 went back with the rest of the hoard and served the small request.
+    assert placed(out) == {("big", 1): ("A", (0, 1)), ("small", 1): ("B", (0,))}
+    assert [p.key for p in out.placed] == [("big", 1), ("small", 1)]
+    assert state.lease(("small", 1)) == Placement(("small", 1), "B", (0,), ("GPU-b0",), FULL // 4)
+    assert state.hoarded() == []
+    check(state)
+
+
+def test_placing_swaps_an_idle_gpu_onto_the_node() -> None:
+    state = busy_corners()
+    state.request(("big", 1), whole(2))  # hoards A1 and B0
+    out = state.request(("big", 2), whole(2))  # waits behind: the head takes what drains
+    assert out.placed == []
+    out = state.release(("c", 3))  # B1 drains: B has B0 (hoarded) and B1 (idle)
+    assert placed(out) == {("big", 1): ("B", (0, 1))}
+    check(state)
+    out = state.release(("c", 0))
+    assert placed(out) == {("big", 2): ("A", (0, 1))}
+    check(state)
+
+
+def test_cancelling_the_request_being_placed_gives_its_hoard_back() -> None:
+    state = busy_corners()
+    state.request(("big", 1), whole(2))
+    state.cancel(("big", 1))
+    assert state.hoarded() == [] and state.waiting() == []
+    assert state.snapshot().nodes[0].free == (0.0, 1.0)
+    check(state)
+
+
+def test_a_request_larger_than_every_node_fails_at_once_and_changes_nothing() -> None:
+    state = two_by_two()
+    before = state.snapshot()
+    with pytest.raises(ValueError, match=r"gpus=3 is more than any node has \(the largest has 2\)"):
+        state.request(("c", 1), whole(3))
+    assert state.snapshot() == before
+    with pytest.raises(ValueError, match="no GPUs"):
+        ClusterState().request(("c", 1), frac(0.5))
+
+
+def test_a_known_key_is_refused() -> None:
+    state = two_by_two()
+    state.request(("c", 1), frac(0.5))
+    with pytest.raises(ValueError, match="already known"):
+        state.request(("c", 1), frac(0.5))
+
+
+def test_removing_a_node_loses_its_leases_frees_nothing_twice_and_fails_what_cannot_fit() -> None:
+    state = two_by_two()
+    state.add_node("C", gpus(4))
+    for i in range(4):
+        state.request(("c", i), whole(1))  # A0 A1 B0 B1
+    state.request(("big", 1), whole(4))  # on C
+    state.request(("c", 9), whole(1))  # waits
+    state.request(("big", 2), whole(3))  # waits; only C could ever hold it
+    out = state.remove_node("C")
+    assert [p.key for p in out.lost] == [("big", 1)]
+    assert out.failed == [(("big", 2), "gpus=3 is more than any node has (the largest has 2)")]
+    assert state.release(("big", 1)) == Outcome()  # lost with its node: nothing to free
+    assert [key for key, _ in state.waiting()] == [("c", 9)]
+    out = state.release(("c", 2))
+    assert placed(out) == {("c", 9): ("B", (0,))}
+    check(state)
+    assert state.remove_node("C") == Outcome()
+
+
+def test_a_joining_node_serves_the_queue_in_order() -> None:
+    state = two_by_two()
+    for i in range(4):
+        state.request(("c", i), whole(1))
+    state.request(("w", 1), frac(0.5))
+    state.request(("w", 2), whole(2))
+    out = state.add_node("C", gpus(2))
+    assert placed(out) == {("w", 1): ("C", (0,))}  # the 2-GPU request then reserves C
+    out = state.add_node("D", gpus(2))
+    assert placed(out) == {("w", 2): ("D", (0, 1))}
+    check(state)
+
+
+def test_drop_client_withdraws_its_waiters_and_releases_its_leases() -> None:
+    state = two_by_two()
+    state.request(("gone", 1), whole(2))
+    state.request(("gone", 2), whole(2))
+    state.request(("gone", 3), whole(2))  # waits
+    state.request(("live", 1), frac(0.5))  # waits behind it
+    out = state.drop_client("gone")
+    assert placed(out) == {("live", 1): ("A", (0,))}
+    assert state.leases() == [state.lease(("live", 1))]
+    assert state.waiting() == []
+    check(state)
+
+
+def test_restore_keeps_what_still_fits_and_requeues_in_the_order_given() -> None:
+    state = two_by_two()
+    leases = [
+        Placement(("x", 1), "A", (0, 1), ("GPU-a0", "GPU-a1"), FULL),
+        Placement(("y", 1), "A", (0,), ("GPU-a0",), FULL // 2),  # A0 is taken: lost
+        Placement(("y", 2), "Z", (0,), ("0",), FULL // 2),  # unknown node: lost
+        Placement(("y", 3), "B", (1,), ("GPU-b1",), FULL // 2),
+    ]
+    waiting = [(("w", 2), whole(2)), (("w", 1), frac(0.5)), (("x", 1), frac(0.5))]
+    out = state.restore(leases, waiting)
+    assert [p.key for p in out.lost] == [("y", 1), ("y", 2)]
+    # w2 (first) waits for two GPUs and reserves B; w1 backfills nowhere else; x1 is leased.
+    assert [key for key, _ in state.waiting()] == [("w", 2), ("w", 1)]
+    assert {p.key for p in state.leases()} == {("x", 1), ("y", 3)}
+    check(state)
+
+
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("node"), st.sampled_from("ABC"), st.integers(1, 3)),
+        st.tuples(st.just("drop_node"), st.sampled_from("ABC"), st.just(0)),
+        st.tuples(
+            st.just("ask"), st.sampled_from("xyz"), st.sampled_from([0.25, 0.5, 0.3, 1, 2, 3])
+        ),
+        st.tuples(st.just("release"), st.just(""), st.integers(0, 50)),
+        st.tuples(st.just("cancel"), st.just(""), st.integers(0, 50)),
+        st.tuples(st.just("drop_client"), st.sampled_from("xyz"), st.just(0)),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(OPS)
+def test_random_steps_keep_the_invariants_and_everything_is_served_in_the_end(
+    ops: list[tuple[str, str, float]],
+) -> None:
+    state = ClusterState()
+    asked: list[Key] = []
+    for op, name, value in ops:
+        if op == "node":
+            state.add_node(name, gpus(int(value)))
+        elif op == "drop_node":
+            state.remove_node(name)
+        elif op == "ask":
+            demand = whole(int(value)) if value >= 1 else frac(value)
+            key = (name, len(asked))
+            if state.infeasible(demand) is None:
+                state.request(key, demand)
+                asked.append(key)
+        elif op in ("release", "cancel") and asked:
+            key = asked[int(value) % len(asked)]
+            (state.release if op == "release" else state.cancel)(key)
+        elif op == "drop_client":
+            state.drop_client(name)
+        check(state)
+    while state.leases():  # releasing everything serves every request still waiting
+        state.release(state.leases()[0].key)
+        check(state)
+    assert state.waiting() == [] and state.hoarded() == []
+    for node in state.snapshot().nodes:
+        assert node.free == (1.0,) * len(node.gpus)
