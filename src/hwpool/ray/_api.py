@@ -9,9 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 __all__ = [
     "affinity",

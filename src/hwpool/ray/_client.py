@@ -34,7 +34,10 @@ SCHEDULER_RETRY_S = 120.0
 """How long a request keeps asking a scheduler that is restarting (or gone) before failing."""
 RETRY_PAUSE_S = 0.2
 CANCEL_WAIT_S = 30.0
-ORDER_WAIT_S = 2.0
+ORDER_WAIT_S = 60.0
+"""How long a call waits for an earlier one of the driver's to arrive (Ray delivers an async
+actor's calls out of order, by seconds on a loaded machine; one never sent is skipped at once,
+so this bounds only the unforeseen)."""
 LAUNCH_ATTEMPTS = 3
 """Grants a task may get on nodes that die before it starts there, before it fails."""
 
@@ -124,8 +127,8 @@ class ClientActor:
                 node_lost = True
                 raise
             finally:
-                # Given back before the result is: once ray.get returns, the lease is free.
-                await asyncio.shield(self._release_now(number, node_lost))
+                # Sent before the result goes back, not awaited: the next task need not wait.
+                self._release(number, node_lost)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def start_actor(
@@ -231,10 +234,6 @@ class ClientActor:
     def _release(self, number: int, node_lost: bool = False) -> None:
         if self._leases.pop(number, None) is not None:
             self._spawn(self._call(self._scheduler.release, number, node_lost))
-
-    async def _release_now(self, number: int, node_lost: bool = False) -> None:
-        if self._leases.pop(number, None) is not None:
-            await self._call(self._scheduler.release, number, node_lost)
 
     async def _call(self, method: Any, number: int, *more: Any) -> None:
         # A release lost to a scheduler restart is not reclaimed either: nothing leaks.

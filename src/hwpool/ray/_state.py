@@ -14,11 +14,13 @@ and backfill; this module adds only what a cluster has and one host has not:
   GPUs only. Logical GPU numbers are labels: two idle GPUs can swap labels without the core
   noticing, since their state in the core is the same. So when the core grants ``n`` whole GPUs
   on several nodes, the grant is moved onto one node that has ``n`` idle GPUs by swapping
-  labels. If no node has, the request keeps the idle GPUs it was granted (the *hoard*) and one
-  whole-GPU request is put at the head of the queue to add the next GPU that drains; the
-  oldest unplaced request is placed as soon as one node holds enough idle or hoarded GPUs, and
-  the rest of the hoard goes back. The head of the queue never starves, so the hoard grows
-  until a node is free enough: a multi-GPU request waits, but never forever.
+  labels. If no node has, the request keeps the idle GPUs it was granted (the *hoard*) and
+  whole-GPU requests are put at the head of the queue, one per node holding part of the
+  hoard, so that the first of those nodes to drain a GPU completes it; the oldest unplaced
+  request is placed as soon as one node holds enough idle or hoarded GPUs, and the rest of
+  the hoard goes back. The head of the queue never starves, so the hoard grows until a node
+  is free enough: a multi-GPU request waits (about one task's length longer than on a core
+  that knew nodes), but never forever.
 
 Invariants after every call: on every GPU the units of its leases plus its free units in the
 core equal one GPU, except that a hoarded GPU has no lease, is idle and counts as taken; a
@@ -147,7 +149,7 @@ class ClusterState:
         self._ticket_of: dict[Key, int] = {}
         self._unplaced: list[Key] = []  # granted by the core across nodes, oldest first
         self._hoard: list[int] = []  # idle logical GPUs the unplaced requests hold
-        self._phantom: int | None = None  # ticket of the whole GPU asked for the hoard
+        self._phantoms: list[int] = []  # tickets of the whole GPUs asked for the hoard
 
     # ----------------------------------------------------------------- queries
     @property
@@ -310,7 +312,7 @@ class ClusterState:
         self._core = Scheduler(len(self._labels)) if self._labels else None
         self._leases, self._demands = {}, {}
         self._tickets, self._ticket_of = {}, {}
-        self._unplaced, self._hoard, self._phantom = [], [], None
+        self._unplaced, self._hoard, self._phantoms = [], [], []
         out = Outcome()
         for placement in leases:
             if not self._restore_lease(placement):
@@ -358,8 +360,8 @@ class ClusterState:
             pending.extend(more)
 
     def _on_grant(self, grant: Grant, out: Outcome) -> None:
-        if grant.ticket == self._phantom:
-            self._phantom = None
+        if grant.ticket in self._phantoms:
+            self._phantoms.remove(grant.ticket)
             self._hoard += grant.gpus
             return
         key = self._tickets.pop(grant.ticket)
@@ -393,16 +395,26 @@ class ClusterState:
             out.placed.append(self._place(key, chosen, UNITS_PER_GPU))
         if self._core is None:
             return []
-        if self._unplaced:
-            return self._ask_for_more() if self._phantom is None else []
         grants: list[Grant] = []
-        if self._phantom is not None:
-            grants += self._core.cancel(self._phantom)
-            self._phantom = None
-        if self._hoard:
+        wanted = self._phantoms_wanted()
+        while len(self._phantoms) > wanted:
+            grants += self._core.cancel(self._phantoms.pop())
+        if len(self._phantoms) < wanted:
+            grants += self._ask_for_more(wanted - len(self._phantoms))
+        if not self._unplaced and self._hoard:
             hoard, self._hoard = self._hoard, []
             grants += self._core.release_many([(g, UNITS_PER_GPU) for g in hoard])
         return grants
+
+    def _phantoms_wanted(self) -> int:
+        """Whole GPUs to ask for at once for the oldest unplaced request: one per node that
+        holds part of the hoard and could hold the request (at least one), so that the first
+        of those nodes to drain a GPU completes it."""
+        if not self._unplaced:
+            return 0
+        count = self._demands[self._unplaced[0]].count
+        nodes = {self._labels[g][0] for g in self._hoard}
+        return max(1, sum(len(self._nodes[n]) >= count for n in nodes))
 
     def _gather(self, count: int) -> tuple[int, ...] | None:
         """``count`` hoarded labels mapped, by swaps with idle GPUs, onto one node; or None.
@@ -441,16 +453,18 @@ class ClusterState:
         self._logical[labels[a]] = a
         self._logical[labels[b]] = b
 
-    def _ask_for_more(self) -> list[Grant]:
-        """Queue one whole GPU for the hoard at the head of the queue; its grant if at once.
+    def _ask_for_more(self, count: int) -> list[Grant]:
+        """Queue ``count`` whole GPUs for the hoard at the head of the queue (behind those
+        asked for already); their grants if at once.
 
-        The core queues at the tail only, so the waiters are withdrawn from the tail forward
-        and queued again behind it, in their order. Withdrawing the last waiter frees no
-        capacity, so this grants nothing early; should the core grant one of them meanwhile,
+        The core queues at the tail only, so the other waiters are withdrawn from the tail
+        forward and queued again behind them, in their order. Withdrawing the last waiter frees
+        no capacity, so this grants nothing early; should the core grant one of them meanwhile,
         that grant stands and the waiter is not queued again.
         """
         assert self._core is not None
-        waiting = [(w.ticket, w.demand) for w in self._core.waiters()]
+        asked = set(self._phantoms)
+        waiting = [(w.ticket, w.demand) for w in self._core.waiters() if w.ticket not in asked]
         grants: list[Grant] = []
         granted: set[int] = set()
         for ticket, _ in reversed(waiting):
@@ -458,9 +472,11 @@ class ClusterState:
                 step = self._core.cancel(ticket)
                 grants += step
                 granted.update(g.ticket for g in step)
-        self._phantom, grant = self._core.submit(_FULL)
-        if grant is not None:
-            grants.append(grant)
+        for _ in range(count):
+            ticket, grant = self._core.submit(_FULL)
+            self._phantoms.append(ticket)
+            if grant is not None:
+                grants.append(grant)
         for ticket, demand in waiting:
             if ticket in granted:
                 continue
