@@ -26,6 +26,7 @@ from ray.exceptions import NodeDiedError, RayActorError, RayError, TaskUnschedul
 from .._core._scheduler import Demand
 from . import _api
 from ._state import Key, Placement
+from ._turns import Turns
 from ._worker import WATCH_GROUP, device_env, leased_class, run_leased
 
 __all__ = ["Call", "ClientActor", "TaskOptions"]
@@ -76,9 +77,7 @@ class ClientActor:
         self._leases: dict[int, Placement] = {}
         self._waiting: dict[int, tuple[Demand, float]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._turn: asyncio.Condition | None = None
-        self._next_seq = 1  # the driver's next call to queue
-        self._passed: set[int] = set()  # later calls already queued
+        self._turns = Turns(ORDER_WAIT_S)
 
     # ----------------------------------------------------------------- for the scheduler
     async def watch(self) -> None:
@@ -163,44 +162,14 @@ class ClientActor:
 
     async def skip(self, seq: int) -> None:
         """The driver's call ``seq`` was never sent (its arguments did not serialize)."""
-        turn = self._turn_condition()
-        async with turn:
-            self._pass(seq)
-            turn.notify_all()
+        await self._turns.skip(seq)
 
     # ----------------------------------------------------------------- internals
-    def _turn_condition(self) -> asyncio.Condition:
-        if self._turn is None:
-            self._turn = asyncio.Condition()
-        return self._turn
-
-    async def _in_turn(self, seq: int | None) -> None:
-        """Wait until the driver's earlier calls are queued, so that requests reach the
-        scheduler in the order the driver made them (Ray may start an async actor's calls
-        in another order). Waits at most ``ORDER_WAIT_S`` for a call that never comes."""
-        if seq is None:
-            return
-        turn = self._turn_condition()
-        async with turn:
-            try:
-                await asyncio.wait_for(turn.wait_for(lambda: seq <= self._next_seq), ORDER_WAIT_S)
-            except TimeoutError:
-                self._next_seq = max(self._next_seq, seq)
-            self._pass(seq)
-            turn.notify_all()
-
-    def _pass(self, seq: int) -> None:
-        """Call ``seq`` is queued (or will never be): let the next ones go."""
-        if seq >= self._next_seq:
-            self._passed.add(seq)
-        while self._next_seq in self._passed:
-            self._passed.remove(self._next_seq)
-            self._next_seq += 1
-
     async def _acquire(self, number: int, demand: Demand, seq: int | None) -> Placement:
         self._waiting[number] = (demand, time.time())
         try:
-            await self._in_turn(seq)
+            if seq is not None:  # in the driver's order (copies of the pool have none)
+                await self._turns.wait(seq)
             placement = await self._request(number, demand)
         finally:
             del self._waiting[number]

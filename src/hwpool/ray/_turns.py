@@ -1,0 +1,60 @@
+"""Calls numbered 1, 2, 3, ... let through in their order, whatever order they arrive in.
+
+Ray starts the calls of an async actor in any order (on a loaded machine a call can arrive
+seconds after ten later ones), but a driver's requests must reach the scheduler's FIFO queue
+in the order the driver made them. The driver numbers its calls; the client waits here before
+queueing each. A number that was never sent is skipped; ``patience_s`` bounds the wait for one
+that should have come and did not, so nothing waits forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+__all__ = ["Turns"]
+
+
+class Turns:
+    """The turn of each numbered call, for one event loop."""
+
+    def __init__(self, patience_s: float) -> None:
+        self._patience_s = patience_s
+        self._condition: asyncio.Condition | None = None
+        self._next = 1  # the next number to let through
+        self._done: set[int] = set()  # later numbers through already
+
+    @property
+    def next(self) -> int:
+        """The number whose turn it is."""
+        return self._next
+
+    async def wait(self, number: int) -> None:
+        """Return once every number before ``number`` is through (or skipped, or overdue)."""
+        condition = self._get_condition()
+        async with condition:
+            try:
+                async with asyncio.timeout(self._patience_s):
+                    await condition.wait_for(lambda: number <= self._next)
+            except TimeoutError:  # an earlier call is overdue: stop waiting for it
+                self._next = max(self._next, number)
+            self._through(number)
+            condition.notify_all()
+
+    async def skip(self, number: int) -> None:
+        """Call ``number`` will never come: let the later ones through."""
+        condition = self._get_condition()
+        async with condition:
+            self._through(number)
+            condition.notify_all()
+
+    def _get_condition(self) -> asyncio.Condition:
+        if self._condition is None:  # made on first use, on the loop that uses it
+            self._condition = asyncio.Condition()
+        return self._condition
+
+    def _through(self, number: int) -> None:
+        if number >= self._next:
+            self._done.add(number)
+        while self._next in self._done:
+            self._done.remove(self._next)
+            self._next += 1
