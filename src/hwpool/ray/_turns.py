@@ -15,13 +15,14 @@ __all__ = ["Turns"]
 
 
 class Turns:
-    """The turn of each numbered call, for one event loop."""
+    """The turn of each numbered call, for one event loop. Each waiting call has its own
+    future, woken only when its turn comes (no thundering herd)."""
 
     def __init__(self, patience_s: float) -> None:
         self._patience_s = patience_s
-        self._condition: asyncio.Condition | None = None
         self._next = 1  # the next number to let through
         self._done: set[int] = set()  # later numbers through already
+        self._waiting: dict[int, asyncio.Future[None]] = {}
 
     @property
     def next(self) -> int:
@@ -30,27 +31,19 @@ class Turns:
 
     async def wait(self, number: int) -> None:
         """Return once every number before ``number`` is through (or skipped, or overdue)."""
-        condition = self._get_condition()
-        async with condition:
+        if number > self._next:
+            future = self._waiting[number] = asyncio.get_running_loop().create_future()
             try:
-                async with asyncio.timeout(self._patience_s):
-                    await condition.wait_for(lambda: number <= self._next)
+                await asyncio.wait_for(asyncio.shield(future), self._patience_s)
             except TimeoutError:  # an earlier call is overdue: stop waiting for it
                 self._next = max(self._next, number)
-            self._through(number)
-            condition.notify_all()
+            finally:
+                self._waiting.pop(number, None)
+        self._through(number)
 
     async def skip(self, number: int) -> None:
         """Call ``number`` will never come: let the later ones through."""
-        condition = self._get_condition()
-        async with condition:
-            self._through(number)
-            condition.notify_all()
-
-    def _get_condition(self) -> asyncio.Condition:
-        if self._condition is None:  # made on first use, on the loop that uses it
-            self._condition = asyncio.Condition()
-        return self._condition
+        self._through(number)
 
     def _through(self, number: int) -> None:
         if number >= self._next:
@@ -58,3 +51,6 @@ class Turns:
         while self._next in self._done:
             self._done.remove(self._next)
             self._next += 1
+        future = self._waiting.get(self._next)
+        if future is not None and not future.done():
+            future.set_result(None)
