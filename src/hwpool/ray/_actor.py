@@ -35,6 +35,7 @@ CLIENT_PREFIX = "hwpool-client-"
 POLL_S = 1.0
 PROBE_TIMEOUT_S = 60.0
 RECLAIM_TIMEOUT_S = 10.0
+RECLAIM_TRIES = 3
 _TOMBSTONES = 10_000  # cancelled keys remembered, for a request that arrives after its cancel
 
 log = logging.getLogger("hwpool.ray")
@@ -163,14 +164,27 @@ class SchedulerActor:
     async def _held(
         self, name: str
     ) -> tuple[list[Placement], list[tuple[Key, Demand, float]]] | None:
+        """What client ``name`` holds and waits for; None if it is gone.
+
+        A client that is alive but does not answer (``RECLAIM_TRIES`` times) is ended: what it
+        runs could not be restored, and must not overlap what is granted next.
+        """
         try:
             handle = await asyncio.to_thread(_api.get_actor, name, self._namespace)
-            held: tuple[list[Placement], list[tuple[Key, Demand, float]]] = await asyncio.wait_for(
-                handle.held.remote(), RECLAIM_TIMEOUT_S
-            )
-        except Exception:  # gone, or not answering: whatever it held ended with it
+        except Exception:  # gone: whatever it held ended with it
             return None
-        return held
+        for _ in range(RECLAIM_TRIES):
+            try:
+                held: tuple[list[Placement], list[tuple[Key, Demand, float]]]
+                held = await asyncio.wait_for(handle.held.remote(), RECLAIM_TIMEOUT_S)
+            except TimeoutError:
+                continue
+            except Exception:  # it died meanwhile
+                return None
+            return held
+        log.warning("client %s did not say what it holds: ending it", name)
+        _api.kill(handle)
+        return None
 
     # ----------------------------------------------------------------- nodes
     async def _poll(self) -> None:
