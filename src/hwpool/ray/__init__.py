@@ -9,8 +9,10 @@ Importing :mod:`hwpool` never imports Ray; importing this package needs it
 """
 
 try:
-    import ray as _ray  # noqa: F401
-except ImportError as exc:  # pragma: no cover - exercised where Ray is missing
+    import ray as _ray
+
+    _ray.remote  # noqa: B018 - a folder named ray on sys.path is not Ray
+except (ImportError, AttributeError) as exc:
     raise ImportError("hwpool.ray needs Ray: pip install 'hwpool[ray]'") from exc
 
 from ._pool import LeasedFunction, RayGPUPool, connect

@@ -16,9 +16,6 @@ import pytest
 # Ray process must bind and talk on 127.0.0.1 only. Read when Ray is imported, and inherited by
 # every process the cluster starts.
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-ray = pytest.importorskip("ray")
-
-from ray.cluster_utils import Cluster  # noqa: E402
 
 LOOPBACK = "127.0.0.1"
 NODE_ARGS: dict[str, Any] = {
@@ -30,8 +27,11 @@ NODE_ARGS: dict[str, Any] = {
 
 
 @pytest.fixture(scope="session")
-def cluster() -> Iterator[Cluster]:
-    """The session's cluster, with the driver connected to it."""
+def cluster() -> Iterator[Any]:
+    """The session's cluster, with the driver connected to it (skipped without Ray)."""
+    ray = pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster  # noqa: PLC0415 - only where Ray is installed
+
     cluster = Cluster(
         initialize_head=True, head_node_args={**NODE_ARGS, "include_dashboard": False}
     )
