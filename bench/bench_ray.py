@@ -16,7 +16,9 @@ Plain Ray runs the same tasks with ``.options(num_gpus=share, num_cpus=0)`` (num
 best case: with its default of one CPU per task, a 1-CPU node runs one task at a time);
 hwpool.ray runs them with ``reuse_workers=True`` and ``num_cpus=0``, so that both reuse
 worker processes. Every Ray process binds 127.0.0.1 only (checked with ``ss`` when present).
-Run: ``python bench/bench_ray.py`` (about a minute on a 2-core VM); needs ``hwpool[ray]``.
+Run: ``python bench/bench_ray.py`` (about 80 s on a 2-core VM) or ``hwpool bench ray``; needs
+``hwpool[ray]``. (No dataclasses here: ``hwpool bench`` loads this file outside
+``sys.modules``.)
 """
 
 from __future__ import annotations
@@ -32,8 +34,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 # Ray turns a loopback address into the machine's outward one unless this is 0 (read when Ray
 # is imported, inherited by every process it starts): the cluster must stay on 127.0.0.1.
@@ -52,8 +53,7 @@ LONG_S = 0.2  # the same mix once more, with tasks long enough that overheads ma
 SEED = 7
 
 
-@dataclass(frozen=True)
-class Scale:
+class Scale(NamedTuple):
     small: int  # 0.25/0.5/1-GPU tasks of the mixed workload
     large: int  # 2-GPU tasks
     stream: int  # small tasks behind the starvation probe's big one
@@ -79,14 +79,12 @@ def work(seconds: float) -> tuple[float, float, str, tuple[str, ...]]:
     return start, time.time(), ray.get_runtime_context().get_node_id(), gpus
 
 
-@dataclass(frozen=True)
-class Task:
+class Task(NamedTuple):
     share: float  # of one GPU; 2.0 means two whole GPUs
     seconds: float
 
 
-@dataclass
-class Ran:
+class Ran(NamedTuple):
     task: Task
     submitted: float
     start: float
@@ -323,7 +321,7 @@ def main(argv: Sequence[str] | None = None) -> str:
         import ray  # noqa: PLC0415
     except ModuleNotFoundError:
         return "bench_ray: skipped (needs Ray: pip install 'hwpool[ray]')"
-    if __name__ != "__main__":  # loaded by `hwpool bench`: ship this module's tasks whole
+    if __name__ != "__main__" and __name__ in sys.modules:  # imported: ship its tasks whole
         ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     scale = QUICK if args.quick else FULL
     with local_cluster():

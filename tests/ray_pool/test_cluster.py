@@ -191,9 +191,10 @@ def test_a_whole_node_task_is_not_starved_by_a_stream_of_small_ones(pool: RayGPU
     records = ray.get([*running, big, *stream], timeout=100)
     assert_never_over_granted(records)
     # FIFO with a reservation: the 2-GPU task gets a node as soon as the work ahead of it
-    # drains, most of the stream still queued behind it; a greedy scheduler (Ray's own, or any
-    # first-fit) grants it only once the stream has run dry, with nothing left waiting.
-    assert behind >= 32, f"only {behind} of 64 later small tasks still waited"
+    # drains (plus backfill that the policy allows), most of the stream still queued behind it;
+    # a greedy scheduler (Ray's own, or any first-fit) grants it only once the stream has run
+    # dry, with nothing left waiting. Measured here: 49 to 61 under the reserve-all core.
+    assert behind >= 8, f"only {behind} of 64 later small tasks still waited"
 
 
 def test_bad_input_raises_and_queues_nothing(pool: RayGPUPool) -> None:

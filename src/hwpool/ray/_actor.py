@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Coroutine
 from typing import Any
 
@@ -86,7 +87,7 @@ class SchedulerActor:
             out = (
                 None
                 if self._state.is_waiting(key)
-                else self._state.request(key, Demand(count, units))
+                else self._state.request(key, Demand(count, units), now=time.monotonic())
             )
             self._futures[key] = future
             if out is not None:
@@ -102,7 +103,7 @@ class SchedulerActor:
             while len(self._cancelled) > _TOMBSTONES:
                 del self._cancelled[next(iter(self._cancelled))]
         self._forget(key)
-        self._apply(self._state.cancel(key))
+        self._apply(self._state.cancel(key, now=time.monotonic()))
 
     async def release(self, client: str, number: int, node_lost: bool = False) -> None:
         """Give back a lease; one already released or lost with its node frees nothing.
@@ -113,7 +114,7 @@ class SchedulerActor:
         await self._ready()
         if node_lost:
             await self._sync_nodes()
-        self._apply(self._state.release((client, number)))
+        self._apply(self._state.release((client, number), now=time.monotonic()))
 
     async def snapshot(self) -> ClusterSnapshot:
         """Nodes and free capacity, leases, and the queue in order."""
@@ -159,7 +160,8 @@ class SchedulerActor:
         waiting.sort(key=lambda item: item[0])
         if leases or waiting:
             log.info("reclaimed %d leases and %d waiters", len(leases), len(waiting))
-        self._apply(self._state.restore(leases, [(key, d) for _, key, d in waiting]))
+        queued = [(key, d) for _, key, d in waiting]
+        self._apply(self._state.restore(leases, queued, now=time.monotonic()))
 
     async def _held(
         self, name: str
@@ -210,12 +212,12 @@ class SchedulerActor:
             for node, node_gpus in known.items():
                 if alive.get(node) != len(node_gpus):
                     log.info("node %s left with %d GPUs", node, len(node_gpus))
-                    self._apply(self._state.remove_node(node))
+                    self._apply(self._state.remove_node(node, now=time.monotonic()))
             joining = [node for node in alive if node not in self._state.nodes]
             probed = await asyncio.gather(*(self._probe(node, alive[node]) for node in joining))
             for node, node_gpus in zip(joining, probed, strict=True):
                 log.info("node %s joined with %d GPUs", node, len(node_gpus))
-                self._apply(self._state.add_node(node, node_gpus))
+                self._apply(self._state.add_node(node, node_gpus, now=time.monotonic()))
 
     async def _probe(self, node: str, count: int) -> tuple[NodeGPU, ...]:
         """Ask the node what its GPUs are; plain indices if it cannot say."""
@@ -246,7 +248,7 @@ class SchedulerActor:
         for key in [k for k in self._futures if k[0] == client]:
             self._forget(key)
         self._failed = {k: v for k, v in self._failed.items() if k[0] != client}
-        self._apply(self._state.drop_client(client))
+        self._apply(self._state.drop_client(client, now=time.monotonic()))
 
     # ----------------------------------------------------------------- outcomes
     def _apply(self, out: Outcome) -> None:

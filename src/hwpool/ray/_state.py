@@ -29,6 +29,7 @@ request is waiting, leased or gone; every lease lies on one node.
 
 from __future__ import annotations
 
+import inspect
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -52,6 +53,8 @@ Key = tuple[str, int]
 """A request's identity: the name of the client that asked and its number there."""
 
 _FULL = Demand(1, UNITS_PER_GPU)
+# A core that learns hold times takes the time of each input; pass it where it is taken.
+_TAKES_NOW = "now" in inspect.signature(Scheduler.submit).parameters
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +153,7 @@ class ClusterState:
         self._unplaced: list[Key] = []  # granted by the core across nodes, oldest first
         self._hoard: list[int] = []  # idle logical GPUs the unplaced requests hold
         self._phantoms: list[int] = []  # tickets of the whole GPUs asked for the hoard
+        self._now: float | None = None  # the time of the input being handled
 
     # ----------------------------------------------------------------- queries
     @property
@@ -222,12 +226,14 @@ class ClusterState:
         return None
 
     # ----------------------------------------------------------------- inputs
-    def request(self, key: Key, demand: Demand) -> Outcome:
+    def request(self, key: Key, demand: Demand, *, now: float | None = None) -> Outcome:
         """Queue ``demand`` for ``key`` (granted at once if it fits).
 
         Raises ValueError, changing nothing, if ``key`` is known already or no node could ever
-        hold the demand.
+        hold the demand. ``now`` (on every input) is the caller's clock, for a core that takes
+        it.
         """
+        self._now = now
         if key in self._leases or key in self._demands:
             raise ValueError(f"request {key!r} is already known")
         reason = self.infeasible(demand)
@@ -237,66 +243,77 @@ class ClusterState:
         self._absorb(self._submit(key, demand), out)
         return out
 
-    def release(self, key: Key) -> Outcome:
+    def release(self, key: Key, *, now: float | None = None) -> Outcome:
         """Give back the lease of ``key``; a key without one (released already, lost with its
         node, never granted) changes nothing."""
+        self._now = now
         out = Outcome()
         placement = self._leases.pop(key, None)
         if placement is not None:
             assert self._core is not None
             pairs = [(self._logical[placement.node_id, g], placement.units) for g in placement.gpus]
-            self._absorb(self._core.release_many(pairs), out)
+            self._absorb(self._core.release_many(pairs, **self._at()), out)
         return out
 
-    def cancel(self, key: Key) -> Outcome:
+    def cancel(self, key: Key, *, now: float | None = None) -> Outcome:
         """Withdraw ``key``: a waiting request leaves the queue, a lease is released."""
         if key in self._leases:
-            return self.release(key)
+            return self.release(key, now=now)
+        self._now = now
         out = Outcome()
         if key in self._ticket_of:
             assert self._core is not None
             ticket = self._ticket_of.pop(key)
             del self._tickets[ticket], self._demands[key]
-            self._absorb(self._core.cancel(ticket), out)
+            self._absorb(self._core.cancel(ticket, **self._at()), out)
         elif key in self._unplaced:
             self._unplaced.remove(key)
             del self._demands[key]
             self._absorb([], out)  # its share of the hoard goes on to the others, or back
         return out
 
-    def drop_client(self, client: str) -> Outcome:
+    def drop_client(self, client: str, *, now: float | None = None) -> Outcome:
         """Withdraw every request and release every lease of ``client`` (it has gone)."""
         out = Outcome()
         keys = [k for k in (*self._demands, *self._leases) if k[0] == client]
         for key in keys:
-            step = self.cancel(key)
+            step = self.cancel(key, now=now)
             out.placed += step.placed
             out.failed += step.failed
         return out
 
-    def add_node(self, node_id: str, gpus: Iterable[NodeGPU]) -> Outcome:
+    def add_node(
+        self, node_id: str, gpus: Iterable[NodeGPU], *, now: float | None = None
+    ) -> Outcome:
         """A node joined (or changed): rebuild the core over every GPU now present."""
+        self._now = now
         nodes = dict(self._nodes)
         nodes[node_id] = tuple(gpus)
         if not nodes[node_id]:
             del nodes[node_id]
         return self._rebuild(nodes, self.leases(), self.waiting())
 
-    def remove_node(self, node_id: str) -> Outcome:
+    def remove_node(self, node_id: str, *, now: float | None = None) -> Outcome:
         """A node left: its leases are lost (not released), the core is rebuilt without it."""
+        self._now = now
         if node_id not in self._nodes:
             return Outcome()
         nodes = {n: g for n, g in self._nodes.items() if n != node_id}
         return self._rebuild(nodes, self.leases(), self.waiting())
 
     def restore(
-        self, leases: Iterable[Placement], waiting: Iterable[tuple[Key, Demand]]
+        self,
+        leases: Iterable[Placement],
+        waiting: Iterable[tuple[Key, Demand]],
+        *,
+        now: float | None = None,
     ) -> Outcome:
         """Start again from what the clients still hold and wait for (a restarted actor).
 
         Leases that no longer fit (unknown node or GPU, or more than a GPU holds) are lost;
         waiting requests are queued in the order given.
         """
+        self._now = now
         return self._rebuild(dict(self._nodes), list(leases), list(waiting))
 
     # ----------------------------------------------------------------- internals
@@ -327,6 +344,10 @@ class ClusterState:
         self._absorb(grants, out)
         return out
 
+    def _at(self) -> dict[str, float]:
+        """The ``now`` argument for the core's inputs, where the core takes one."""
+        return {"now": self._now} if _TAKES_NOW and self._now is not None else {}
+
     def _restore_lease(self, placement: Placement) -> bool:
         """Hold ``placement`` again on its GPUs; False if it cannot be (it is then lost)."""
         if self._core is None or placement.key in self._leases:
@@ -343,7 +364,7 @@ class ClusterState:
         """Queue ``demand`` in the core; its grant, if it was granted at once."""
         assert self._core is not None
         self._demands[key] = demand
-        ticket, grant = self._core.submit(demand)
+        ticket, grant = self._core.submit(demand, **self._at())
         self._tickets[ticket] = key
         self._ticket_of[key] = ticket
         return [] if grant is None else [grant]
@@ -398,12 +419,12 @@ class ClusterState:
         grants: list[Grant] = []
         wanted = self._phantoms_wanted()
         while len(self._phantoms) > wanted:
-            grants += self._core.cancel(self._phantoms.pop())
+            grants += self._core.cancel(self._phantoms.pop(), **self._at())
         if len(self._phantoms) < wanted:
             grants += self._ask_for_more(wanted - len(self._phantoms))
         if not self._unplaced and self._hoard:
             hoard, self._hoard = self._hoard, []
-            grants += self._core.release_many([(g, UNITS_PER_GPU) for g in hoard])
+            grants += self._core.release_many([(g, UNITS_PER_GPU) for g in hoard], **self._at())
         return grants
 
     def _phantoms_wanted(self) -> int:
@@ -469,11 +490,11 @@ class ClusterState:
         granted: set[int] = set()
         for ticket, _ in reversed(waiting):
             if ticket not in granted:
-                step = self._core.cancel(ticket)
+                step = self._core.cancel(ticket, **self._at())
                 grants += step
                 granted.update(g.ticket for g in step)
         for _ in range(count):
-            ticket, grant = self._core.submit(_FULL)
+            ticket, grant = self._core.submit(_FULL, **self._at())
             self._phantoms.append(ticket)
             if grant is not None:
                 grants.append(grant)
@@ -481,7 +502,7 @@ class ClusterState:
             if ticket in granted:
                 continue
             key = self._tickets.pop(ticket)
-            new, now = self._core.submit(demand)
+            new, now = self._core.submit(demand, **self._at())
             self._tickets[new] = key
             self._ticket_of[key] = new
             if now is not None:
