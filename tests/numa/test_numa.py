@@ -145,6 +145,15 @@ def test_page_nodes_rejects_strided_buffers_and_bad_sample() -> None:
             page_nodes(b"x", sample=bad)  # type: ignore[arg-type]
 
 
+def test_buffer_span_accepts_fortran_ordered_arrays() -> None:
+    weights = np.ones((64, 128), dtype=np.float32)
+    assert buffer_span(weights.T) == (weights.ctypes.data, weights.nbytes)
+    assert buffer_span(memoryview(weights.T)) == (weights.ctypes.data, weights.nbytes)
+    fortran = np.asfortranarray(weights)
+    assert buffer_span(fortran) == (fortran.ctypes.data, fortran.nbytes)
+    assert page_nodes(weights.T, sample=4) == page_nodes(weights, sample=4)
+
+
 def test_buffer_span_reads_read_only_buffers() -> None:
     data = np.arange(100)
     data.flags.writeable = False

@@ -81,7 +81,9 @@ class _PyBuffer(ctypes.Structure):
     )
 
 
-_PyBUF_ANY_CONTIGUOUS = 0x0080 | 0x0008 | 0x0004  # ANY_CONTIGUOUS | ND | STRIDES
+# PyBUF_ANY_CONTIGUOUS (0x80 | PyBUF_STRIDES): C or Fortran order. Without PyBUF_STRIDES (0x10)
+# an exporter may only hand out C-contiguous memory, which rejects ``W.T`` of a C matrix.
+_PyBUF_ANY_CONTIGUOUS = 0x0080 | 0x0010 | 0x0008
 
 
 def buffer_span(buffer: object, name: str = "buffer") -> tuple[int, int]:
