@@ -33,6 +33,7 @@ class FakeKernel:
         self.proc: dict[str, str | None] = {}
         self.queried: list[int] = []
         self.touched: list[int] = []
+        self.unreadable: set[int] = set()  # resident for mincore, but reading them fails
         self.unmapped: list[tuple[int, int]] = []
         self.masks: dict[object, tuple[int, ...]] = {}
         self.who: object = CALLER
@@ -57,8 +58,9 @@ class FakeKernel:
         first = addr - addr % PAGE
         return bytes(int(p in self.resident_pages) for p in range(first, addr + length, PAGE))
 
-    def touch(self, addrs: Sequence[int]) -> None:
+    def touch(self, addrs: Sequence[int]) -> list[int]:
         self.touched.extend(addrs)
+        return [a for a in addrs if a not in self.unreadable]
 
     def page_nodes(self, addrs: Sequence[int]) -> list[int]:
         if self.refuse_move_pages:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import mmap
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -73,6 +75,15 @@ def test_sample_spreads_evenly_and_skips_non_resident_pages() -> None:
     assert got == PageSample(sampled=10, resident=5, nodes={1: 5})
     assert kernel.queried == [BASE + i * 10 * PAGE for i in range(5)]
     assert kernel.touched == kernel.queried
+
+
+def test_pages_that_cannot_be_read_are_not_counted_as_resident() -> None:
+    kernel = FakeKernel()
+    kernel.place(BASE, 4 * PAGE, 1)
+    kernel.unreadable = {BASE + 2 * PAGE, BASE + 3 * PAGE}  # past the end of a truncated file
+    got = sample_span(BASE, 4 * PAGE, sample=4, kernel=kernel)
+    assert got == PageSample(sampled=4, resident=2, nodes={1: 2})
+    assert kernel.queried == [BASE, BASE + PAGE]
 
 
 def test_sample_takes_every_page_of_a_small_unaligned_span() -> None:
@@ -246,6 +257,32 @@ def test_page_nodes_of_a_resident_array_are_known() -> None:
     assert set(got) <= nodes
     if nodes == {0}:
         assert got == {0: 256}
+
+
+TRUNCATED_CHILD = """
+import mmap, os, sys
+import hwpool
+path = sys.argv[1]
+with open(path, "wb") as f:
+    f.write(bytes([1]) * (64 * mmap.PAGESIZE))
+with open(path, "r+b") as f, mmap.mmap(f.fileno(), 0) as view:
+    assert sum(view[i] for i in range(0, len(view), mmap.PAGESIZE)) == 64  # pages read in
+    os.truncate(path, mmap.PAGESIZE)  # 63 pages now lie past the end of the file
+    tail = memoryview(view)[-8:]
+    print(sum(hwpool.page_nodes(view).values()), sum(hwpool.page_nodes(tail).values()))
+"""
+
+
+@linux_only
+def test_page_nodes_of_a_truncated_shared_file_mapping_does_not_crash(tmp_path: Path) -> None:
+    # In a child: a load of a page past the end of the file is SIGBUS, which would kill pytest.
+    child = subprocess.run(
+        [sys.executable, "-c", TRUNCATED_CHILD, str(tmp_path / "shrunk.bin")],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert child.returncode == 0, f"child died ({child.returncode}): {child.stderr[-2000:]}"
+    whole, tail = map(int, child.stdout.split())
+    assert whole <= 1 and tail == 0  # only the page still inside the file can be counted
 
 
 @linux_only

@@ -2,8 +2,10 @@
 
 ``LinuxKernel`` calls libc through ctypes (no compiled code): ``mincore(2)``, a query-only
 ``move_pages(2)`` (``nodes = NULL``) through ``syscall(2)``, and ``madvise(2)``; the rest comes
-from :mod:`os` (``sched_setaffinity``, ``posix_fadvise``) and procfs. Anything that is missing on
-this platform raises ``OSError`` (``ENOSYS``), which the callers treat as "unknown".
+from :mod:`os` (``sched_setaffinity``, ``posix_fadvise``) and procfs (pages are touched by
+reading ``/proc/self/mem``, which reports a bad page as EIO where a load would die of SIGBUS).
+Anything that is missing on this platform raises ``OSError`` (``ENOSYS``), which the callers
+treat as "unknown".
 """
 
 from __future__ import annotations
@@ -36,8 +38,12 @@ class Kernel(Protocol):
         """One byte per page of ``[addr, addr + length)``, bit 0 set where the page is resident."""
         ...
 
-    def touch(self, addrs: Sequence[int]) -> None:
-        """Read one byte at each address (maps resident file pages into this process)."""
+    def touch(self, addrs: Sequence[int]) -> list[int]:
+        """Map each address's page into this process by reading it, never with a signal.
+
+        Returns the addresses that could be read; a page that cannot (past the end of a file
+        truncated after it was mapped, where a plain load would raise SIGBUS) is left out.
+        """
         ...
 
     def page_nodes(self, addrs: Sequence[int]) -> list[int]:
@@ -130,6 +136,13 @@ def _load_libc() -> ctypes.CDLL | None:
     return libc
 
 
+def _readable(fd: int, addr: int) -> bool:
+    try:
+        return len(os.pread(fd, 1, addr)) == 1
+    except OSError:
+        return False
+
+
 def _raise_errno(what: str) -> None:
     code = ctypes.get_errno()
     raise OSError(code, f"{what}: {os.strerror(code)}")
@@ -157,9 +170,19 @@ class LinuxKernel:
             _raise_errno("mincore")
         return vec.raw
 
-    def touch(self, addrs: Sequence[int]) -> None:
-        for addr in addrs:
-            ctypes.c_char.from_address(addr).value  # noqa: B018 -- the read faults the page in
+    def touch(self, addrs: Sequence[int]) -> list[int]:
+        # Read through /proc/self/mem, not with a load: the kernel faults the page in for this
+        # process as a load would, but a fault that would be SIGBUS (a page past the end of a
+        # truncated file, which mincore may still call resident) comes back as EIO. Opened per
+        # call: an fd kept across fork(2) would read the parent's memory.
+        try:
+            fd = os.open("/proc/self/mem", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return list(addrs)  # nothing touched: pages not mapped here just stay unknown
+        try:
+            return [addr for addr in addrs if _readable(fd, addr)]
+        finally:
+            os.close(fd)
 
     def page_nodes(self, addrs: Sequence[int]) -> list[int]:
         libc = self._need_libc()

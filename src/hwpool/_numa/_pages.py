@@ -128,8 +128,12 @@ def sample_span(addr: int, length: int, *, sample: int, kernel: Kernel) -> PageS
         return PageSample(len(pages))
     if not resident:
         return PageSample(len(pages))
+    # A resident file page must be mapped for the kernel to report its node; a page that
+    # cannot be read (past the end of a truncated file) is not resident after all.
+    resident = kernel.touch(resident)
+    if not resident:
+        return PageSample(len(pages))
     try:
-        kernel.touch(resident)  # a resident file page must be mapped for the kernel to see it
         nodes = _nodes_by_move_pages(resident, kernel)
     except PermissionError:
         nodes = _nodes_by_numa_maps(resident, kernel)
