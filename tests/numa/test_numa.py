@@ -268,8 +268,8 @@ with open(path, "wb") as f:
 with open(path, "r+b") as f, mmap.mmap(f.fileno(), 0) as view:
     assert sum(view[i] for i in range(0, len(view), mmap.PAGESIZE)) == 64  # pages read in
     os.truncate(path, mmap.PAGESIZE)  # 63 pages now lie past the end of the file
-    tail = memoryview(view)[-8:]
-    print(sum(hwpool.page_nodes(view).values()), sum(hwpool.page_nodes(tail).values()))
+    with memoryview(view) as whole, whole[-8:] as tail:
+        print(sum(hwpool.page_nodes(whole).values()), sum(hwpool.page_nodes(tail).values()))
 """
 
 
