@@ -10,9 +10,10 @@ from ._gpu._pool import GPUPool
 from ._host._detect import GPUDetection, GPUInfo, GPUSource, detect_gpus
 from ._host._sizing import effective_threads, set_threads
 from ._host._topology import CPUTopology, NumaNode, cpu_topology
-from ._numa._bind import TwoNodes
-from ._numa._pages import BindReason, NumaBinding, page_nodes
-from ._numa._place import PagePlacement, file_page_nodes
+from ._numa._bind import NumaBinder
+from ._numa._pages import BindReason, page_nodes
+from ._numa._place import file_page_nodes
+from ._numa._results import NumaBinding, NumaReason, NumaResult, PagePlacement, TwoNodes
 from ._version import __version__
 
 __all__ = [
@@ -25,8 +26,11 @@ __all__ = [
     "GPULease",
     "GPUPool",
     "GPUSource",
+    "NumaBinder",
     "NumaBinding",
     "NumaNode",
+    "NumaReason",
+    "NumaResult",
     "PagePlacement",
     "PoolClosedError",
     "PoolSnapshot",

@@ -23,8 +23,8 @@ from fakes.numa import (
 )
 from hwpool._numa._kernel import LinuxKernel, buffer_span
 from hwpool._numa._pages import (
-    BindReason,
     NumaMode,
+    NumaReason,
     PageSample,
     _apportion,
     choose_cpus,
@@ -178,15 +178,15 @@ def test_buffer_span_reads_read_only_buffers() -> None:
 @pytest.mark.parametrize(
     ("sample", "expected"),
     [
-        (PageSample(100, 100, {1: 90, 0: 10}), (1, BindReason.BOUND)),
-        (PageSample(100, 100, {1: 89, 0: 11}), (None, BindReason.NO_MAJORITY)),
-        (PageSample(100, 50, {0: 45}), (0, BindReason.BOUND)),
-        (PageSample(100, 49, {0: 49}), (None, BindReason.NOT_RESIDENT)),
-        (PageSample(100, 100, {}), (None, BindReason.NO_MAJORITY)),
-        (PageSample(), (None, BindReason.NOT_RESIDENT)),
+        (PageSample(100, 100, {1: 90, 0: 10}), (1, NumaReason.BOUND)),
+        (PageSample(100, 100, {1: 89, 0: 11}), (None, NumaReason.NO_MAJORITY)),
+        (PageSample(100, 50, {0: 45}), (0, NumaReason.BOUND)),
+        (PageSample(100, 49, {0: 49}), (None, NumaReason.NOT_RESIDENT)),
+        (PageSample(100, 100, {}), (None, NumaReason.NO_MAJORITY)),
+        (PageSample(), (None, NumaReason.NOT_RESIDENT)),
     ],
 )
-def test_choose_node(sample: PageSample, expected: tuple[int | None, BindReason]) -> None:
+def test_choose_node(sample: PageSample, expected: tuple[int | None, NumaReason]) -> None:
     assert choose_node(sample) == expected
 
 

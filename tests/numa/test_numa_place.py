@@ -13,7 +13,8 @@ import pytest
 from fakes.numa import PAGE, FakeKernel, cpu_nodes, plain_two_nodes, single_node
 from hwpool._host._topology import CPUTopology
 from hwpool._numa._kernel import buffer_span
-from hwpool._numa._place import PagePlacement, file_page_nodes, file_spans, place_file_pages
+from hwpool._numa._place import file_page_nodes, file_spans, place_file_pages
+from hwpool._numa._results import NumaReason, PagePlacement
 
 
 @pytest.fixture
@@ -57,7 +58,9 @@ def test_a_far_side_off_its_node_is_dropped_and_reread_there(
     assert heard == [8 * PAGE] and kernel.reads == [(1, 8 * PAGE, 8 * PAGE)]
     assert kernel.unmapped == [(base + 8 * PAGE, 8 * PAGE)]  # read-only: safe to unmap first
     again = place_file_pages(home, far, (0, 1), **kw)  # type: ignore[arg-type]
-    assert again == PagePlacement(0, 0, (1.0, 1.0), (1.0, 1.0)) and heard == [8 * PAGE]
+    assert got.done and got.reason == NumaReason.PLACED
+    assert again == PagePlacement(0, 0, (1.0, 1.0), (1.0, 1.0), NumaReason.ALREADY_PLACED)
+    assert not again.done and heard == [8 * PAGE]
     mv.release()
 
 
@@ -117,9 +120,11 @@ def test_nothing_is_done_on_one_node_or_for_a_deleted_file(
     path, view = mapped
     topology, kernel, _base = setup(tmp_path, path, view)
     one = single_node(tmp_path / "one")
-    assert place_file_pages([view], [], (0, 0), topology=one, kernel=kernel) is None  # type: ignore[arg-type]
+    got = place_file_pages([view], [], (0, 0), topology=one, kernel=kernel)  # type: ignore[arg-type]
+    assert got == PagePlacement.refused(NumaReason.SINGLE_NODE) and not got.done
     path.unlink()
-    assert place_file_pages([view], [], (0, 1), topology=topology, kernel=kernel) is None
+    got = place_file_pages([view], [], (0, 1), topology=topology, kernel=kernel)
+    assert got == PagePlacement.refused(NumaReason.FILE_UNAVAILABLE) and not got.done
     assert kernel.reads == []
 
 

@@ -1,4 +1,4 @@
-"""CPUPool's NUMA methods (hwpool._numa._methods): real worker threads, fake machine and kernel."""
+"""CPUPool's NUMA binder (``pool.numa``): real worker threads, fake machine and kernel."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 from fakes.numa import FakeKernel, smt_two_nodes
 from hwpool import CPUPool
 from hwpool._host._topology import cpu_topology
-from hwpool._numa._bind import NumaBinder, TwoNodes
-from hwpool._numa._pages import BindReason
+from hwpool._numa._bind import NumaBinder
+from hwpool._numa._results import NumaReason, TwoNodes
 
 NODE0 = (0, 1, 2, 3)
 NODE1 = (4, 5, 6, 7)
@@ -44,7 +44,7 @@ def on_node(kernel: FakeKernel, node: int) -> np.ndarray:
 
 def test_bind_numa_binds_the_workers_and_the_caller(pool: tuple[CPUPool, ThreadKernel]) -> None:
     team, kernel = pool
-    got = team.bind_numa(on_node(kernel, 1))
+    got = team.numa.bind(on_node(kernel, 1))
     assert got.node == 1 and got.cpus == NODE1
     me = threading.current_thread().name
     assert set(kernel.masks) == {*(f"hwpool-cpu-{i}" for i in range(3)), me}
@@ -53,22 +53,22 @@ def test_bind_numa_binds_the_workers_and_the_caller(pool: tuple[CPUPool, ThreadK
 
 def test_two_nodes_on_real_workers(pool: tuple[CPUPool, ThreadKernel]) -> None:
     team, kernel = pool
-    team.bind_node(0)
-    assert team.bind_two_nodes() == TwoNodes(0, 1, 3, 1)
-    assert team.two_nodes == TwoNodes(0, 1, 3, 1)
+    team.numa.bind_node(0)
+    assert team.numa.bind_two_nodes().two_nodes == TwoNodes(0, 1, 3, 1)
+    assert team.numa.two_nodes == TwoNodes(0, 1, 3, 1)
     assert kernel.masks["hwpool-cpu-1"] == NODE1
     assert kernel.masks["hwpool-cpu-0"] == kernel.masks["hwpool-cpu-2"] == NODE0
     assert kernel.masks[threading.current_thread().name] == NODE0
-    assert [team.far_worker(w) for w in range(4)] == [False, True, False, False]
-    team.unbind_two_nodes()
-    assert team.two_nodes is None and kernel.masks["hwpool-cpu-1"] == NODE0
+    assert [team.numa.far_worker(w) for w in range(4)] == [False, True, False, False]
+    team.numa.unbind_two_nodes()
+    assert team.numa.two_nodes is None and kernel.masks["hwpool-cpu-1"] == NODE0
 
 
 def test_a_new_calling_thread_adopts_the_mask_at_its_dispatch(
     pool: tuple[CPUPool, ThreadKernel],
 ) -> None:
     team, kernel = pool
-    team.bind_node(1)
+    team.numa.bind_node(1)
     other = threading.Thread(target=team.run, args=(lambda i, n: None,), name="other-caller")
     other.start()
     other.join(timeout=30)
@@ -79,7 +79,7 @@ def test_an_adopted_caller_is_not_rebound_at_each_dispatch(
     pool: tuple[CPUPool, ThreadKernel],
 ) -> None:
     team, kernel = pool
-    team.bind_node(1)
+    team.numa.bind_node(1)
     kernel.masks.clear()
     team.run(lambda i, n: None)  # already adopted: no new mask for anybody
     assert kernel.masks == {}
@@ -90,31 +90,61 @@ def test_an_adopted_caller_is_not_rebound_at_each_dispatch(
 
 def test_real_pool_on_this_host_reports_its_decision() -> None:
     with CPUPool(1) as team:
-        got = team.bind_numa([np.ones(1 << 16)])
+        got = team.numa.bind([np.ones(1 << 16)])
         if len(cpu_topology().nodes) < 2:
-            assert got.reason == BindReason.SINGLE_NODE and not got.bound
-            assert team.bind_two_nodes(hint=0) is None
-        assert team.two_nodes is None and not team.far_worker(0) and not team.far_worker(1)
+            assert got.reason == NumaReason.SINGLE_NODE and not got.bound
+            assert team.numa.bind_two_nodes(hint=0).reason == NumaReason.SINGLE_NODE
+        assert team.numa.two_nodes is None
+        assert not team.numa.far_worker(0) and not team.numa.far_worker(1)
 
 
 def test_real_pool_rejects_bad_arguments(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with CPUPool(1) as team:
         with pytest.raises(TypeError, match="buffers must be a buffer or a list of buffers"):
-            team.bind_numa(3)
+            team.numa.bind(3)
         with pytest.raises(TypeError, match=r"buffers\[1\] must support the buffer protocol"):
-            team.bind_numa([b"x", 3.5])
+            team.numa.bind([b"x", 3.5])
         with pytest.raises(ValueError, match="node must be one of the NUMA nodes"):
-            team.bind_node(1 << 20)
+            team.numa.bind_node(1 << 20)
         with pytest.raises(ValueError, match=r"w must be a participant index in range\(2\)"):
-            team.far_worker(2)
+            team.numa.far_worker(2)
         with pytest.raises(ValueError, match=r"home\[0\] must lie in a memory-mapped file"):
-            team.place_file_pages([np.ones(4096)], [], (0, 1))
+            team.numa.place_file_pages([np.ones(4096)], [], (0, 1))
         monkeypatch.setenv("HWPOOL_NUMA", "sometimes")
         with pytest.raises(ValueError, match="HWPOOL_NUMA must be 0, off, on or node:<n>"):
-            team.bind_numa([b"x"])
+            team.numa.bind([b"x"])
         monkeypatch.setenv("HWPOOL_NUMA", "off")
-        assert team.bind_numa([b"x"]).reason == BindReason.DISABLED
+        assert team.numa.bind([b"x"]).reason == NumaReason.DISABLED
         path = tmp_path / "f"
         path.write_bytes(bytes(8192))
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as view:
-            assert team.place_file_pages([view], [], (0, 1)) is None
+            got = team.numa.place_file_pages([view], [], (0, 1))
+            assert got.reason == NumaReason.DISABLED and not got.done
+
+
+def test_the_01_methods_on_the_pool_warn_and_keep_their_01_results(
+    pool: tuple[CPUPool, ThreadKernel],
+) -> None:
+    team, kernel = pool
+    calls = [
+        ("bind_numa", lambda: team.bind_numa(on_node(kernel, 0)), NumaReason.BOUND),
+        ("bind_node", lambda: team.bind_node(0), NumaReason.REQUESTED),
+        ("bind_two_nodes", team.bind_two_nodes, TwoNodes(0, 1, 3, 1)),
+        ("two_nodes", lambda: team.two_nodes, TwoNodes(0, 1, 3, 1)),
+        ("far_worker", lambda: team.far_worker(1), True),
+        ("unbind_two_nodes", team.unbind_two_nodes, None),
+        ("bind_two_nodes", lambda: team.bind_two_nodes(hint=5), ValueError),
+    ]
+    for name, call, expected in calls:
+        message = rf"CPUPool\.{name} is deprecated, use pool\.numa\."
+        with pytest.warns(DeprecationWarning, match=message) as seen:
+            if expected is ValueError:
+                with pytest.raises(ValueError, match="hint must be one of the NUMA nodes"):
+                    call()
+                continue
+            got = call()
+        assert seen[0].filename == __file__  # the warning points at the caller's line
+        assert getattr(got, "reason", got) == expected, name
+    memory = [np.ones(4096)]
+    with pytest.warns(DeprecationWarning, match="place_file_pages"), pytest.raises(ValueError):
+        team.place_file_pages(memory, [], (0, 1))

@@ -23,6 +23,7 @@ from hwpool._numa._bind import NumaBinder
 from hwpool._numa._kernel import LinuxKernel
 from hwpool._numa._pages import choose_cpus, nodes_with_cpus, page_nodes, sample_pages
 from hwpool._numa._place import file_page_nodes, place_file_pages
+from hwpool._numa._results import NumaReason
 
 T = TypeVar("T")
 TOPOLOGY = cpu_topology()
@@ -91,7 +92,7 @@ def test_bind_numa_binds_the_thread_running_the_pool() -> None:
     binder = NumaBinder(OneThreadPool(), environ={})  # created unbound, like a pool
 
     def bind() -> tuple[object, set[int]]:
-        got = binder.bind_numa([region])
+        got = binder.bind([region])
         return got, os.sched_getaffinity(0)
 
     binding, mask = on_node(NODES[0], bind)
@@ -107,14 +108,15 @@ def test_a_real_cpu_pool_binds_its_caller_thread() -> None:
     with CPUPool(0) as pool:  # one CPU per node in the VM: the caller is the whole team
 
         def bind_then_run() -> tuple[object, set[int]]:
-            got = pool.bind_numa(region)
+            got = pool.numa.bind(region)
             seen: list[set[int]] = []
             pool.run(lambda i, n: seen.append(os.sched_getaffinity(0)))
             return got, seen[0]
 
         binding, mask = on_node(NODES[0], bind_then_run)
         assert binding.cpus == cpus and mask == set(cpus or ())  # type: ignore[attr-defined]
-        assert pool.place_file_pages([], [], (NODES[0], NODES[1])) is not None
+        nothing = pool.numa.place_file_pages([], [], (NODES[0], NODES[1]))
+        assert nothing.reason == NumaReason.ALREADY_PLACED
     region.close()
 
 
@@ -150,11 +152,11 @@ def test_place_file_pages_moves_the_far_half(data_file: Path) -> None:
         sides = [mv[:half]], [mv[half:]]
         got = place_file_pages(*sides, (home, far), topology=TOPOLOGY, kernel=LinuxKernel(),
                                on_move=heard.append)  # fmt: skip
-        assert got is not None and got.before == (1.0, 0.0)
+        assert got.done and got.reason == NumaReason.PLACED and got.before == (1.0, 0.0)
         assert got.moved_bytes == len(view) - half and heard == [got.moved_bytes]
         assert got.after[0] >= 0.9 and got.after[1] >= 0.9
         assert set(page_nodes(sides[1][0])) == {far}
         again = place_file_pages(*sides, (home, far), topology=TOPOLOGY, kernel=LinuxKernel())
-        assert again is not None and again.moved_bytes == 0
+        assert again.reason == NumaReason.ALREADY_PLACED and again.moved_bytes == 0
         del sides
         mv.release()

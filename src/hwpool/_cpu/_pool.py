@@ -32,7 +32,8 @@ from types import TracebackType
 from .._check import check_callable, check_int
 from .._errors import PoolClosedError
 from .._host._sizing import effective_threads, spin_from_env
-from .._numa._methods import NumaMethods
+from .._numa._bind import NumaBinder
+from .._numa._deprecated import DeprecatedNumaMethods
 from ._jobs import Job, RowSpace, check_grain, check_rows, default_grain
 from ._workers import Workers, in_job, run_share, settle
 
@@ -56,12 +57,13 @@ def _release_if_mine(lock: threading.RLock) -> None:
         lock.release()
 
 
-class CPUPool(NumaMethods):
+class CPUPool(DeprecatedNumaMethods):
     """A persistent team of ``n_workers`` threads plus the calling thread for row-parallel jobs.
 
     Every job runs on the workers it needs and on the caller, whose participant index is
     ``n_workers``. ``spin`` (default ``HWPOOL_SPIN``, else 0) is how often an idle worker polls
-    for work before it sleeps. Raises TypeError/ValueError for bad arguments; using a closed
+    for work before it sleeps. NUMA binding and page placement are ``pool.numa``
+    (a :class:`NumaBinder`). Raises TypeError/ValueError for bad arguments; using a closed
     pool raises :class:`hwpool.PoolClosedError`.
     """
 
@@ -75,7 +77,11 @@ class CPUPool(NumaMethods):
         self._epoch = 0
         self._closed = False
         self._workers = Workers(n_workers, self._spin)
-        self._remember_cpu_mask()
+        # The creator's CPU mask: the CPUs binding may choose from (a bound thread sees less).
+        allowed = (
+            tuple(sorted(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else None
+        )
+        self._numa = NumaBinder(weakref.proxy(self), allowed=allowed)
         self._workers.start()
         self._finalizer = weakref.finalize(self, Workers.stop, self._workers)
         _live_pools.add(self)
@@ -100,6 +106,11 @@ class CPUPool(NumaMethods):
     def spin(self) -> int:
         """Polls of the wake-up lock an idle worker makes before it sleeps."""
         return self._spin
+
+    @property
+    def numa(self) -> NumaBinder:
+        """The pool's NUMA binder: binding to nodes, two-node mode, page placement."""
+        return self._numa
 
     @property
     def closed(self) -> bool:
@@ -201,7 +212,7 @@ class CPUPool(NumaMethods):
         self._check_open()
         nested = in_job()
         if not nested:
-            self._adopt_numa()
+            self._numa._adopt()  # the caller's node mask, once per thread and binding
         if nested or team == 1 or self._n_workers == 0:
             self._run_serial(make_job(-1))
             return

@@ -1,10 +1,10 @@
 """Keep a CPU pool's threads on the NUMA node(s) that hold its data.
 
-``NumaBinder`` holds the binding state of one pool and does the work behind ``CPUPool.bind_numa``,
-``bind_node``, ``bind_two_nodes``, ``unbind_two_nodes``, ``far_worker`` and
-``place_file_pages``. Workers are bound by running ``set_affinity`` inside each of them through
-the pool's own ``run``; the calling thread adopts its mask at its next dispatch (``adopt``).
-Threads are bound to a set of CPUs, never pinned one per core.
+A :class:`NumaBinder` is the NUMA part of one pool, held by composition (``pool.numa``): it
+keeps the binding state and does the binding and page placement. Workers are bound by running
+``set_affinity`` inside each of them through the pool's own ``run``; the calling thread adopts
+its mask at its next dispatch (``_adopt``). Threads are bound to a set of CPUs, never pinned one
+per core. Every action returns a result with ``done`` and ``reason`` (see ``_results``).
 """
 
 from __future__ import annotations
@@ -12,14 +12,12 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 from .._check import check_int
 from .._host._topology import CPUTopology, cpu_topology
 from ._kernel import Kernel
 from ._pages import (
-    BindReason,
-    NumaBinding,
     buffer_spans,
     check_node,
     choose_cpus,
@@ -29,18 +27,10 @@ from ._pages import (
     numa_mode,
     sample_spans,
 )
-from ._place import PagePlacement, place_file_pages
+from ._place import place_file_pages
+from ._results import NumaBinding, NumaReason, PagePlacement, TwoNodes
 
 __all__ = ["NumaBinder", "TwoNodes"]
-
-
-class TwoNodes(NamedTuple):
-    """Two-node mode: the home and far nodes and how many participants run on each."""
-
-    home: int
-    far: int
-    n_home: int
-    n_far: int
 
 
 class _Pool(Protocol):
@@ -51,12 +41,14 @@ class _Pool(Protocol):
 
 
 class NumaBinder:
-    """The NUMA binding of one pool; see the module docstring.
+    """The NUMA binding and page placement of one :class:`CPUPool`, as ``pool.numa``.
 
-    ``allowed`` is the CPU mask the pool was created with (default: the calling thread's), since
-    a bound thread's own mask shows only its node. ``topology`` (default: :func:`cpu_topology`
-    with that mask), ``kernel`` and ``environ`` are injectable for tests. All public methods are
-    thread-safe; binding calls ``pool.run`` once.
+    Every action returns a :class:`NumaBinding` or :class:`PagePlacement` whose ``done`` and
+    ``reason`` say what was done or why not; bad arguments raise TypeError/ValueError first.
+    ``allowed`` is the CPU mask the pool was created with (default: the calling thread's),
+    since a bound thread's own mask shows only its node. ``topology`` (default:
+    :func:`cpu_topology` with that mask), ``kernel`` and ``environ`` are injectable for tests.
+    All methods are thread-safe; binding calls ``pool.run`` once.
     """
 
     def __init__(
@@ -96,17 +88,18 @@ class NumaBinder:
         """The two-node split in force, or None."""
         return self._two
 
-    def bind_numa(self, buffers: object) -> NumaBinding:
+    def bind(self, buffers: object) -> NumaBinding:
         """Bind the pool to the node holding >= 90% of the buffers' resident sample.
 
-        Changes nothing when ``HWPOOL_NUMA`` is off, on fewer than two nodes, when less than
-        half of the sample is resident, no node has 90% of it, or the node has too few CPUs.
-        Raises TypeError/ValueError for a non-buffer (or a bad ``HWPOOL_NUMA``) first.
+        ``buffers`` is a buffer (numpy array, memoryview, mmap) or a list of them. Changes
+        nothing when ``HWPOOL_NUMA`` is off, on fewer than two nodes, when less than half of the
+        sample is resident, no node has 90% of it, or the node has too few CPUs (the result
+        says which). Raises TypeError/ValueError for a non-buffer (or a bad ``HWPOOL_NUMA``).
         """
         spans = buffer_spans(buffers, "buffers")
         mode = numa_mode(self._environ)
         if not mode.enabled:
-            return NumaBinding(None, (), BindReason.DISABLED)
+            return NumaBinding(None, (), NumaReason.DISABLED)
         topology = self._topology()
         if mode.node is not None:
             check_node(topology, mode.node, "HWPOOL_NUMA node")
@@ -114,7 +107,7 @@ class NumaBinder:
         if refused is not None:
             return NumaBinding(None, (), refused)
         if mode.node is not None:
-            return self._bind_all(topology, mode.node, BindReason.FORCED)
+            return self._bind_all(topology, mode.node, NumaReason.FORCED)
         node, reason = choose_node(sample_spans(spans, self._kernel))
         if node is None:
             return NumaBinding(None, (), reason)
@@ -123,58 +116,63 @@ class NumaBinder:
     def bind_node(self, node: int) -> NumaBinding:
         """Bind the whole pool to ``node``'s CPUs (leaving two-node mode).
 
-        Raises TypeError/ValueError for a node that does not exist; a no-op (with the reason)
+        Raises TypeError/ValueError for a node that does not exist; does nothing (and says why)
         when binding is off, on fewer than two nodes, or where the node has too few CPUs.
         """
         topology = self._topology()
         check_node(topology, node)
-        if not numa_mode(self._environ).enabled:
-            return NumaBinding(None, (), BindReason.DISABLED)
         refused = self._refusal(topology)
         if refused is not None:
             return NumaBinding(None, (), refused)
-        return self._bind_all(topology, node, BindReason.REQUESTED)
+        return self._bind_all(topology, node, NumaReason.REQUESTED)
 
-    def bind_two_nodes(self, hint: int | None = None) -> TwoNodes | None:
+    def bind_two_nodes(self, hint: int | None = None) -> NumaBinding:
         """Put odd workers on a second node, even ones and the caller on the home node.
 
-        The home node is the one ``bind_numa``/``bind_node`` chose, else ``hint``; the far
-        node is the lowest-numbered other node with enough CPUs. None (nothing changed) when
-        binding is off, there is no home node, fewer than two nodes, or too few CPUs.
-        Raises TypeError/ValueError for a ``hint`` that is not an existing node.
+        The home node is the one ``bind``/``bind_node`` chose, else ``hint``; the far node is
+        the lowest-numbered other node with enough CPUs. The result's ``two_nodes`` is the
+        split; nothing changes (and the reason says why) when binding is off, there is no home
+        node or no odd worker, fewer than two nodes, or too few CPUs. Raises
+        TypeError/ValueError for a ``hint`` that is not an existing node.
         """
         topology = self._topology()
         if hint is not None:
             check_node(topology, hint, "hint")
-        if not numa_mode(self._environ).enabled or self._refusal(topology) is not None:
-            return None
+        refused = self._refusal(topology)
+        if refused is not None:
+            return self._unchanged(refused)
         with self._lock:
             home = self._node if self._node is not None else hint
             n_far = (self._pool.n_participants - 1) // 2
             if home is None or n_far == 0:
-                return None
+                return self._unchanged(
+                    NumaReason.NO_HOME_NODE if home is None else NumaReason.NO_FAR_WORKER
+                )
             n_home = self._pool.n_participants - n_far
             home_cpus = choose_cpus(topology, home, n_home)
             far = self._far_node(topology, home, n_far)
             if home_cpus is None or far is None:
-                return None
+                return self._unchanged(NumaReason.TOO_FEW_CPUS)
             far_cpus = choose_cpus(topology, far, n_far) or ()
             self._apply(lambda w: far_cpus if w % 2 else home_cpus, home_cpus)
             self._node, self._two = home, TwoNodes(home, far, n_home, n_far)
-            return self._two
+            return NumaBinding(home, home_cpus, NumaReason.TWO_NODES, self._two)
 
-    def unbind_two_nodes(self) -> None:
-        """Bring the far workers back: the whole pool on the home node, or unbound where the
-        home node is too small for it. A no-op outside two-node mode."""
+    def unbind_two_nodes(self) -> NumaBinding:
+        """Bring the far workers back: the whole pool on the home node (``HOME``), or unbound
+        where the home node is too small for it (``UNBOUND``). ``NOT_TWO_NODES`` (nothing
+        changed) outside two-node mode."""
         with self._lock:
             if self._two is None:
-                return
+                return self._unchanged(NumaReason.NOT_TWO_NODES)
             topology = self._topology()
             cpus = choose_cpus(topology, self._two.home, self._pool.n_participants)
+            reason = NumaReason.HOME
             if cpus is None:
-                cpus, self._node = topology.affinity, None
+                cpus, self._node, reason = topology.affinity, None, NumaReason.UNBOUND
             self._apply(lambda _w: cpus, cpus)
             self._two = None
+            return NumaBinding(self._node, () if self._node is None else cpus, reason)
 
     def far_worker(self, w: int) -> bool:
         """Whether participant ``w`` runs on the far node (odd workers in two-node mode).
@@ -196,28 +194,47 @@ class NumaBinder:
         *,
         fill: int = 0,
         on_move: Callable[[int], object] | None = None,
-    ) -> PagePlacement | None:
-        """See :func:`hwpool._numa_place.place_file_pages`; None when binding is off."""
+    ) -> PagePlacement:
+        """Move the page-cache pages of mapped-file buffers: ``home`` to ``nodes[0]``, ``far``
+        to ``nodes[1]`` (``nodes`` may be the ``TwoNodes`` of :meth:`bind_two_nodes`).
+
+        A side moves only when under 90% of its resident sample is on its node: its cached
+        ranges are dropped (``POSIX_FADV_DONTNEED``) and read again by a thread bound to the
+        node. ``fill``: of the first ``fill`` buffers of each side, those not cached at all are
+        read by their node too. ``on_move(nbytes)`` hears the total first. The result says why
+        nothing moved (binding off, fewer than two nodes, a file that cannot be opened, already
+        in place). Raises TypeError/ValueError for non-buffers, anonymous memory, unknown nodes.
+        """
+        if isinstance(nodes, TwoNodes):
+            nodes = (nodes.home, nodes.far)
         topology = self._topology()
         if not numa_mode(self._environ).enabled:
-            return None
+            return PagePlacement.refused(NumaReason.DISABLED)
         return place_file_pages(
             home, far, nodes, topology=topology, kernel=self._kernel, fill=fill, on_move=on_move
         )
 
-    def adopt(self) -> None:
+    def _adopt(self) -> None:
         """Give the calling thread the caller's mask if it changed since it last adopted it."""
         cpus, generation = self._caller_cpus, self._generation
         if cpus is not None and getattr(self._adopted, "generation", -1) != generation:
             self._kernel.set_affinity(cpus)
             self._adopted.generation = generation
 
-    def _refusal(self, topology: CPUTopology) -> BindReason | None:
+    def _refusal(self, topology: CPUTopology) -> NumaReason | None:
+        """Why this binder cannot bind at all (off, not Linux, one node), or None."""
+        if not numa_mode(self._environ).enabled:
+            return NumaReason.DISABLED
         if not sys.platform.startswith("linux"):
-            return BindReason.UNSUPPORTED
+            return NumaReason.UNSUPPORTED
         if len(nodes_with_cpus(topology)) < 2:
-            return BindReason.SINGLE_NODE
+            return NumaReason.SINGLE_NODE
         return None
+
+    def _unchanged(self, reason: NumaReason) -> NumaBinding:
+        """The binding as it stands, with the reason nothing changed."""
+        node, two = self._node, self._two
+        return NumaBinding(node, () if node is None else self._caller_cpus or (), reason, two)
 
     def _far_node(self, topology: CPUTopology, home: int, n_far: int) -> int | None:
         for node in nodes_with_cpus(topology):
@@ -225,10 +242,10 @@ class NumaBinder:
                 return node
         return None
 
-    def _bind_all(self, topology: CPUTopology, node: int, reason: BindReason) -> NumaBinding:
+    def _bind_all(self, topology: CPUTopology, node: int, reason: NumaReason) -> NumaBinding:
         cpus = choose_cpus(topology, node, self._pool.n_participants)
         if cpus is None:
-            return NumaBinding(node, (), BindReason.TOO_FEW_CPUS)
+            return NumaBinding(node, (), NumaReason.TOO_FEW_CPUS)
         with self._lock:
             self._apply(lambda _w: cpus, cpus)
             self._node, self._two = node, None
@@ -245,6 +262,6 @@ class NumaBinder:
             if index < n_workers:
                 self._kernel.set_affinity(worker_cpus(index))
             else:
-                self.adopt()
+                self._adopt()
 
         self._pool.run(bind)

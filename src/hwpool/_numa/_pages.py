@@ -10,7 +10,6 @@ without ever giving it fewer CPUs than participants. ``HWPOOL_NUMA`` is read her
 from __future__ import annotations
 
 import bisect
-import enum
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -19,6 +18,7 @@ from dataclasses import dataclass, field
 from .._check import check_int, is_ascii_int
 from .._host._topology import CPUTopology
 from ._kernel import Kernel, LinuxKernel, buffer_span
+from ._results import NUMA_VAR, NumaBinding, NumaReason
 
 __all__ = [
     "NUMA_VAR",
@@ -34,7 +34,6 @@ __all__ = [
     "sample_pages",
 ]
 
-NUMA_VAR = "HWPOOL_NUMA"
 DEFAULT_SAMPLE = 4096
 # A node "holds" data when it has this share of the resident sample (9/10).
 MAJORITY = (9, 10)
@@ -223,49 +222,21 @@ def _apportion(counts: Mapping[int, int], total: int) -> dict[int, int]:
     return shares
 
 
-class BindReason(enum.StrEnum):
-    """Why a binding decision came out as it did."""
-
-    BOUND = "bound to the node holding the data"
-    FORCED = f"bound to the node forced by {NUMA_VAR}"
-    REQUESTED = "bound to the requested node"
-    DISABLED = f"binding turned off by {NUMA_VAR}"
-    SINGLE_NODE = "fewer than two NUMA nodes with CPUs"
-    UNSUPPORTED = "thread affinity is not supported on this platform"
-    NOT_RESIDENT = "less than half of the sampled pages are resident"
-    NO_MAJORITY = "no node holds 90% of the resident sample"
-    TOO_FEW_CPUS = "the node has fewer usable CPUs than the pool has participants"
+BindReason = NumaReason  # the 0.1 name, kept as an alias
 
 
-@dataclass(frozen=True, slots=True)
-class NumaBinding:
-    """What a binding call decided: the node and CPUs the pool now runs on, or why not.
-
-    ``cpus`` is empty and ``node`` may be None when nothing was bound.
-    """
-
-    node: int | None
-    cpus: tuple[int, ...]
-    reason: BindReason
-
-    @property
-    def bound(self) -> bool:
-        """Whether the pool's threads were restricted to ``cpus``."""
-        return bool(self.cpus)
-
-
-def choose_node(sample: PageSample) -> tuple[int | None, BindReason]:
+def choose_node(sample: PageSample) -> tuple[int | None, NumaReason]:
     """The node holding >= 90% of the resident sample, or None with the reason.
 
     Gives up when less than half of the sampled pages are resident.
     """
     if sample.resident == 0 or 2 * sample.resident < sample.sampled:
-        return None, BindReason.NOT_RESIDENT
+        return None, NumaReason.NOT_RESIDENT
     num, den = MAJORITY
     for node, count in sorted(sample.nodes.items()):
         if count * den >= sample.resident * num:
-            return node, BindReason.BOUND
-    return None, BindReason.NO_MAJORITY
+            return node, NumaReason.BOUND
+    return None, NumaReason.NO_MAJORITY
 
 
 def choose_cpus(topology: CPUTopology, node: int, n_participants: int) -> tuple[int, ...] | None:

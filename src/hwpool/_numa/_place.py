@@ -19,6 +19,7 @@ from .._check import check_int
 from .._host._topology import CPUTopology
 from ._kernel import Kernel, buffer_span
 from ._pages import DEFAULT_SAMPLE, MAJORITY, check_node, nodes_with_cpus, page_nodes, sample_span
+from ._results import NumaReason, PagePlacement
 
 __all__ = ["FileSpan", "PagePlacement", "file_page_nodes", "file_spans", "place_file_pages"]
 
@@ -37,20 +38,6 @@ class FileSpan:
     inode: int
     shared: bool
     writable: bool
-
-
-@dataclass(frozen=True, slots=True)
-class PagePlacement:
-    """What :func:`place_file_pages` did: bytes re-read, and each side's share on its node.
-
-    ``before``/``after`` are (home, far) fractions of each side's resident sampled pages that
-    sit on that side's node (0.0 where nothing is resident).
-    """
-
-    moved_bytes: int
-    filled_bytes: int
-    before: tuple[float, float]
-    after: tuple[float, float]
 
 
 def file_spans(buffer: object, kernel: Kernel, name: str = "buffer") -> list[FileSpan]:
@@ -108,13 +95,14 @@ def place_file_pages(
     kernel: Kernel,
     fill: int = 0,
     on_move: Callable[[int], object] | None = None,
-) -> PagePlacement | None:
+) -> PagePlacement:
     """Put the page-cache pages of ``home`` on ``nodes[0]`` and of ``far`` on ``nodes[1]``.
 
     A side is re-read only when under 90% of its resident sample sits on its node; of the first
     ``fill`` buffers of each side, those with no page cached are read by their node first.
-    ``on_move(nbytes)`` hears the total before any reading. Returns None where this cannot be
-    done (fewer than two nodes with CPUs, a file this process cannot open or that was replaced).
+    ``on_move(nbytes)`` hears the total before any reading. Where nothing moves, the result's
+    reason says why: ``SINGLE_NODE`` (fewer than two nodes with CPUs), ``FILE_UNAVAILABLE`` (a
+    file this process cannot open or that was replaced), ``ALREADY_PLACED``.
     Raises TypeError/ValueError for non-buffers, anonymous memory, unknown or equal nodes, or
     a negative ``fill``; nothing is touched then.
     """
@@ -126,10 +114,10 @@ def place_file_pages(
         for label, side in (("home", home), ("far", far))
     ]
     if len(nodes_with_cpus(topology)) < 2:
-        return None
+        return PagePlacement.refused(NumaReason.SINGLE_NODE)
     home_node, far_node = _check_nodes(topology, nodes)
     if not _files_open(sides):
-        return None
+        return PagePlacement.refused(NumaReason.FILE_UNAVAILABLE)
     targets = (home_node, far_node)
     before = tuple(_on_node(side, node, kernel) for side, node in zip(sides, targets, strict=True))
     plans = [_plan(side, before[i], fill, kernel) for i, side in enumerate(sides)]
@@ -152,7 +140,8 @@ def place_file_pages(
     if errors:
         raise errors[0]
     after = tuple(_on_node(side, node, kernel) for side, node in zip(sides, targets, strict=True))
-    return PagePlacement(moved, filled, _fractions(before), _fractions(after))
+    reason = NumaReason.PLACED if moved + filled else NumaReason.ALREADY_PLACED
+    return PagePlacement(moved, filled, _fractions(before), _fractions(after), reason)
 
 
 def _check_nodes(topology: CPUTopology, nodes: Sequence[int]) -> tuple[int, int]:
