@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import mmap
+import subprocess
+import sys
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -148,3 +150,57 @@ def test_the_01_methods_on_the_pool_warn_and_keep_their_01_results(
     memory = [np.ones(4096)]
     with pytest.warns(DeprecationWarning, match="place_file_pages"), pytest.raises(ValueError):
         team.place_file_pages(memory, [], (0, 1))
+
+
+FORK_CHILD = """
+import os, select, sys, threading
+sys.path.insert(0, sys.argv[1])
+from pathlib import Path
+from fakes.numa import FakeKernel, smt_two_nodes
+import hwpool
+from hwpool._numa._bind import NumaBinder
+
+class Blocking(FakeKernel):
+    # The first set_affinity blocks, inside bind_node: the binder's lock is held meanwhile.
+    def __init__(self):
+        super().__init__()
+        self.entered, self.release, self.first = threading.Event(), threading.Event(), True
+    def set_affinity(self, cpus):
+        if self.first:
+            self.first = False
+            self.entered.set()
+            self.release.wait(30)
+
+topology = smt_two_nodes(Path(sys.argv[2]), range(16))
+kernel = Blocking()
+pool = hwpool.CPUPool(1)
+pool._numa = NumaBinder(pool, topology=lambda: topology, kernel=kernel, environ={})
+binding = threading.Thread(target=pool.numa.bind_node, args=(1,))
+binding.start()
+assert kernel.entered.wait(30)
+read, write = os.pipe()
+pid = os.fork()
+if pid == 0:  # the child: nobody will ever release the parent's locks here
+    got = pool.numa.bind_node(0)
+    os.write(write, str(got.reason.name).encode())
+    os._exit(0)
+ready, _, _ = select.select([read], [], [], 20)  # a bounded wait for the child's answer
+answer = os.read(read, 100).decode() if ready else "hung"
+if not ready:
+    os.kill(pid, 9)
+os.waitpid(pid, 0)
+kernel.release.set()
+binding.join(30)
+pool.close()
+print(answer)
+"""
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_a_forked_child_gets_a_fresh_numa_lock(tmp_path: Path) -> None:
+    tests = str(Path(__file__).resolve().parents[1])
+    child = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", FORK_CHILD, tests, str(tmp_path)],
+        capture_output=True, text=True, timeout=50, check=False,
+    )  # fmt: skip
+    assert (child.returncode, child.stdout.strip()) == (0, "REQUESTED"), child.stderr[-2000:]

@@ -15,7 +15,8 @@ then waits for each worker to have run it (the hand-shake and why it survives in
   share) runs serially in the calling thread, so a pool never waits on itself. Shares run in a
   copy of their thread's context (the mark that says "inside a job" lives there).
 - Concurrency: callers on different threads take turns on one dispatch lock.
-- Fork: the child gets fresh locks and, at its next dispatch, fresh worker threads.
+- Fork: the child gets fresh locks (the NUMA binder's too) and, at its next dispatch, fresh
+  worker threads.
 - Lifetime: workers hold no reference to the pool; a finalizer stops them when the pool is
   collected, and they are daemon threads, so a forgotten pool never blocks interpreter exit.
 """
@@ -262,3 +263,4 @@ class CPUPool(DeprecatedNumaMethods):
     def _reset_after_fork(self) -> None:
         self._dispatch_lock = threading.RLock()
         self._workers.reset()
+        self._numa._reset_after_fork()

@@ -221,6 +221,10 @@ class NumaBinder:
             self._kernel.set_affinity(cpus)
             self._adopted.generation = generation
 
+    def _reset_after_fork(self) -> None:
+        """A fresh lock in a forked child: the parent's may be held by a thread not copied."""
+        self._lock = threading.RLock()
+
     def _refusal(self, topology: CPUTopology) -> NumaReason | None:
         """Why this binder cannot bind at all (off, not Linux, one node), or None."""
         if not numa_mode(self._environ).enabled:
