@@ -7,7 +7,8 @@ Prints one table, with every baseline measured in the same run on the same machi
   ``multiprocessing.pool.ThreadPool``, plus ``CPUPool`` at a few spin budgets;
 - the throughput, in GB/s of weights read, of a float32 4096x4096 matrix-vector product split
   by rows with ``CPUPool.run_rows`` (BLAS held to one thread with threadpoolctl), against one
-  NumPy call with single-threaded BLAS and one with BLAS on all cores of the team.
+  NumPy call with single-threaded BLAS, one with BLAS on all cores of the team, and the same
+  split with 0.1's fixed 256-row ranges (no finer tail).
 
 Run as ``python bench/bench_cpu_pool.py [--quick]``; ``main()`` returns the table text.
 """
@@ -128,6 +129,8 @@ def _matvec(team: int, repeats: int) -> dict[str, float]:
         methods: dict[str, Callable[[], object]] = {
             "NumPy, BLAS 1 thread": numpy_call,
             "CPUPool.run_rows, BLAS 1 thread": lambda: pool.run_rows(MATRIX_ROWS, rows),
+            # The 0.1 default: 256-row ranges to the end (no finer tail), as an A/B baseline.
+            "run_rows, grain=256 (0.1)": lambda: pool.run_rows(MATRIX_ROWS, rows, grain=256),
         }
         first = _interleaved(methods, repeats // 2)
         all_core = _all_core_numpy(team, repeats)

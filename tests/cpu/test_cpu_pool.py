@@ -113,6 +113,17 @@ def test_one_row_runs_in_the_caller(pool: CPUPool) -> None:
     assert seen == [(0, 1, threading.get_ident())]
 
 
+def test_the_default_split_cuts_its_last_ranges_finer() -> None:
+    # The last ranges decide when the slowest participant finishes: 256 rows each left the
+    # other one idle for up to a whole range at the end of every matvec.
+    with CPUPool(1) as p:
+        ranges = Ranges()
+        p.run_rows(4096, ranges)
+    sizes = [end - start for start, end in sorted(ranges.seen)]
+    assert sizes == [256] * 15 + [128, 64, 32, 32]
+    ranges.assert_cover(4096, default_grain(4096, 2))
+
+
 def test_default_grain_examples() -> None:
     assert default_grain(24, 49) == 1
     assert default_grain(4096, 49) == 32

@@ -15,7 +15,15 @@ from itertools import accumulate
 from .._check import check_int
 from ._cursor import Cursor
 
-__all__ = ["Job", "RowSpace", "ceil_div", "check_grain", "check_rows", "default_grain"]
+__all__ = [
+    "Job",
+    "RowSpace",
+    "ceil_div",
+    "check_grain",
+    "check_rows",
+    "default_grain",
+    "tail_bounds",
+]
 
 RowFunction = Callable[[int, int], object]
 
@@ -44,17 +52,52 @@ def check_grain(grain: object) -> int:
     return check_int("grain", grain, minimum=1)
 
 
+def tail_bounds(start: int, rows: int, participants: int, grain: int) -> tuple[int, ...]:
+    """Boundaries that cut ``start..rows`` into shrinking ranges: ``ceil(rest / participants)``
+    rows each, never fewer than ``grain // 8`` (nor 1), never more than ``grain``.
+
+    The last ranges of a job decide when its slowest participant finishes; cutting them finer
+    makes the participants finish together (guided self-scheduling, for the tail only).
+    """
+    smallest = max(1, grain // 8)
+    bounds = [start]
+    while bounds[-1] < rows:
+        rest = rows - bounds[-1]
+        bounds.append(bounds[-1] + min(rest, grain, max(smallest, ceil_div(rest, participants))))
+    return tuple(bounds)
+
+
 @dataclass(frozen=True, slots=True)
 class RowSpace:
-    """Rows ``0..rows`` handed to ``f`` in chunks of ``grain`` rows."""
+    """Rows ``0..rows`` handed to ``f``: ``body`` chunks of ``grain`` rows, then the ``tail``.
+
+    ``tail`` holds the boundaries of the last, shrinking ranges (empty: none, every chunk is of
+    ``grain`` rows but the last). :meth:`tailed` builds the default split.
+    """
 
     rows: int
     f: RowFunction
     grain: int
+    tail: tuple[int, ...] = ()
+    body: int = field(init=False)
     chunks: int = field(init=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "chunks", ceil_div(self.rows, self.grain))
+        if self.tail:
+            body = (self.tail[0]) // self.grain
+            chunks = body + len(self.tail) - 1
+        else:
+            body = chunks = ceil_div(self.rows, self.grain)
+        object.__setattr__(self, "body", body)
+        object.__setattr__(self, "chunks", chunks)
+
+    @classmethod
+    def tailed(cls, rows: int, f: RowFunction, participants: int) -> RowSpace:
+        """The default split: :func:`default_grain` chunks, the last ``participants`` of them
+        cut finer (:func:`tail_bounds`), so that the participants finish together."""
+        grain = default_grain(rows, participants)
+        body = max(0, ceil_div(rows, grain) - participants)
+        return cls(rows, f, grain, tail_bounds(body * grain, rows, participants, grain))
 
 
 class Job:
@@ -90,8 +133,14 @@ class Job:
                     return
                 at = bisect_right(starts, chunk) - 1
                 space = spaces[at]
-                low = (chunk - starts[at]) * space.grain
-                space.f(low, min(low + space.grain, space.rows))
+                local = chunk - starts[at]
+                if local < space.body:
+                    low = local * space.grain
+                    space.f(low, min(low + space.grain, space.rows))
+                else:
+                    tail = space.tail
+                    local -= space.body
+                    space.f(tail[local], tail[local + 1])
 
         return cls(epoch, share, n_participants)
 

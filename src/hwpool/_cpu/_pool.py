@@ -132,9 +132,10 @@ class CPUPool(DeprecatedNumaMethods):
     ) -> None:
         """Call ``f(start, end)`` over disjoint ranges covering ``0..rows`` exactly once.
 
-        Ranges hold ``grain`` rows (the last may hold fewer; default :func:`default_grain`) and
-        are pulled from one shared cursor, so faster participants take more of them. Only as
-        many workers as there are ranges are woken.
+        Ranges hold ``grain`` rows (the last may hold fewer) and are pulled from one shared
+        cursor, so faster participants take more of them. By default they hold
+        :func:`default_grain` rows and the last ``n_participants`` are cut finer, so that the
+        participants finish together. Only as many workers as there are ranges are woken.
         """
         self.run_many([(rows, f)], grain=grain)
 
@@ -200,8 +201,10 @@ class CPUPool(DeprecatedNumaMethods):
             rows, f = item
             rows = check_rows(rows)
             check_callable("f", f)
-            step = grain if grain is not None else default_grain(rows, self.n_participants)
-            spaces.append(RowSpace(rows, f, step))
+            if grain is None:
+                spaces.append(RowSpace.tailed(rows, f, self.n_participants))
+            else:
+                spaces.append(RowSpace(rows, f, grain))
         return spaces
 
     def _check_open(self) -> None:
