@@ -204,3 +204,12 @@ def test_a_forked_child_gets_a_fresh_numa_lock(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=50, check=False,
     )  # fmt: skip
     assert (child.returncode, child.stdout.strip()) == (0, "REQUESTED"), child.stderr[-2000:]
+
+
+def test_creating_a_pool_loads_no_kernel_library() -> None:
+    # pool.numa is created with the pool; libc (found by running ldconfig) only at first use.
+    code = "import hwpool, hwpool._numa._pages as p; hwpool.CPUPool(1).close(); print(p._kernel)"
+    child = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=50, check=False
+    )
+    assert (child.returncode, child.stdout.strip()) == (0, "None"), child.stderr[-2000:]

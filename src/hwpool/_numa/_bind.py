@@ -69,7 +69,7 @@ class NumaBinder:
                 return cpu_topology(affinity=mask)
 
         self._topology: Callable[[], CPUTopology] = topology
-        self._kernel = kernel or default_kernel()
+        self._given_kernel = kernel  # the real one is loaded at first use (ctypes, ldconfig)
         self._environ = environ
         self._lock = threading.RLock()
         self._node: int | None = None
@@ -77,6 +77,10 @@ class NumaBinder:
         self._caller_cpus: tuple[int, ...] | None = None
         self._generation = 0
         self._adopted = threading.local()
+
+    @property
+    def _kernel(self) -> Kernel:
+        return self._given_kernel or default_kernel()
 
     @property
     def node(self) -> int | None:
