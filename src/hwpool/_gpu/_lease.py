@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -68,22 +67,27 @@ class GPULease:
         return list(grant.gpus)
 
     def _exit(self) -> None:
-        grant, self._grant = self._grant, None
-        if self._token is not None:
-            token, self._token = self._token, None
-            # Exited in another context than it was entered in: nothing there to restore.
-            with contextlib.suppress(ValueError):
+        grant, token = self._grant, self._token
+        self._grant = self._token = None
+        if token is not None:
+            try:  # noqa: SIM105 (contextlib.suppress costs more than the rest of the exit)
                 _current.reset(token)
+            except ValueError:  # exited in another context than entered: nothing to restore
+                pass
         if grant is not None:
             self._pool._release(grant)
 
     async def __aenter__(self) -> list[int]:
-        self._start()
+        if self._used:
+            self._start()  # raises
+        self._used = True
         pool = self._pool
         grant = pool._acquire_now(self._demand)  # no waiter, no event loop lookup
         if grant is None:
             grant = await pool._backend.acquire(self._demand, self._timeout)
-        return self._enter(grant)
+        self._grant = grant
+        self._token = _current.set(grant.gpus)
+        return list(grant.gpus)
 
     async def __aexit__(
         self,

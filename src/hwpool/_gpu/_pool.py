@@ -228,7 +228,9 @@ class GPUPool:
     # ----------------------------------------------------------------- leases
     def lease(self, fraction: float = 1.0, *, timeout: float | None = None) -> GPULease:
         """A lease of ``fraction`` of one GPU, for ``async with`` or a plain ``with``."""
-        return GPULease(self, _fraction_demand(fraction), check_timeout(timeout))
+        last = _LAST
+        demand = last[1] if fraction is last[0] else _fraction_demand(fraction)
+        return GPULease(self, demand, None if timeout is None else check_timeout(timeout))
 
     def lease_full(self, count: int, *, timeout: float | None = None) -> GPULease:
         """A lease of ``count`` whole GPUs, for ``async with`` or a plain ``with``."""
