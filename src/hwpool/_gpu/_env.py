@@ -14,9 +14,8 @@ import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
 
-from .._backends._unix import UnixBackend
+from .._backends._unix import SOCKET_VAR, UnixBackend
 from .._host._detect import VISIBLE_VAR, GPUInfo
-from .._server._paths import SOCKET_VAR
 
 __all__ = ["DEVICE_ORDER_VAR", "LEASE_VAR", "device_id", "lease_environment"]
 
