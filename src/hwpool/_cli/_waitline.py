@@ -49,7 +49,7 @@ class WaitLine:
         turn = 0
         try:
             while not self._stop.is_set():
-                if turn % ASK_EVERY == 0:
+                if turn % ASK_EVERY == 0 or not self._where:  # each turn until it is queued
                     wire = self._ask(wire, turn)
                 turn += 1
                 self._draw()
