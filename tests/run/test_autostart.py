@@ -48,7 +48,10 @@ def test_a_run_with_no_server_starts_one(sockdir: Path, user_env: dict[str, str]
     assert run.started()["CUDA_VISIBLE_DEVICES"] == "0"
     log = (sockdir / "hwpool" / "hwpool.sock.log").read_text()
     assert log.count("serving 1 GPUs") == 1
-    assert status_of(sockdir / SOCKET)["server"]["pid"] != run.pid  # detached, still there
+    pid = status_of(sockdir / SOCKET)["server"]["pid"]  # detached: still there
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    assert argv[argv.index(b"--idle-timeout") + 1] == b"600"
+    assert os.getsid(pid) == pid  # a session of its own: no terminal signal reaches it
 
 
 def test_two_runs_at_the_same_moment_start_one_server(

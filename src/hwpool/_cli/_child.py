@@ -3,7 +3,8 @@
 - The child starts in a process group of its own, so that signals forwarded to it reach
   everything it started, and so that whatever of the job outlives it can be found and ended
   before the lease is released. On a terminal the group is made the foreground one (as a
-  shell does), so that the job can read the terminal and Ctrl-C reaches it directly.
+  shell does), so that the job can read the terminal and Ctrl-C reaches it directly; when
+  Ctrl-Z stops the job, ``hwpool run`` stops too, and ``fg`` continues both.
 - On Linux the child is started through a small wrapper (this Python, ``-I -S``) that sets
   ``PR_SET_PDEATHSIG`` (SIGKILL) with ctypes and then ``exec``s the command: if ``hwpool
   run`` dies, even by SIGKILL, the kernel kills the child. (A wrapper rather than
@@ -75,12 +76,26 @@ def run_job(argv: Sequence[str], env: Mapping[str, str], grace_s: float) -> int:
         if tty is not None:
             _give_terminal(tty, child.pid)
         try:
-            code = child.wait()
+            code = child.wait() if tty is None else _wait_in_foreground(child, tty)
         finally:
             if tty is not None:
                 _give_terminal(tty, os.getpgrp())
             end_group(child.pid, grace_s)
     return exit_status(code)
+
+
+def _wait_in_foreground(child: subprocess.Popen[bytes], tty: int) -> int:
+    """Wait for ``child``, which owns the terminal; when Ctrl-Z stops it, stop this process too
+    (the shell then sees the job stopped), and on ``fg`` give it the terminal and go on."""
+    while True:
+        _, status = os.waitpid(child.pid, os.WUNTRACED)
+        if not os.WIFSTOPPED(status):
+            child.returncode = os.waitstatus_to_exitcode(status)
+            return child.returncode
+        _give_terminal(tty, os.getpgrp())
+        os.kill(os.getpid(), signal.SIGTSTP)  # stopped here until the shell continues us
+        _give_terminal(tty, child.pid)
+        _signal_group(child.pid, signal.SIGCONT)
 
 
 @contextlib.contextmanager
