@@ -5,7 +5,8 @@ DIR/NAME.started (JSON: its environment's GPU variables, its pid and process gro
 files of DIR existed then), waits for each ``wait=`` file (30 s at most), writes DIR/NAME.done,
 then exits N (``kill``: SIGKILLs itself; ``sleep``: sleeps 60 s first; ``grandchild``: leaves a
 child in its process group that writes DIR/NAME.grandchild and sleeps 60 s; ``stubborn``: that
-grandchild ignores SIGTERM).
+grandchild ignores SIGTERM; ``stopped``: it handles SIGTERM and stops itself, SIGSTOP, before
+the job exits).
 """
 
 from __future__ import annotations
@@ -46,13 +47,24 @@ def main() -> None:
     write(root / f"{name}.started", json.dumps(seen))
     if "grandchild" in words:
         ignore = "signal.signal(signal.SIGTERM, signal.SIG_IGN); " if "stubborn" in words else ""
+        stop = ""
+        if "stopped" in words:  # a SIGTERM handler runs only once the process is continued
+            stop = "signal.signal(signal.SIGTERM, lambda *_: os._exit(0)); "
+            stop += "os.kill(os.getpid(), signal.SIGSTOP); "
         code = (
             f"import os, signal, time; {ignore}"
             f"open({str(root / (name + '.grandchild'))!r}, 'w').write(str(os.getpid())); "
-            "time.sleep(60)"
+            f"{stop}time.sleep(60)"
         )
-        subprocess.Popen([sys.executable, "-c", code])
+        grandchild = subprocess.Popen([sys.executable, "-c", code])
         wait_for(root / f"{name}.grandchild")
+        if stop:
+            stat = Path(f"/proc/{grandchild.pid}/stat")
+            deadline = time.monotonic() + BOUND
+            while stat.read_text().rsplit(")", 1)[1].split()[0] != "T":
+                if time.monotonic() > deadline:
+                    sys.exit("job: the grandchild never stopped")
+                time.sleep(0.01)
     for word in words:
         if word.startswith("wait="):
             wait_for(root / word.removeprefix("wait="))

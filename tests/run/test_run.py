@@ -110,7 +110,9 @@ def test_two_half_gpu_runs_share_the_gpu_side_by_side(one_gpu: Server, sockdir: 
     assert first.started()["CUDA_VISIBLE_DEVICES"] == second.started()["CUDA_VISIBLE_DEVICES"]
 
 
-@pytest.mark.parametrize(("signum", "expected"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize(
+    ("signum", "expected"), [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)]
+)
 def test_a_signal_while_waiting_withdraws_the_request(
     one_gpu: Server, sockdir: Path, signum: int, expected: int
 ) -> None:
@@ -162,11 +164,18 @@ def test_sigkill_of_hwpool_run_ends_the_job_and_frees_the_lease(
     eventually(lambda: status_of(one_gpu.socket)["leases"] == [], "the lease is free")
 
 
-@pytest.mark.parametrize("words", [("grandchild",), ("grandchild", "stubborn")])
+@pytest.mark.parametrize(
+    ("words", "grace"),
+    [
+        (("grandchild",), "0.2"),
+        (("grandchild", "stubborn"), "0.2"),  # ignores SIGTERM: SIGKILL after the grace
+        (("grandchild", "stopped"), "600"),  # stopped: ended at once all the same
+    ],
+)
 def test_what_the_job_leaves_in_its_group_ends_before_the_release(
-    one_gpu: Server, sockdir: Path, words: tuple[str, ...]
+    one_gpu: Server, sockdir: Path, words: tuple[str, ...], grace: str
 ) -> None:
-    run = Run(one_gpu, sockdir, "a", *words, options=("--grace", "0.2"))
+    run = Run(one_gpu, sockdir, "a", *words, options=("--grace", grace))
     code, err = run.finish()
     grandchild = int((sockdir / "a.grandchild").read_text())
     assert code == 0, err

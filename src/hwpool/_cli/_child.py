@@ -143,6 +143,7 @@ def end_group(pgid: int, grace_s: float) -> None:
     if not group_alive(pgid):
         return
     _signal_group(pgid, signal.SIGTERM)
+    _signal_group(pgid, signal.SIGCONT)  # a stopped process acts on SIGTERM once continued
     if _wait_gone(pgid, grace_s):
         return
     _signal_group(pgid, signal.SIGKILL)
