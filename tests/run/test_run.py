@@ -192,6 +192,17 @@ def test_signals_while_the_job_runs_go_to_its_group(one_gpu: Server, sockdir: Pa
     assert status_of(one_gpu.socket)["leases"] == []
 
 
+def test_a_revoked_lease_ends_the_job(one_gpu: Server, sockdir: Path) -> None:
+    run = Run(one_gpu, sockdir, "a", "sleep")
+    job = run.started()["pid"]
+    eventually((sockdir / "a.done").exists, "a sleeps", run)
+    (lease,) = status_of(one_gpu.socket)["leases"]
+    assert run_cli("cancel", str(lease["id"]), "--socket", str(one_gpu.socket))[0] == 0
+    code, err = run.finish()
+    assert code == 128 + signal.SIGTERM and gone(job)
+    assert "the lease is no longer held (revoked by `hwpool cancel`" in err
+
+
 # ----------------------------------------------------------------- bad usage
 @pytest.mark.parametrize(
     ("args", "fragment"),

@@ -22,8 +22,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 
@@ -31,6 +32,7 @@ __all__ = ["FORWARDED", "exit_status", "run_job"]
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 KILL_WAIT_S = 5.0  # after SIGKILL, how long the group may take to be gone
+WATCH_S = 0.25  # how often the lease is looked at while the job runs
 
 _WRAPPER = """\
 import ctypes, os, signal, sys
@@ -59,11 +61,19 @@ def exit_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def run_job(argv: Sequence[str], env: Mapping[str, str], grace_s: float) -> int:
+def run_job(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    grace_s: float,
+    held: Callable[[], bool] | None = None,
+    lost: str = "",
+) -> int:
     """Run ``argv`` with ``env`` in its own process group; return its exit status once the
     rest of its group is gone too (SIGTERM, then SIGKILL after ``grace_s``).
 
     SIGINT, SIGTERM and SIGHUP that this process receives meanwhile go to the child's group.
+    ``held()`` is asked a few times a second: once false, ``lost`` is printed on stderr and
+    the group is ended the same way (SIGTERM, SIGKILL after ``grace_s``).
     """
     tty = _foreground_tty()
     command = list(argv)
@@ -75,13 +85,42 @@ def run_job(argv: Sequence[str], env: Mapping[str, str], grace_s: float) -> int:
         group.append(child.pid)
         if tty is not None:
             _give_terminal(tty, child.pid)
+        watch = None if held is None else _Watch(held, child.pid, grace_s, lost)
         try:
             code = child.wait() if tty is None else _wait_in_foreground(child, tty)
         finally:
+            if watch is not None:
+                watch.close()
             if tty is not None:
                 _give_terminal(tty, os.getpgrp())
             end_group(child.pid, grace_s)
     return exit_status(code)
+
+
+class _Watch:
+    """A thread that ends process group ``pgid`` once ``held()`` turns false."""
+
+    def __init__(self, held: Callable[[], bool], pgid: int, grace_s: float, lost: str) -> None:
+        self._held, self._pgid, self._grace_s, self._lost = held, pgid, grace_s, lost
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="hwpool-run-watch", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._done.set()
+        self._thread.join(5.0)
+
+    def _run(self) -> None:
+        while not self._done.wait(WATCH_S):
+            if not self._held():
+                break
+        else:
+            return
+        print(self._lost, file=sys.stderr, flush=True)
+        _signal_group(self._pgid, signal.SIGTERM)
+        _signal_group(self._pgid, signal.SIGCONT)
+        if not self._done.wait(self._grace_s):
+            _signal_group(self._pgid, signal.SIGKILL)
 
 
 def _wait_in_foreground(child: subprocess.Popen[bytes], tty: int) -> int:

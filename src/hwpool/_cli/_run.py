@@ -16,12 +16,13 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from fractions import Fraction
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from .._backends._unix import UnixBackend
 from .._errors import PoolClosedError, RevokedError
 from .._gpu._lease import GPULease
 from .._gpu._pool import GPUPool
@@ -177,9 +178,24 @@ def _lease_and_run(pool: GPUPool, args: argparse.Namespace, argv: list[str], pat
             f"running {shlex.join(argv)}",
             file=sys.stderr, flush=True,
         )  # fmt: skip
-        return _child.run_job(argv, lease.env(), args.grace)
+        return _child.run_job(argv, lease.env(), args.grace, _holds(pool, lease), _LOST)
     finally:
         lease.__exit__(None, None, None)
+
+
+_LOST = (
+    "hwpool run: the lease is no longer held (revoked by `hwpool cancel`, or lost with the "
+    "server): ending the job"
+)
+
+
+def _holds(pool: GPUPool, lease: GPULease) -> Callable[[], bool]:
+    """Whether the server still counts ``lease`` as this process's (a revoked lease, or one a
+    restarted server did not take back, is not: its GPU may be handed on)."""
+    backend, grant = pool._backend, lease._grant
+    assert isinstance(backend, UnixBackend) and grant is not None
+    ticket = grant.ticket
+    return lambda: backend.lease_id(ticket) is not None
 
 
 def _wait(lease: GPULease, what: str, path: Path, started: float, timeout: float | None) -> None:
