@@ -57,6 +57,8 @@ def register(commands: Any) -> None:
     """Add ``run`` to the ``hwpool`` subcommands."""
     run = commands.add_parser(
         "run", help="wait for a share of the GPUs, then run a command on it",
+        usage="hwpool run [-h] [--gpus G] [--timeout S] [--name NAME] [--no-start] "
+        "[--socket PATH] [--grace S] -- CMD [ARGS...]",
         description="Wait in the host-wide queue for G of the GPUs, then run CMD with "
         "CUDA_VISIBLE_DEVICES set to them; exit with its status.",
     )  # fmt: skip
