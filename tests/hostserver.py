@@ -50,7 +50,7 @@ def status_of(socket: Path) -> dict[str, Any]:
 class Server:
     """One ``hwpool serve`` process; its stderr is collected line by line."""
 
-    def __init__(self, socket: Path, *args: str) -> None:
+    def __init__(self, socket: Path, *args: str, env: dict[str, str] | None = None) -> None:
         self.socket = socket
         self.args = args
         self.lines: list[str] = []
@@ -58,7 +58,7 @@ class Server:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "hwpool", "serve", "--socket", str(socket), *args],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            text=True, env=ENV,
+            text=True, env=ENV if env is None else env,
         )  # fmt: skip
         self._drainer = threading.Thread(target=self._drain, daemon=True)
         self._drainer.start()

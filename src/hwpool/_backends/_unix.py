@@ -226,6 +226,12 @@ class UnixBackend:
         """The socket this backend connects to."""
         return self._path
 
+    def lease_id(self, ticket: int) -> int | None:
+        """The server's id (as ``hwpool status`` shows it) of the request whose grants carry
+        ``ticket``, or None when it has none (not known to the server yet, or gone)."""
+        r = self._reqs.get(ticket)
+        return None if r is None else r.id
+
     # ----------------------------------------------------------------- sections
     @contextlib.contextmanager
     def _section(self) -> Iterator[None]:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from .._host._detect import NUM_GPUS_VAR, detect_gpus
 from .._host._sizing import spin_from_env, threads_from_env
 from .._numa._pages import numa_mode
+from ._autostart import autostart_from_env
 
 __all__ = ["check_environment"]
 
@@ -28,3 +29,4 @@ def check_environment(environ: Mapping[str, str]) -> None:
     threads_from_env(environ)
     spin_from_env(environ)
     numa_mode(environ)
+    autostart_from_env(environ)

@@ -52,6 +52,11 @@ def register(commands: Any) -> None:
         "--hello-timeout", type=_seconds, default=10.0, metavar="S",
         help="close a connection that sends no hello, or half a message, for S s (default 10)",
     )  # fmt: skip
+    srv.add_argument(
+        "--idle-timeout", type=_seconds, metavar="S",
+        help="stop after S s with no client connected (default: never; `hwpool run` starts "
+        "its servers with 600)",
+    )  # fmt: skip
     srv.set_defaults(run=_guarded(_cmd_serve))
 
     status = commands.add_parser("status", help="the host-wide queue: GPUs, leases, waiters")
@@ -118,6 +123,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     config = ServeConfig(
         socket=path, gpus=_gpus(args.gpus), group=_group(args.group), grace_s=args.grace,
         hello_timeout_s=args.hello_timeout, max_connections=args.max_connections,
+        idle_timeout_s=args.idle_timeout,
     )  # fmt: skip
     try:
         serve(config)

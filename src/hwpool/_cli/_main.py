@@ -21,7 +21,7 @@ from .._check import int_from_text
 from .._sim import _simulate as _sim
 from .._sim import _trace
 from .._version import __version__
-from . import _bench, _demo, _env, _host_cmds, _info, _plot, _report
+from . import _bench, _demo, _env, _host_cmds, _info, _plot, _report, _run
 from ._progress import ProgressBar
 from ._text import one_line, plural
 
@@ -116,6 +116,7 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--dir", type=Path, metavar="DIR", help="the bench/ directory to use")
     bench.set_defaults(run=_cmd_bench)
     _host_cmds.register(commands)
+    _run.register(commands)
     return parser
 
 

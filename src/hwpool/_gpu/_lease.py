@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import contextvars
+import subprocess
+from collections.abc import Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .._core._capacity import units_to_fraction
 from .._core._scheduler import Demand, Grant
+from . import _env
 
 if TYPE_CHECKING:
     from ._pool import GPUPool
@@ -31,6 +34,10 @@ class GPULease:
     Inside the block :func:`hwpool.current_gpus` returns ``.gpus``. A lease is entered once and
     releases exactly its own grant, once, when the block ends (also on error or cancellation);
     ``pool.release()`` cannot release it.
+
+    For code that runs elsewhere, ``.devices`` names the leased GPUs as ``CUDA_VISIBLE_DEVICES``
+    wants them, ``.env()`` is the environment a child process needs, and ``.popen()`` /
+    ``.run()`` start one with it.
     """
 
     __slots__ = ("_demand", "_grant", "_pool", "_timeout", "_token", "_used")
@@ -55,6 +62,40 @@ class GPULease:
     def fraction(self) -> float:
         """The share of each leased GPU (1.0 for whole GPUs)."""
         return units_to_fraction(self._demand.units)
+
+    @property
+    def devices(self) -> list[str]:
+        """The ``CUDA_VISIBLE_DEVICES`` entry of each leased GPU, in ``.gpus`` order: its UUID
+        when detection found one, else the inherited ``CUDA_VISIBLE_DEVICES`` entry, else
+        its index (empty while the lease holds nothing)."""
+        return _env.lease_devices(self._pool.gpus, self.gpus)
+
+    def env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The environment for a child process on this lease's GPUs: ``base`` (default
+        ``os.environ``) with ``CUDA_VISIBLE_DEVICES`` (``.devices``),
+        ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` and ``HWPOOL_LEASE`` (JSON: ``gpus``, ``fraction``,
+        ``devices``; ``id`` and ``socket`` for a lease of the host server) set, and
+        ``HWPOOL_SOCKET`` removed. RuntimeError when the lease holds no GPU (not entered, or
+        released): a child started then would see every GPU."""
+        grant = self._grant
+        if grant is None:
+            raise RuntimeError("this GPULease holds no GPU (enter it first): no env() to give")
+        devices = _env.lease_devices(self._pool.gpus, grant.gpus)
+        about = _env.describe_lease(
+            self._pool._backend, grant.ticket, grant.gpus, self.fraction, devices
+        )
+        return _env.lease_environment(devices, about, base)
+
+    def popen(self, args: Any, **kwargs: Any) -> subprocess.Popen[Any]:
+        """``subprocess.Popen(args, **kwargs)`` with ``env=self.env(kwargs.get("env"))``: every
+        ``subprocess`` option works; an ``env=`` given is the base the lease's variables go on."""
+        kwargs["env"] = self.env(kwargs.get("env"))
+        return subprocess.Popen(args, **kwargs)
+
+    def run(self, args: Any, **kwargs: Any) -> subprocess.CompletedProcess[Any]:
+        """``subprocess.run(args, **kwargs)`` with the lease's environment, as :meth:`popen`."""
+        kwargs["env"] = self.env(kwargs.get("env"))
+        return subprocess.run(args, **kwargs)  # noqa: PLW1510 (check= is the caller's)
 
     def _start(self) -> None:
         if self._used:

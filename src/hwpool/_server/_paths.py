@@ -2,7 +2,9 @@
 
 ``--socket`` (or ``socket=``), else ``HWPOOL_SOCKET``, else
 ``$XDG_RUNTIME_DIR/hwpool/hwpool.sock``, else ``/tmp/hwpool-<uid>/hwpool.sock``. The lock
-file (``<socket>.lock``) and the journal (``<socket>.journal``) sit beside the socket.
+file (``<socket>.lock``), the journal (``<socket>.journal``), the start lock
+(``<socket>.start``, held by whoever starts a server or lets an idle one go) and the log of a
+server started in the background (``<socket>.log``) sit beside the socket.
 """
 
 from __future__ import annotations
@@ -11,7 +13,10 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["MAX_SOCKET_PATH", "SOCKET_VAR", "lock_path", "socket_path"]
+__all__ = [
+    "MAX_SOCKET_PATH", "SOCKET_VAR", "default_socket", "lock_path", "log_path", "socket_path",
+    "start_lock_path",
+]  # fmt: skip
 
 SOCKET_VAR = "HWPOOL_SOCKET"
 MAX_SOCKET_PATH = 107  # bytes: sun_path holds 108 with its terminating NUL
@@ -47,3 +52,20 @@ def socket_path(
 def lock_path(socket: Path) -> Path:
     """The lock file that one server holds for ``socket`` as long as it runs."""
     return socket.with_name(socket.name + ".lock")
+
+
+def start_lock_path(socket: Path) -> Path:
+    """The lock a client holds while it starts a server for ``socket`` and connects to it, and
+    an idle server holds while it stops listening: so a new client never meets a server on
+    its way out, and two clients never start two servers."""
+    return socket.with_name(socket.name + ".start")
+
+
+def log_path(socket: Path) -> Path:
+    """Where a server started in the background for ``socket`` writes its log."""
+    return socket.with_name(socket.name + ".log")
+
+
+def default_socket(explicit: str | os.PathLike[str] | None, environ: Mapping[str, str]) -> bool:
+    """Whether the socket is the per-user default (neither given nor set in ``HWPOOL_SOCKET``)."""
+    return explicit is None and not environ.get(SOCKET_VAR)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import fcntl
 import os
 import signal
 import socket
@@ -28,6 +30,7 @@ from .._version import __version__
 from . import _journal
 from ._host_state import Client, Delivery, HostState
 from ._listen import Peer, ServeError, admitted, bind, hold_lock, peer_of, prepare_directory
+from ._paths import start_lock_path
 from ._protocol import (
     PROTOCOL_VERSION,
     Acquire,
@@ -66,6 +69,7 @@ class ServeConfig:
     hello_timeout_s: float = 10.0
     max_connections: int = 64  # per uid
     journal_delay_s: float = 0.05
+    idle_timeout_s: float | None = None  # stop after this long with no connection (None: never)
 
 
 def _alive(pid: int) -> bool:
@@ -180,6 +184,9 @@ class _Server:
         self.journaled_limit = 0  # the id limit of the last journal known to be on disk
         self.journal_timer: asyncio.TimerHandle | None = None
         self.recovery_timer: asyncio.TimerHandle | None = None
+        self.idle_timer: asyncio.TimerHandle | None = None
+        self.stop: asyncio.Event | None = None
+        self.start_lock: int | None = None  # held from an idle stop until the process exits
 
     def say(self, line: str) -> None:
         """Log one line. From the loop thread, lines are written together once per turn of
@@ -214,6 +221,9 @@ class _Server:
             return f"uid {peer.uid} already has {self.config.max_connections} connections"
         self.per_uid[peer.uid] = self.per_uid.get(peer.uid, 0) + 1
         conn.counted = True
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
+            self.idle_timer = None
         return None
 
     def forget(self, conn: _Connection) -> None:
@@ -222,6 +232,7 @@ class _Server:
             self.per_uid[conn.peer.uid] -= 1
             if not self.per_uid[conn.peer.uid]:
                 del self.per_uid[conn.peer.uid]
+            self.arm_idle()
         if conn.client is not None:
             self.by_client.pop(conn.client, None)
             self.after(self.state.disconnect(conn.client, time.monotonic()))
@@ -346,11 +357,42 @@ class _Server:
             loop = asyncio.get_running_loop()
             self.recovery_timer = loop.call_later(delay, self.check_recovery)
 
+    # ----------------------------------------------------------------- idle stop
+    def arm_idle(self, delay: float | None = None) -> None:
+        """With ``idle_timeout_s`` set and no connection left, stop once it has passed."""
+        timeout = self.config.idle_timeout_s
+        if timeout is None or self.per_uid or self.loop is None or self.idle_timer is not None:
+            return
+        self.idle_timer = self.loop.call_later(timeout if delay is None else delay, self.idle)
+
+    def idle(self) -> None:
+        """Stop if still idle. A client that is starting a server, or connecting to this one
+        through the start lock, holds that lock: then look again shortly. The lock is kept
+        until the process exits (after the server lock), so the next server can start."""
+        self.idle_timer = None
+        if self.per_uid or self.state.recovery is not None or self.stop is None:
+            self.arm_idle(0.1 if self.state.recovery is not None else None)
+            return
+        fd = os.open(
+            start_lock_path(self.config.socket), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
+        )
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise
+            self.arm_idle(0.05)
+            return
+        self.start_lock = fd
+        self.say(f"no client for {self.config.idle_timeout_s:g} s: stopping")
+        self.stop.set()
+
     # ----------------------------------------------------------------- running
     async def run(self, sock: socket.socket) -> None:
         loop = self.loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
-        stop = asyncio.Event()
+        stop = self.stop = asyncio.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
         self.recover()
@@ -362,6 +404,7 @@ class _Server:
             + ("" if self.config.group is None else f", group {self.config.group}")
             + ")"
         )
+        self.arm_idle()
         try:
             await stop.wait()
         finally:
@@ -379,9 +422,12 @@ def serve(config: ServeConfig, out: TextIO | None = None) -> None:
     """Run the server until SIGTERM or SIGINT; ServeError if it cannot start."""
     prepare_directory(config.socket.parent, config.group)
     lock = hold_lock(config.socket)
+    server: _Server | None = None
     try:
         sock = bind(config.socket, config.group)
         server = _Server(config, sys.stderr if out is None else out)
         asyncio.run(server.run(sock))
     finally:
         os.close(lock)
+        if server is not None and server.start_lock is not None:
+            os.close(server.start_lock)  # after the server lock: a new server can take that

@@ -1,0 +1,115 @@
+"""Connect to the host server, starting one for this user first when none answers (as tmux does).
+
+Only on the per-user default socket (neither ``--socket`` nor ``HWPOOL_SOCKET``: a socket named
+there is someone's service to start), and unless ``HWPOOL_AUTOSTART=0`` or ``--no-start``.
+The server is started detached (its own session, stdin from /dev/null), logs to
+``<socket>.log`` and stops after ``IDLE_TIMEOUT_S`` with no client. Starting and connecting
+happen under ``<socket>.start`` (``flock``), which an idle server also takes before it stops
+listening: two clients never start two servers, and none connects to a server on its way out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+from .._backends._unix import UnixBackend
+from .._server._listen import ServeError, prepare_directory
+from .._server._paths import log_path, start_lock_path
+
+__all__ = ["AUTOSTART_VAR", "IDLE_TIMEOUT_S", "autostart_from_env", "connect"]
+
+AUTOSTART_VAR = "HWPOOL_AUTOSTART"
+IDLE_TIMEOUT_S = 600.0
+START_TIMEOUT_S = 20.0  # how long a server that was started may take to answer
+
+
+def autostart_from_env(environ: Mapping[str, str]) -> bool:
+    """``HWPOOL_AUTOSTART``: ``0`` turns autostart off, ``1`` (or unset, or empty) leaves it on;
+    anything else is a ValueError naming the variable."""
+    raw = environ.get(AUTOSTART_VAR, "")
+    if raw not in ("", "0", "1"):
+        raise ValueError(f"{AUTOSTART_VAR} must be 0 or 1, got {raw!r}")
+    return raw != "0"
+
+
+def connect(path: Path, *, autostart: bool, name: str | None, command: str | None) -> UnixBackend:
+    """A client of the server on ``path``; with ``autostart``, start one if none answers.
+
+    Raises ConnectionError when none answers (and none could be started).
+    """
+    try:
+        return UnixBackend(path, name=name, command=command)
+    except ConnectionError:
+        if not autostart:
+            raise
+    try:
+        prepare_directory(path.parent, None)
+    except ServeError as exc:
+        raise ConnectionError(f"cannot start a server on {str(path)!r}: {exc}") from None
+    with _locked(start_lock_path(path)):
+        try:  # another client may have started one while this one waited for the lock
+            return UnixBackend(path, name=name, command=command)
+        except ConnectionError:
+            pass
+        server = _start_server(path)
+        return _connect_started(path, server, name, command)
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+_started: list[subprocess.Popen[bytes]] = []  # kept, so that nothing warns about them
+
+
+def _start_server(path: Path) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, "-m", "hwpool", "serve", "--socket", str(path)]
+    argv += ["--idle-timeout", f"{IDLE_TIMEOUT_S:g}"]
+    log = os.open(log_path(path), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    try:
+        server = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+            cwd="/",
+        )  # fmt: skip
+    finally:
+        os.close(log)
+    _started.append(server)
+    return server
+
+
+def _connect_started(
+    path: Path, server: subprocess.Popen[bytes], name: str | None, command: str | None
+) -> UnixBackend:
+    """Connect to the server just started, retrying (with backoff) until it answers."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    delay = 0.005
+    while True:
+        try:
+            return UnixBackend(path, name=name, command=command)
+        except ConnectionError as exc:
+            code = server.poll()
+            if code is not None:
+                raise ConnectionError(
+                    f"the hwpool server started on {str(path)!r} exited {code}: see "
+                    f"{str(log_path(path))!r}"
+                ) from None
+            if time.monotonic() + delay > deadline:
+                raise ConnectionError(
+                    f"the hwpool server started on {str(path)!r} did not answer within "
+                    f"{START_TIMEOUT_S:g} s ({exc}); see {str(log_path(path))!r}"
+                ) from None
+        time.sleep(delay)  # bounded backoff while the new server starts
+        delay = min(2 * delay, 0.1)

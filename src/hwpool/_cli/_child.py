@@ -1,0 +1,230 @@
+"""The job of ``hwpool run``: a child in its own process group, and what is left of it after.
+
+- The child starts in a process group of its own, so that signals forwarded to it reach
+  everything it started, and so that whatever of the job outlives it can be found and ended
+  before the lease is released. On a terminal the group is made the foreground one (as a
+  shell does), so that the job can read the terminal and Ctrl-C reaches it directly; when
+  Ctrl-Z stops the job, ``hwpool run`` stops too, and ``fg`` continues both.
+- On Linux the child is started through a small wrapper (this Python, ``-I -S``) that sets
+  ``PR_SET_PDEATHSIG`` (SIGKILL) with ctypes and then ``exec``s the command: if ``hwpool
+  run`` dies, even by SIGKILL, the kernel kills the child. (A wrapper rather than
+  ``preexec_fn``: this process has threads, and ``preexec_fn`` is unsafe with threads.) The
+  death signal reaches the child only: what the child started lives on unless it dies with
+  it, and a process that leaves the group (``setsid``, a double fork) escapes the clean-up
+  after a normal exit too. The server frees the lease when ``hwpool run``'s connection
+  closes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from types import FrameType
+
+__all__ = ["FORWARDED", "exit_status", "run_job"]
+
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+KILL_WAIT_S = 5.0  # after SIGKILL, how long the group may take to be gone
+WATCH_S = 0.25  # how often the lease is looked at while the job runs
+
+_WRAPPER = """\
+import ctypes, os, signal, sys
+if ctypes.CDLL(None, use_errno=True).prctl(1, 9, 0, 0, 0) != 0:  # PR_SET_PDEATHSIG, SIGKILL
+    print("hwpool: warning: PR_SET_PDEATHSIG failed", file=sys.stderr)
+if os.getppid() != int(sys.argv[1]):
+    os._exit(137)  # hwpool run died before the death signal was set: do not start the job
+if sys.argv[2] == "fg":
+    signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+    try:
+        os.tcsetpgrp(0, os.getpgrp())
+    except OSError:
+        pass
+for name in ("SIGPIPE", "SIGXFSZ", "SIGTTOU"):  # Python ignores these; the job must not
+    signal.signal(getattr(signal, name), signal.SIG_DFL)
+try:
+    os.execvp(sys.argv[3], sys.argv[3:])
+except OSError as exc:
+    print(f"hwpool: error: cannot run {sys.argv[3]!r}: {exc.strerror}", file=sys.stderr)
+    os._exit(127 if isinstance(exc, FileNotFoundError) else 126)
+"""
+
+
+def exit_status(returncode: int) -> int:
+    """A child's exit status as a shell reports it: killed by signal N is 128 + N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def run_job(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    grace_s: float,
+    held: Callable[[], bool] | None = None,
+    lost: str = "",
+) -> int:
+    """Run ``argv`` with ``env`` in its own process group; return its exit status once the
+    rest of its group is gone too (SIGTERM, then SIGKILL after ``grace_s``).
+
+    SIGINT, SIGTERM and SIGHUP that this process receives meanwhile go to the child's group.
+    ``held()`` is asked a few times a second: once false, ``lost`` is printed on stderr and
+    the group is ended the same way (SIGTERM, SIGKILL after ``grace_s``).
+    """
+    tty = _foreground_tty()
+    command = list(argv)
+    if sys.platform == "linux":
+        mode = "fg" if tty is not None else "bg"
+        command = [sys.executable, "-I", "-S", "-c", _WRAPPER, str(os.getpid()), mode, *argv]
+    with _forwarding() as group:
+        child = subprocess.Popen(command, env=dict(env), process_group=0)
+        group.append(child.pid)
+        if tty is not None:
+            _give_terminal(tty, child.pid)
+        watch = None if held is None else _Watch(held, child.pid, grace_s, lost)
+        try:
+            code = child.wait() if tty is None else _wait_in_foreground(child, tty)
+        finally:
+            if watch is not None:
+                watch.close()
+            if tty is not None:
+                _give_terminal(tty, os.getpgrp())
+            end_group(child.pid, grace_s)
+    return exit_status(code)
+
+
+class _Watch:
+    """A thread that ends process group ``pgid`` once ``held()`` turns false."""
+
+    def __init__(self, held: Callable[[], bool], pgid: int, grace_s: float, lost: str) -> None:
+        self._held, self._pgid, self._grace_s, self._lost = held, pgid, grace_s, lost
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="hwpool-run-watch", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._done.set()
+        self._thread.join(5.0)
+
+    def _run(self) -> None:
+        while not self._done.wait(WATCH_S):
+            if not self._held():
+                break
+        else:
+            return
+        print(self._lost, file=sys.stderr, flush=True)
+        _signal_group(self._pgid, signal.SIGTERM)
+        _signal_group(self._pgid, signal.SIGCONT)
+        if not self._done.wait(self._grace_s):
+            _signal_group(self._pgid, signal.SIGKILL)
+
+
+def _wait_in_foreground(child: subprocess.Popen[bytes], tty: int) -> int:
+    """Wait for ``child``, which owns the terminal; when Ctrl-Z stops it, stop this process too
+    (the shell then sees the job stopped), and on ``fg`` give it the terminal and go on."""
+    while True:
+        _, status = os.waitpid(child.pid, os.WUNTRACED)
+        if not os.WIFSTOPPED(status):
+            child.returncode = os.waitstatus_to_exitcode(status)
+            return child.returncode
+        _give_terminal(tty, os.getpgrp())
+        os.kill(os.getpid(), signal.SIGTSTP)  # stopped here until the shell continues us
+        _give_terminal(tty, child.pid)
+        _signal_group(child.pid, signal.SIGCONT)
+
+
+@contextlib.contextmanager
+def _forwarding() -> Iterator[list[int]]:
+    """While inside, the FORWARDED signals go to the process group appended to the list."""
+    group: list[int] = []
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        if group:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(group[0], signum)
+
+    previous = {signum: signal.signal(signum, forward) for signum in FORWARDED}
+    try:
+        yield group
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _foreground_tty() -> int | None:
+    """stdin's descriptor when it is a terminal whose foreground group is this process's."""
+    try:
+        if os.isatty(0) and os.tcgetpgrp(0) == os.getpgrp():
+            return 0
+    except OSError:
+        pass
+    return None
+
+
+def _give_terminal(fd: int, pgid: int) -> None:
+    """Make ``pgid`` the terminal's foreground group (SIGTTOU held off: this process may be
+    in the background by then)."""
+    previous = signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+    try:
+        with contextlib.suppress(OSError):
+            os.tcsetpgrp(fd, pgid)
+    finally:
+        signal.signal(signal.SIGTTOU, previous)
+
+
+def end_group(pgid: int, grace_s: float) -> None:
+    """End what is left of process group ``pgid``: SIGTERM, then SIGKILL after ``grace_s``;
+    return once no live process is left in it (bounded: zombies nobody reaps do not count)."""
+    if not group_alive(pgid):
+        return
+    _signal_group(pgid, signal.SIGTERM)
+    _signal_group(pgid, signal.SIGCONT)  # a stopped process acts on SIGTERM once continued
+    if _wait_gone(pgid, grace_s):
+        return
+    _signal_group(pgid, signal.SIGKILL)
+    _wait_gone(pgid, KILL_WAIT_S)
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
+
+
+def _wait_gone(pgid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    delay = 0.002
+    while group_alive(pgid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(delay)  # polling with backoff: the kernel has no wait for a group's end
+        delay = min(2 * delay, 0.05)
+    return True
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether process group ``pgid`` has a live member. On Linux zombies do not count (a
+    process whose parent never reaps it holds no GPU); elsewhere any member counts."""
+    proc = Path("/proc")
+    if not (proc / "self" / "stat").exists():
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    for entry in os.scandir(proc):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(entry.path, "stat").read_bytes()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            return True
+    return False

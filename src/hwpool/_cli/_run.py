@@ -1,0 +1,261 @@
+"""``hwpool run -- CMD``: wait in the host-wide queue for a share of the GPUs, then run CMD on it.
+
+Exit status: the command's (killed by signal N: 128 + N); 2 for bad usage; 124 when
+``--timeout`` passed in the queue; 125 when no server answers or the request fails; 126 / 127
+when CMD cannot be run / is not found; 130 / 143 / 129 for SIGINT / SIGTERM / SIGHUP while
+waiting (the request is withdrawn first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shlex
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from fractions import Fraction
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from .._backends._unix import UnixBackend
+from .._errors import PoolClosedError, RevokedError
+from .._gpu._lease import GPULease
+from .._gpu._pool import GPUPool
+from .._server._paths import default_socket, socket_path
+from .._server._protocol import MAX_TEXT
+from . import _autostart, _child
+from ._text import one_line, plural
+from ._waitline import WaitLine
+
+__all__ = ["register"]
+
+GRACE_S = 5.0
+
+
+class _Exit(Exception):
+    """End ``hwpool run`` with ``status``, after one line on stderr."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class _Signalled(BaseException):
+    """SIGTERM or SIGHUP while waiting in the queue (SIGINT is KeyboardInterrupt)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def register(commands: Any) -> None:
+    """Add ``run`` to the ``hwpool`` subcommands."""
+    run = commands.add_parser(
+        "run", help="wait for a share of the GPUs, then run a command on it",
+        usage="hwpool run [-h] [--gpus G] [--timeout S] [--name NAME] [--no-start] "
+        "[--socket PATH] [--grace S] -- CMD [ARGS...]",
+        description="Wait in the host-wide queue for G of the GPUs, then run CMD with "
+        "CUDA_VISIBLE_DEVICES set to them; exit with its status.",
+    )  # fmt: skip
+    run.add_argument(
+        "--socket", metavar="PATH",
+        help="the server's socket (default: $HWPOOL_SOCKET, else the per-user one, where a "
+        "server is started if none runs)",
+    )  # fmt: skip
+    run.add_argument(
+        "--gpus", type=demand_from_text, default=Fraction(1), metavar="G",
+        help="a fraction in (0, 1] of one GPU, or an integer >= 2 of whole GPUs (default 1)",
+    )  # fmt: skip
+    run.add_argument("--timeout", type=_seconds, metavar="S", help="give up waiting after S s")
+    run.add_argument("--name", metavar="NAME", help="a name for the job in `hwpool status`")
+    run.add_argument(
+        "--no-start", action="store_true",
+        help="do not start a server when none runs (also: HWPOOL_AUTOSTART=0)",
+    )  # fmt: skip
+    run.add_argument(
+        "--grace", type=_seconds, default=GRACE_S, metavar="S",
+        help="after CMD exits, what is left of its process group gets SIGTERM, and SIGKILL "
+        f"S s later (default {GRACE_S:g})",
+    )  # fmt: skip
+    run.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]")
+    run.set_defaults(run=_cmd_run)
+
+
+def demand_from_text(text: str) -> Fraction | int:
+    """``--gpus``: a fraction in (0, 1] (``0.25``, ``1/4``) or an integer >= 2 of whole GPUs."""
+    try:
+        value = Fraction(text.strip()) if len(text) <= 40 else None
+    except (ValueError, ZeroDivisionError):
+        value = None
+    if value is not None and value.denominator == 1 and value >= 2:
+        return int(value)
+    if value is None or not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(
+            f"must be a fraction in (0, 1] of one GPU or an integer >= 2 of whole GPUs, "
+            f"got {text[:40]!r}"
+        )
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, got {text[:40]!r}")
+    return value
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except _Exit as exc:
+        print(f"hwpool: error: run: {one_line(str(exc))}", file=sys.stderr)
+        return exc.status
+
+
+def _run(args: argparse.Namespace) -> int:
+    argv = _command(args.command)
+    if args.name is not None and len(args.name) > MAX_TEXT:
+        raise _Exit(2, f"--name: at most {MAX_TEXT} characters, got {len(args.name)}")
+    try:
+        path = socket_path(args.socket)
+    except ValueError as exc:
+        raise _Exit(2, str(exc).replace("socket:", "--socket:", 1)) from None
+    autostart = (
+        not args.no_start
+        and _autostart.autostart_from_env(os.environ)
+        and default_socket(args.socket, os.environ)
+    )
+    label = shlex.join(argv)
+    if len(label) > MAX_TEXT:
+        label = label[: MAX_TEXT - 3] + "..."
+    try:
+        with _stopping():
+            backend = _autostart.connect(path, autostart=autostart, name=args.name, command=label)
+    except ConnectionError as exc:
+        raise _Exit(125, str(exc)) from None
+    except _Signalled as exc:
+        return 128 + exc.signum
+    try:
+        return _lease_and_run(GPUPool(backend=backend), args, argv, path)
+    finally:
+        backend.close()  # the server has freed everything of this process when it returns
+
+
+def _command(words: list[str]) -> list[str]:
+    """The command after ``--``; exit 127 / 126 before queueing if it cannot be run."""
+    argv = words[1:] if words[:1] == ["--"] else words
+    if not argv:
+        raise _Exit(2, "give the command to run: hwpool run [OPTIONS] -- CMD [ARGS...]")
+    program = argv[0]
+    found = shutil.which(program) if os.sep not in program else program
+    if found is None or not os.path.exists(found):
+        raise _Exit(127, f"{program}: command not found")
+    if os.path.isdir(found) or not os.access(found, os.X_OK):
+        raise _Exit(126, f"{program}: not an executable file")
+    return argv
+
+
+def _lease_and_run(pool: GPUPool, args: argparse.Namespace, argv: list[str], path: Path) -> int:
+    demand = args.gpus
+    if isinstance(demand, int) and demand > pool.num_gpus:
+        raise _Exit(2, f"--gpus {demand}: the server on {str(path)!r} has {pool.num_gpus} GPUs")
+    if isinstance(demand, int):
+        lease = pool.lease_full(demand, timeout=args.timeout)
+    else:
+        lease = pool.lease(demand, timeout=args.timeout)
+    what = plural(demand, "whole GPU") if isinstance(demand, int) else _share(demand)
+    started = time.monotonic()
+    _wait(lease, what, path, started, args.timeout)
+    try:
+        print(
+            f"hwpool run: {_granted(lease)} after {time.monotonic() - started:.1f} s; "
+            f"running {shlex.join(argv)}",
+            file=sys.stderr, flush=True,
+        )  # fmt: skip
+        return _child.run_job(argv, lease.env(), args.grace, _holds(pool, lease), _LOST)
+    finally:
+        lease.__exit__(None, None, None)
+
+
+_LOST = (
+    "hwpool run: the lease is no longer held (revoked by `hwpool cancel`, or lost with the "
+    "server): ending the job"
+)
+
+
+def _holds(pool: GPUPool, lease: GPULease) -> Callable[[], bool]:
+    """Whether the server still counts ``lease`` as this process's (a revoked lease, or one a
+    restarted server did not take back, is not: its GPU may be handed on)."""
+    backend, grant = pool._backend, lease._grant
+    assert isinstance(backend, UnixBackend) and grant is not None
+    ticket = grant.ticket
+    return lambda: backend.lease_id(ticket) is not None
+
+
+def _wait(lease: GPULease, what: str, path: Path, started: float, timeout: float | None) -> None:
+    """Enter ``lease``: wait in the queue, with a status line on a terminal."""
+    line = WaitLine(sys.stderr, what, path) if sys.stderr.isatty() else None
+    try:
+        with _stopping():
+            lease.__enter__()
+    except TimeoutError:
+        _close(line)
+        raise _Exit(124, f"no {what} granted within --timeout {timeout:g} s") from None
+    except KeyboardInterrupt:
+        _close(line)
+        raise _Exit(130, f"interrupted after {_waited(started)} in the queue; withdrawn") from None
+    except _Signalled as exc:
+        _close(line)
+        name = signal.Signals(exc.signum).name
+        raise _Exit(
+            128 + exc.signum, f"{name} after {_waited(started)} in the queue; withdrawn"
+        ) from None
+    except (ConnectionError, RevokedError, PoolClosedError) as exc:
+        _close(line)
+        raise _Exit(125, str(exc)) from None
+    _close(line)
+
+
+def _close(line: WaitLine | None) -> None:
+    if line is not None:
+        line.close()
+
+
+def _waited(started: float) -> str:
+    return f"{time.monotonic() - started:.1f} s"
+
+
+def _share(fraction: Fraction) -> str:
+    return "1 GPU" if fraction == 1 else f"{float(fraction):g} of a GPU"
+
+
+def _granted(lease: GPULease) -> str:
+    gpus, devices = lease.gpus, ",".join(lease.devices)
+    if lease.fraction < 1:
+        return f"{lease.fraction:g} of GPU {gpus[0]} (device {devices}) granted"
+    if len(gpus) == 1:
+        return f"GPU {gpus[0]} (device {devices}) granted"
+    return f"GPUs {','.join(map(str, gpus))} (devices {devices}) granted"
+
+
+@contextlib.contextmanager
+def _stopping() -> Iterator[None]:
+    """While inside, SIGTERM and SIGHUP raise :class:`_Signalled` (SIGINT stays Ctrl-C)."""
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        raise _Signalled(signum)
+
+    previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

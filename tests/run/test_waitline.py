@@ -1,0 +1,58 @@
+"""The status line: on a terminal, updated in place while waiting; on a pipe, nothing of it."""
+
+from __future__ import annotations
+
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import hwpool
+from hostserver import BOUND, ENV, Server
+from runproc import eventually, waiting_pids
+
+
+def read_until(fd: int, fragment: str, seen: list[str]) -> None:
+    """Read the terminal into ``seen`` until ``fragment`` shows (bounded)."""
+    deadline = time.monotonic() + BOUND
+    while fragment not in "".join(seen):
+        left = deadline - time.monotonic()
+        assert left > 0, f"never showed {fragment!r}: {''.join(seen)!r}"
+        ready, _, _ = select.select([fd], [], [], left)
+        if ready:
+            try:
+                seen.append(os.read(fd, 4096).decode())
+            except OSError:  # the other end closed
+                break
+
+
+def test_a_terminal_shows_the_queue_position_in_place(
+    start_server: Callable[..., Server], sockdir: Path
+) -> None:
+    server = start_server("--gpus", "1")
+    master, slave = os.openpty()
+    try:
+        with hwpool.connect(server.socket) as pool, pool.lease(1.0):
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "hwpool", "run", "--socket", str(server.socket),
+                 "--gpus", "0.5", "--", "true"],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=slave, env=ENV,
+            )  # fmt: skip
+            seen: list[str] = []
+            read_until(master, "1st of 1 in the queue, reserves GPU 0", seen)
+            eventually(lambda: waiting_pids(server.socket) == [proc.pid], "it waits")
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(BOUND) == 130
+            read_until(master, "withdrawn", seen)
+    finally:
+        os.close(slave)
+        os.close(master)
+    text = "".join(seen)
+    line = r"\rhwpool run: waiting \d+ s for 0.5 of a GPU: 1st of 1 in the queue, reserves GPU 0"
+    assert re.search(line + r"\x1b\[K", text), text
+    assert text.rstrip().endswith("withdrawn")
