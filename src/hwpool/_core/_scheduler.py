@@ -25,6 +25,7 @@ from __future__ import annotations
 import bisect
 import functools
 import itertools
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -182,7 +183,10 @@ class Scheduler:
         self.num_gpus = check_int("num_gpus", num_gpus, minimum=1)
         self.units_per_gpu = check_int("units_per_gpu", units_per_gpu, minimum=1)
         self._free = [self.units_per_gpu] * self.num_gpus
-        self._queue: dict[int, Demand] = {}
+        # An OrderedDict, not a dict: granted waiters leave from the front, and a dict keeps
+        # their deleted slots (CPython does not compact it), so every walk would skip them all
+        # and draining n waiters would cost O(n**2). Iteration here follows live entries only.
+        self._queue: OrderedDict[int, Demand] = OrderedDict()
         self._reserved: dict[int, tuple[int, ...]] = {}
         self._fraction_index = _DemandIndex()  # units of waiting single-GPU demands
         self._whole_index = _DemandIndex()  # counts of waiting multi-GPU demands
