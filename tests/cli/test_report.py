@@ -30,5 +30,5 @@ def test_json_is_plain_and_round_trips() -> None:
     assert doc["waits"]["2 GPUs"] == {"count": 1, "p50": 2.0, "p99": 2.0, "max": 2.0}
     assert [(t["name"], t["start"]) for t in doc["tasks"]] == [("a", 0), ("b", 2), ("c", 3)]
     both = outcomes_json([one, simulate(tasks, 2, "fifo")])
-    assert set(both) == {"gpus", "lower_bound", "policies"}
+    assert set(both) == {"gpus", "lower_bound", "packing_bound", "policies"}
     assert outcomes_json([one]) == outcome_json(one)

@@ -292,7 +292,7 @@ def test_release_of_a_wrong_type_is_a_type_error(gpu: object, units: object) -> 
 )
 def test_scheduler_rejects_bad_gpu_count(num_gpus: object, error: type[Exception]) -> None:
     # A wrong type is a TypeError, as everywhere else (Scheduler('2') was a ValueError).
-    with pytest.raises(error, match="num_gpus"):
+    with pytest.raises(error, match="gpus"):
         Scheduler(num_gpus)  # type: ignore[arg-type]
 
 

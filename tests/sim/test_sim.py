@@ -7,7 +7,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hwpool._core._capacity import UNITS_PER_GPU, fraction_to_units
-from hwpool._sim._simulate import POLICIES, Outcome, lower_bound, percentile, simulate
+from hwpool._sim._simulate import (
+    POLICIES,
+    Outcome,
+    lower_bound,
+    packing_bound,
+    percentile,
+    simulate,
+)
 from hwpool._sim._trace import Task, load_trace
 
 
@@ -211,3 +218,22 @@ def test_progress_hears_the_tasks_started_about_every_percent() -> None:
     assert watched == plain
     assert heard == sorted(heard) and heard[-1] <= len(tasks)
     assert 50 <= len(heard) <= 120
+
+
+def test_packing_bound_counts_that_big_tasks_never_share_a_gpu() -> None:
+    u = fraction_to_units(0.6)
+    tasks = [Task(f"t{i}", 0.0, 1, u, 1.0) for i in range(1000)]
+    assert lower_bound(tasks, 4) == pytest.approx(150.0)  # the work alone: 600 GPU-s over 4
+    assert packing_bound(tasks, 4) == pytest.approx(250.0)  # one 0.6 task per GPU at a time
+    result = simulate(tasks, 4, "first-fit")
+    assert result.packing_bound == pytest.approx(250.0) and result.makespan == pytest.approx(250.0)
+
+
+def test_packing_bound_lets_halves_share_and_counts_whole_gpus() -> None:
+    halves = [Task(f"h{i}", 0.0, 1, fraction_to_units(0.5), 2.0) for i in range(8)]
+    assert packing_bound(halves, 2) == lower_bound(halves, 2) == pytest.approx(4.0)  # two a GPU
+    wide = [Task("w", 0.0, 2, UNITS_PER_GPU, 3.0)]
+    big = [Task(f"b{i}", 0.0, 1, fraction_to_units(0.51), 1.0) for i in range(4)]
+    # work: 6 + 2.04 GPU-s over 2 GPUs = 4.02 s; exclusive: 6 + 4 GPU-s over 2 = 5 s.
+    assert lower_bound(wide + big, 2) == pytest.approx(4.02)
+    assert packing_bound(wide + big, 2) == pytest.approx(5.0)

@@ -16,6 +16,7 @@ def format_table(outcomes: Sequence[Outcome]) -> str:
     rows: list[tuple[str, list[str]]] = [
         ("makespan (s)", [f"{o.makespan:.2f}" for o in outcomes]),
         ("makespan lower bound (s)", [f"{o.lower_bound:.2f}" for o in outcomes]),
+        ("  counting packing (s)", [f"{o.packing_bound:.2f}" for o in outcomes]),
         ("GPU utilisation", [f"{o.utilization:.0%}" for o in outcomes]),
         ("  at the lower bound", [f"{o.best_utilization:.0%}" for o in outcomes]),
     ]
@@ -54,6 +55,7 @@ def outcome_json(outcome: Outcome) -> dict[str, JSONValue]:
         "gpus": outcome.num_gpus,
         "makespan": outcome.makespan,
         "lower_bound": outcome.lower_bound,
+        "packing_bound": outcome.packing_bound,
         "utilization": outcome.utilization,
         "waits": {
             s.label: {"count": s.count, "p50": s.p50, "p99": s.p99, "max": s.worst}
@@ -70,5 +72,6 @@ def outcomes_json(outcomes: Sequence[Outcome]) -> dict[str, JSONValue]:
     return {
         "gpus": outcomes[0].num_gpus,
         "lower_bound": outcomes[0].lower_bound,
+        "packing_bound": outcomes[0].packing_bound,
         "policies": {o.policy: outcome_json(o) for o in outcomes},
     }

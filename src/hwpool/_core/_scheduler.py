@@ -3,18 +3,28 @@
 Every front (asyncio, blocking threads, the virtual-time simulator) drives this one class and
 turns the grants it returns into woken waiters. The policy, in the order it is applied:
 
+GPUs may differ in size: each has its own total of units (``Scheduler.totals``).
+
 1. A demand needs ``count`` GPUs, each with at least ``units`` free. A fractional demand is
-   ``count == 1``; a whole-GPU demand of n GPUs is ``count == n`` with ``units`` a whole GPU.
-2. Placement is best fit: the fitting GPUs with the least free capacity, ties to the lowest
-   index (for whole GPUs, this is simply the lowest-indexed free GPUs).
+   ``count == 1``; a whole-GPU demand (``count > 1``, or ``whole=True``) needs ``count`` GPUs
+   that are completely free, whatever their size. A demand that can never fit (more units
+   than the largest GPU, more whole GPUs than there are) is refused with ValueError.
+2. Placement is best fit: a fractional demand takes the fitting GPU with the fewest free
+   units, a whole-GPU demand the completely free GPUs with the smallest totals; ties to the
+   lowest index (on GPUs of one size: the lowest-indexed free GPUs).
 3. Waiters form one FIFO queue. Walking it in order, each waiter that cannot be granted
-   reserves, among the GPUs no earlier waiter reserves, the ``count`` GPUs with the most free
-   capacity (ties: lowest index). The first waiter that cannot get its full set stops all
-   reservations behind it.
+   reserves, among the GPUs no earlier waiter reserves, the ``count`` most free ones: for a
+   fractional demand the GPU with the most free units among those whose total could ever
+   hold it, for a whole-GPU demand the GPUs with the fewest units in use (on GPUs of one size
+   both are "most free"); ties to the lowest index. The first waiter that cannot get its full
+   set stops all reservations behind it.
 4. Any request may be granted at once on GPUs that no earlier waiter reserves (backfill).
 5. Every release or cancellation walks the queue again, granting what now fits. The walk stops
    as soon as no unreserved GPU can serve anything further back, which it knows from a sorted
    index of the demands still waiting, without scanning them.
+
+On GPUs of one size the walk below is the fast path; GPUs of different sizes take a plainer
+walk that applies the same rules with these definitions.
 
 Invariants after every call: per GPU ``0 <= free <= total``; a ticket is waiting, granted or
 gone, never two; reservations are disjoint and held only by waiters.
@@ -25,7 +35,8 @@ from __future__ import annotations
 import bisect
 import functools
 import itertools
-from collections.abc import Iterable, Iterator
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -37,14 +48,23 @@ __all__ = ["Demand", "Grant", "Scheduler", "Waiter"]
 
 @dataclass(frozen=True, slots=True)
 class Demand:
-    """What one request needs: ``count`` GPUs with ``units`` free on each."""
+    """What one request needs: ``count`` GPUs with ``units`` free on each.
+
+    ``count > 1`` always means whole GPUs; ``whole=True`` asks for one (or ``count``) whole
+    GPUs of any size, where ``units`` is not used for fitting.
+    """
 
     count: int
     units: int
+    whole: bool = False
 
 
 class Grant(NamedTuple):
-    """A request that has been granted: ``units`` taken on each GPU of ``gpus``."""
+    """A request that has been granted: ``units`` taken on each GPU of ``gpus``.
+
+    A whole-GPU grant holds each GPU's total; where those differ, ``units`` is 0 and
+    :meth:`Scheduler.held` gives what each GPU holds.
+    """
 
     ticket: int
     gpus: tuple[int, ...]
@@ -178,16 +198,41 @@ class Scheduler:
     cancel raises ValueError or KeyError and leaves the state unchanged.
     """
 
-    def __init__(self, num_gpus: int, units_per_gpu: int = UNITS_PER_GPU) -> None:
-        self.num_gpus = check_int("num_gpus", num_gpus, minimum=1)
-        self.units_per_gpu = check_int("units_per_gpu", units_per_gpu, minimum=1)
-        self._free = [self.units_per_gpu] * self.num_gpus
-        self._queue: dict[int, Demand] = {}
+    def __init__(self, gpus: int | Sequence[int], units_per_gpu: int | None = None) -> None:
+        """``gpus``: a count of GPUs of ``units_per_gpu`` units each (default a whole GPU's
+        ``UNITS_PER_GPU``), or a sequence giving each GPU's total in units (any positive
+        ints; then ``units_per_gpu`` is not given and reads as the largest total).
+        """
+        if isinstance(gpus, (str, bytes)) or not isinstance(gpus, (int, Sequence)):
+            raise TypeError(f"gpus must be an int or a sequence of ints, got {gpus!r}")
+        if isinstance(gpus, Sequence):
+            if units_per_gpu is not None:
+                raise TypeError(
+                    f"give units_per_gpu only with a count of GPUs, not with totals "
+                    f"(units_per_gpu={units_per_gpu!r})"
+                )
+            if not gpus:
+                raise ValueError(f"gpus must hold at least one GPU's total, got {gpus!r}")
+            totals = [check_int(f"gpus[{i}]", t, minimum=1) for i, t in enumerate(gpus)]
+        else:
+            count = check_int("gpus", gpus, minimum=1)
+            size = UNITS_PER_GPU if units_per_gpu is None else units_per_gpu
+            totals = [check_int("units_per_gpu", size, minimum=1)] * count
+        self.num_gpus = len(totals)
+        self.units_per_gpu = max(totals)  # every GPU's total when they are equal
+        self._totals = totals
+        self._uniform = len(set(totals)) == 1  # the fast path; else the plain walk
+        self._free = list(totals)
+        self._queue: OrderedDict[int, Demand] = OrderedDict()
         self._reserved: dict[int, tuple[int, ...]] = {}
         self._fraction_index = _DemandIndex()  # units of waiting single-GPU demands
         self._whole_index = _DemandIndex()  # counts of waiting multi-GPU demands
         # What a new arrival at the tail of the queue sees; meaningful only while some wait.
         self._tail = _Order(self._free)
+        # The same for GPUs of different sizes: the GPUs no waiter reserves, and whether
+        # the tail still reserves.
+        self._open: list[int] = list(range(self.num_gpus))
+        self._reserving = True
         self._tickets = itertools.count(1)
 
     # ----------------------------------------------------------------- queries
@@ -195,6 +240,17 @@ class Scheduler:
     def free(self) -> tuple[int, ...]:
         """Free units per GPU."""
         return tuple(self._free)
+
+    @property
+    def totals(self) -> tuple[int, ...]:
+        """Each GPU's total units."""
+        return tuple(self._totals)
+
+    def held(self, grant: Grant) -> tuple[tuple[int, int], ...]:
+        """``(gpu, units)`` that ``grant`` holds on each of its GPUs (what to release)."""
+        if grant.units:
+            return tuple((gpu, grant.units) for gpu in grant.gpus)
+        return tuple((gpu, self._totals[gpu]) for gpu in grant.gpus)
 
     @property
     def queue_length(self) -> int:
@@ -219,16 +275,24 @@ class Scheduler:
         """Grant ``demand`` where a new arrival would be granted at once, or return None.
 
         Never queues and never jumps the queue: only GPUs that no waiter reserves are used.
+        Raises ValueError, changing nothing, for a demand that could never fit.
         """
+        demand = self._admit(demand)
         gpus = self._take_new(demand)
-        return None if gpus is None else _grant((next(self._tickets), gpus, demand.units))
+        if gpus is None:
+            return None
+        return _grant((next(self._tickets), gpus, self._units_of(demand, gpus)))
 
     def submit(self, demand: Demand) -> tuple[int, Grant | None]:
         """Add a request; return its ticket and its grant if it was granted at once.
 
         A request not granted at once waits in the queue (and may reserve GPUs) until a later
-        ``release`` or ``cancel`` grants it or it is cancelled.
+        ``release`` or ``cancel`` grants it or it is cancelled. Raises ValueError, changing
+        nothing, for a demand that could never fit.
         """
+        demand = self._admit(demand)
+        if not self._uniform:
+            return self._submit_general(demand)
         ticket = next(self._tickets)
         gpus = self._take_new(demand)
         if gpus is not None:
@@ -249,7 +313,7 @@ class Scheduler:
             type(gpu) is int
             and 0 <= gpu < self.num_gpus
             and type(units) is int
-            and 0 < units <= self.units_per_gpu - free[gpu]
+            and 0 < units <= self._totals[gpu] - free[gpu]
         ):  # the checks again, slowly, for the error message (and NumPy ints made ints)
             gpu = self._check_gpu(gpu)
             units = self._check_release(gpu, units)
@@ -288,20 +352,47 @@ class Scheduler:
 
     def _check_release(self, gpu: int, units: object) -> int:
         number = self._check_units(units)
-        held = self.units_per_gpu - self._free[gpu]
+        held = self._totals[gpu] - self._free[gpu]
         if number > held:
             raise ValueError(f"cannot release {number} units on GPU {gpu}: only {held} held")
         return number
 
+    def _admit(self, demand: Demand) -> Demand:
+        """``demand`` as the walk takes it, or ValueError if it could never fit.
+
+        On GPUs of one size a whole-GPU demand is ``units_per_gpu`` on each, so the fast
+        path sees nothing new; on GPUs of different sizes it keeps its ``whole`` mark.
+        """
+        count, units = demand.count, demand.units
+        if count > 1 or demand.whole:
+            if not 1 <= count <= self.num_gpus:
+                raise ValueError(
+                    f"count must be between 1 and num_gpus={self.num_gpus} (whole GPUs), "
+                    f"got {count}"
+                )
+            if self._uniform:
+                if units != self.units_per_gpu or demand.whole:
+                    return Demand(count, self.units_per_gpu)
+            elif count > 1 and not demand.whole:
+                return Demand(count, units, whole=True)
+            return demand
+        if not 1 <= units <= self.units_per_gpu:
+            raise ValueError(
+                f"units must be between 1 and {self.units_per_gpu} (the largest GPU), got {units}"
+            )
+        return demand
+
     def _index_of(self, demand: Demand) -> _DemandIndex:
-        return self._whole_index if demand.count > 1 else self._fraction_index
+        return self._whole_index if demand.count > 1 or demand.whole else self._fraction_index
 
     @staticmethod
     def _key_of(demand: Demand) -> int:
-        return demand.count if demand.count > 1 else demand.units
+        return demand.count if demand.count > 1 or demand.whole else demand.units
 
     def _take_new(self, demand: Demand) -> tuple[int, ...] | None:
         """Take capacity for a new arrival where it fits without jumping the queue, or None."""
+        if not self._uniform:
+            return self._fit_general(demand, self._open if self._queue else None, take=True)
         count, units = demand.count, demand.units
         if self._queue:
             return self._take_in(self._tail, count, units)
@@ -356,8 +447,9 @@ class Scheduler:
 
     @staticmethod
     def _tally(seen: tuple[dict[int, int], dict[int, int]], demand: Demand) -> None:
-        counts = seen[1] if demand.count > 1 else seen[0]
-        key = demand.count if demand.count > 1 else demand.units
+        whole = demand.count > 1 or demand.whole
+        counts = seen[1] if whole else seen[0]
+        key = demand.count if whole else demand.units
         counts[key] = counts.get(key, 0) + 1
 
     def _walk(self) -> list[Grant]:
@@ -367,6 +459,8 @@ class Scheduler:
         and reserves the next most-free GPU) is written out inline. Once reservations stop,
         the walk counts the demands it has passed, to stop when nothing further back can fit.
         """
+        if not self._uniform:
+            return self._walk_general()
         reserved = self._reserved
         reserved.clear()
         grants: list[Grant] = []
@@ -410,6 +504,123 @@ class Scheduler:
         for grant in grants:
             demand = self._queue.pop(grant.ticket)
             self._index_of(demand).remove(self._key_of(demand))
+        return grants
+
+    # ------------------------------------------------- GPUs of different sizes (plain walk)
+    def _units_of(self, demand: Demand, gpus: tuple[int, ...]) -> int:
+        """``Grant.units`` for ``demand`` on ``gpus``: 0 for whole GPUs of different sizes."""
+        if not demand.whole:
+            return demand.units
+        sizes = {self._totals[gpu] for gpu in gpus}
+        return sizes.pop() if len(sizes) == 1 else 0
+
+    def _fit_general(
+        self, demand: Demand, open_gpus: list[int] | None, *, take: bool
+    ) -> tuple[int, ...] | None:
+        """Best-fit GPUs for ``demand`` among ``open_gpus`` (None: all), taken if ``take``."""
+        free, totals = self._free, self._totals
+        gpus = range(self.num_gpus) if open_gpus is None else open_gpus
+        if demand.whole:
+            idle = [gpu for gpu in gpus if free[gpu] == totals[gpu]]
+            if len(idle) < demand.count:
+                return None
+            chosen = tuple(sorted(sorted(idle, key=totals.__getitem__)[: demand.count]))
+            if take:
+                for gpu in chosen:
+                    free[gpu] = 0
+            return chosen
+        units, best, best_free = demand.units, -1, -1
+        for gpu in gpus:
+            f = free[gpu]
+            if f >= units and (best < 0 or f < best_free or (f == best_free and gpu < best)):
+                best, best_free = gpu, f
+        if best < 0:
+            return None
+        if take:
+            free[best] -= units
+        return (best,)
+
+    def _reserve_general(self, demand: Demand, open_gpus: list[int]) -> tuple[int, ...] | None:
+        """The GPUs ``demand`` reserves among ``open_gpus`` (rule 3), removed from it."""
+        free, totals = self._free, self._totals
+        if demand.whole:
+            if len(open_gpus) < demand.count:
+                return None
+            ranked = sorted(open_gpus, key=lambda gpu: (totals[gpu] - free[gpu], gpu))
+            chosen = tuple(sorted(ranked[: demand.count]))
+        else:
+            able = [gpu for gpu in open_gpus if totals[gpu] >= demand.units]
+            if not able:
+                return None
+            chosen = (min(able, key=lambda gpu: (-free[gpu], gpu)),)
+        for gpu in chosen:
+            open_gpus.remove(gpu)
+        return chosen
+
+    def _submit_general(self, demand: Demand) -> tuple[int, Grant | None]:
+        ticket = next(self._tickets)
+        gpus = self._take_new(demand)
+        if gpus is not None:
+            return ticket, _grant((ticket, gpus, self._units_of(demand, gpus)))
+        if not self._queue:
+            self._open = list(range(self.num_gpus))
+            self._reserving = True
+        self._queue[ticket] = demand
+        self._index_of(demand).add(self._key_of(demand))
+        if self._reserving:
+            chosen = self._reserve_general(demand, self._open)
+            if chosen is None:
+                self._reserving = False
+            else:
+                self._reserved[ticket] = chosen
+        return ticket, None
+
+    def _could_serve_rest_general(
+        self, open_gpus: list[int], seen: tuple[dict[int, int], dict[int, int]]
+    ) -> bool:
+        """Whether any waiter not yet visited could fit on ``open_gpus``."""
+        free, totals = self._free, self._totals
+        smallest = self._fraction_index.min_excluding(seen[0])
+        if smallest is not None and any(free[gpu] >= smallest for gpu in open_gpus):
+            return True
+        fewest = self._whole_index.min_excluding(seen[1])
+        idle = sum(1 for gpu in open_gpus if free[gpu] == totals[gpu])
+        return fewest is not None and idle >= fewest
+
+    def _walk_general(self) -> list[Grant]:
+        """Rules 3-5 on GPUs of different sizes, with the same early stop as the fast walk."""
+        reserved = self._reserved
+        reserved.clear()
+        grants: list[Grant] = []
+        open_gpus = list(range(self.num_gpus))
+        reserving = True
+        seen: tuple[dict[int, int], dict[int, int]] | None = None
+        visited = 0
+        for ticket, demand in self._queue.items():
+            if not open_gpus:
+                break
+            visited += 1
+            if seen is not None:
+                if not self._could_serve_rest_general(open_gpus, seen):
+                    break
+                self._tally(seen, demand)
+            taken = self._fit_general(demand, open_gpus, take=True)
+            if taken is not None:
+                grants.append(_grant((ticket, taken, self._units_of(demand, taken))))
+                continue
+            if reserving:
+                chosen = self._reserve_general(demand, open_gpus)
+                if chosen is not None:
+                    reserved[ticket] = chosen
+                    continue
+                reserving = False
+                seen = ({}, {})
+                for passed in itertools.islice(self._queue.values(), visited):
+                    self._tally(seen, passed)
+        self._open, self._reserving = open_gpus, reserving
+        for grant in grants:
+            done = self._queue.pop(grant.ticket)
+            self._index_of(done).remove(self._key_of(done))
         return grants
 
     def restore(self, gpus: tuple[int, ...], units: int) -> Grant:

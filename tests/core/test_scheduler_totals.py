@@ -1,0 +1,256 @@
+"""GPUs of different sizes (per-GPU totals): each rule's definition, bad totals, demands that
+can never fit, and a state machine over random totals checked against a from-scratch reference.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from hwpool._core._capacity import UNITS_PER_GPU
+from hwpool._core._scheduler import Demand, Grant, Scheduler
+
+
+def test_an_int_keeps_equal_totals() -> None:
+    assert Scheduler(3).totals == (UNITS_PER_GPU,) * 3
+    assert Scheduler(2, 10).totals == (10, 10)
+    core = Scheduler([7, 3])
+    assert core.totals == (7, 3) and core.free == (7, 3) and core.num_gpus == 2
+    assert core.units_per_gpu == 7  # the largest
+
+
+@pytest.mark.parametrize(
+    ("gpus", "error", "match"),
+    [
+        ([], ValueError, "gpus"),
+        ([0], ValueError, r"gpus\[0\]"),
+        ([4, -1], ValueError, r"gpus\[1\]"),
+        ([True], TypeError, r"gpus\[0\]"),
+        ([1.5], TypeError, r"gpus\[0\]"),
+        ("12", TypeError, "gpus"),
+        (2.0, TypeError, "gpus"),
+        ({1, 2}, TypeError, "gpus"),
+    ],
+)
+def test_bad_totals(gpus: object, error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
+        Scheduler(gpus)  # type: ignore[arg-type]
+
+
+def test_units_per_gpu_only_with_a_count() -> None:
+    with pytest.raises(TypeError, match="units_per_gpu"):
+        Scheduler([4, 4], 4)
+
+
+@pytest.mark.parametrize("uniform", [True, False])
+def test_a_demand_that_can_never_fit_is_refused_and_changes_nothing(uniform: bool) -> None:
+    core = Scheduler([10, 10] if uniform else [10, 4])
+    core.submit(Demand(2, 1, whole=True))  # every GPU taken
+    waiting, _ = core.submit(Demand(1, 3))
+    before = (core.free, core.reservations(), core.queue_length)
+    with pytest.raises(ValueError, match=r"units.* got 11"):
+        core.submit(Demand(1, 11))
+    with pytest.raises(ValueError, match=r"count.* got 3"):
+        core.submit(Demand(3, 10))
+    with pytest.raises(ValueError, match=r"count.* got 3"):
+        core.grant_now(Demand(3, 10, whole=True))
+    with pytest.raises(ValueError, match=r"units.* got 0"):
+        core.grant_now(Demand(1, 0))
+    assert (core.free, core.reservations(), core.queue_length) == before
+    assert core.is_waiting(waiting)
+
+
+def test_best_fit_is_fewest_free_units_that_fit_ties_to_lowest_index() -> None:
+    core = Scheduler([100, 10, 40, 40])
+    assert core.submit(Demand(1, 30))[1] == Grant(1, (2,), 30)  # 40 free beats 100; index 2 < 3
+    assert core.submit(Demand(1, 10))[1] == Grant(2, (1,), 10)  # 10 free on GPUs 1 and 2: GPU 1
+    assert core.submit(Demand(1, 50))[1] == Grant(3, (0,), 50)  # only GPU 0 holds 50
+
+
+def test_whole_gpus_need_completely_free_gpus_smallest_first() -> None:
+    core = Scheduler([100, 10, 40, 10])
+    core.submit(Demand(1, 1))  # best fit: GPU 1 (10 free) is no longer completely free
+    _, grant = core.submit(Demand(2, 0))
+    assert grant is not None and grant.gpus == (2, 3) and grant.units == 0  # sizes 40 and 10
+    assert core.held(grant) == ((2, 40), (3, 10))
+    _, one = core.submit(Demand(1, 5, whole=True))
+    assert one is not None and one.gpus == (0,) and one.units == 100 and core.free[0] == 0
+    core.release_many(core.held(grant))
+    assert core.free == (0, 9, 40, 10)
+
+
+def test_fraction_reserves_most_free_gpu_that_could_ever_hold_it() -> None:
+    core = Scheduler([30, 100])
+    core.submit(Demand(1, 80))  # GPU 1: 20 free; GPU 0 (30, idle) is more free but too small
+    waiter, _ = core.submit(Demand(1, 50))
+    assert core.reservations() == {waiter: (1,)}
+    assert core.submit(Demand(1, 20))[1] == Grant(3, (0,), 20)  # backfill on GPU 0 only
+
+
+def test_whole_waiter_reserves_gpus_with_fewest_units_in_use() -> None:
+    core = Scheduler([10, 100, 50])
+    core.submit(Demand(1, 8))  # GPU 0: 2 free, 8 used
+    core.submit(Demand(1, 30))  # GPU 2 (50): 20 free, 30 used
+    core.submit(Demand(1, 25))  # GPU 2 has only 20: GPU 1, 75 free, 25 used
+    waiter, _ = core.submit(Demand(2, 0))
+    assert core.reservations() == {waiter: (0, 1)}  # 8 and 25 in use, not the most free units
+
+
+def test_equal_totals_as_a_sequence_schedule_as_an_int() -> None:
+    rng = random.Random(5)
+    a, b = Scheduler(3, 1000), Scheduler([1000, 1000, 1000])
+    held: list[Grant] = []
+    for _ in range(400):
+        if held and rng.random() < 0.45:
+            grant = held.pop(rng.randrange(len(held)))
+            got = [a.release_many(a.held(grant)), b.release_many(b.held(grant))]
+        else:
+            demand = (
+                Demand(rng.randint(2, 3), 1000)
+                if rng.random() < 0.2
+                else Demand(1, rng.randint(1, 1000))
+            )
+            _, ga = a.submit(demand)
+            _, gb = b.submit(demand)
+            got = [[ga] if ga else [], [gb] if gb else []]
+        assert got[0] == got[1] and a.reservations() == b.reservations()
+        held.extend(got[0])
+
+
+# ----------------------------------------------------------------- state machine
+def reference_reservations(core: Scheduler) -> dict[int, tuple[int, ...]]:
+    """Rule 3 from scratch on GPUs of any sizes."""
+    free, totals = core.free, core.totals
+    unreserved = list(range(core.num_gpus))
+    result: dict[int, tuple[int, ...]] = {}
+    for w in core.waiters():
+        d = w.demand
+        if d.count > 1 or d.whole:
+            if len(unreserved) < d.count:
+                break
+            chosen = sorted(unreserved, key=lambda g: (totals[g] - free[g], g))[: d.count]
+        else:
+            able = [g for g in unreserved if totals[g] >= d.units]
+            if not able:
+                break
+            chosen = sorted(able, key=lambda g: (-free[g], g))[:1]
+        for g in chosen:
+            unreserved.remove(g)
+        result[w.ticket] = tuple(sorted(chosen))
+    return result
+
+
+def fits(core: Scheduler, d: Demand, gpus: list[int]) -> bool:
+    free, totals = core.free, core.totals
+    if d.count > 1 or d.whole:
+        return sum(1 for g in gpus if free[g] == totals[g]) >= d.count
+    return any(free[g] >= d.units for g in gpus)
+
+
+totals_strategy = st.lists(
+    st.one_of(st.just(1), st.integers(2, 1000), st.just(10**15)), min_size=1, max_size=5
+)
+
+
+class TotalsMachine(RuleBasedStateMachine):
+    @initialize(totals=totals_strategy)
+    def start(self, totals: list[int]) -> None:
+        self.core = Scheduler(totals)
+        self.totals = totals
+        self.held: list[tuple[int, int]] = []
+        self.waiting: set[int] = set()
+
+    def _absorb(self, grants: list[Grant]) -> None:
+        for grant in grants:
+            assert grant.ticket in self.waiting
+            self.waiting.discard(grant.ticket)
+            self.held.extend(self.core.held(grant))
+
+    def _submit(self, demand: Demand) -> None:
+        ticket, grant = self.core.submit(demand)
+        self.waiting.add(ticket)
+        self._absorb([grant] if grant else [])
+
+    @rule(data=st.data())
+    def submit_fraction(self, data: st.DataObject) -> None:
+        largest = max(self.totals)
+        units = data.draw(st.one_of(st.integers(1, min(largest, 1200)), st.just(largest)))
+        self._submit(Demand(1, units))
+
+    @rule(data=st.data(), whole=st.booleans())
+    def submit_whole(self, data: st.DataObject, whole: bool) -> None:
+        count = (
+            data.draw(st.integers(1 if whole else 2, len(self.totals)))
+            if whole or len(self.totals) > 1
+            else 0
+        )
+        if count:
+            self._submit(Demand(count, 1, whole=whole))
+
+    @rule(units=st.integers(1, 10**16))
+    def never_fits(self, units: int) -> None:
+        before = (self.core.free, self.core.reservations(), self.core.queue_length)
+        if units > max(self.totals):
+            with pytest.raises(ValueError):
+                self.core.submit(Demand(1, units))
+        with pytest.raises(ValueError):
+            self.core.submit(Demand(len(self.totals) + 1, 1))
+        assert (self.core.free, self.core.reservations(), self.core.queue_length) == before
+
+    @precondition(lambda self: self.held)
+    @rule(data=st.data())
+    def release(self, data: st.DataObject) -> None:
+        gpu, units = self.held.pop(data.draw(st.integers(0, len(self.held) - 1)))
+        self._absorb(self.core.release(gpu, units))
+
+    @precondition(lambda self: self.waiting)
+    @rule(data=st.data())
+    def cancel(self, data: st.DataObject) -> None:
+        ticket = data.draw(st.sampled_from(sorted(self.waiting)))
+        self.waiting.discard(ticket)
+        self._absorb(self.core.cancel(ticket))
+
+    @invariant()
+    def conservation_and_no_over_grant(self) -> None:
+        for gpu, total in enumerate(self.totals):
+            granted = sum(u for g, u in self.held if g == gpu)
+            assert 0 <= self.core.free[gpu] <= total
+            assert self.core.free[gpu] + granted == total
+
+    @invariant()
+    def reservations_follow_the_rule_and_are_disjoint(self) -> None:
+        assert {w.ticket for w in self.core.waiters()} == self.waiting
+        res = self.core.reservations()
+        assert res == reference_reservations(self.core)
+        flat = [g for gpus in res.values() for g in gpus]
+        assert len(flat) == len(set(flat))
+
+    @invariant()
+    def walk_left_nothing_grantable(self) -> None:
+        res = self.core.reservations()
+        before: set[int] = set()
+        for w in self.core.waiters():
+            assert not fits(
+                self.core, w.demand, [g for g in range(len(self.totals)) if g not in before]
+            )
+            before.update(res.get(w.ticket, ()))
+
+    @invariant()
+    def head_is_not_starved(self) -> None:
+        """The head holds a reservation that could hold it, and gets it once work drains."""
+        head = next(iter(self.core.waiters()), None)
+        if head is None:
+            return
+        assert head.reserved
+        core = copy.deepcopy(self.core)
+        granted = core.release_many(list(self.held))
+        assert head.ticket in {g.ticket for g in granted}
+
+
+TotalsMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+TestTotalsMachine = TotalsMachine.TestCase
