@@ -220,10 +220,10 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 def class_stats(runs: Sequence[TaskRun]) -> tuple[ClassStats, ...]:
     """Wait statistics per demand class, smallest demands first."""
-    waits: dict[tuple[int, int], list[float]] = {}
-    labels: dict[tuple[int, int], str] = {}
+    waits: dict[tuple[int, int, int], list[float]] = {}
+    labels: dict[tuple[int, int, int], str] = {}
     for run in runs:
-        key = (run.task.count, run.task.units)
+        key = run.task.key
         waits.setdefault(key, []).append(run.wait)
         labels[key] = run.task.label
     return tuple(
