@@ -47,7 +47,11 @@ MAX_SECONDS = 1e12
 """The largest arrival or duration, in seconds (about 31,700 years): it keeps every time and
 every sum of times the simulator computes finite and exact to well under a millisecond."""
 _CSV_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-EXAMPLE_TRACES = {"embedding": "embedding-service.jsonl", "batch": "bursty-batch.csv"}
+EXAMPLE_TRACES = {
+    "embedding": "embedding-service.jsonl",
+    "batch": "bursty-batch.csv",
+    "serving": "model-serving.jsonl",
+}
 """Bundled example traces: short name -> file under ``hwpool/traces``."""
 
 
