@@ -57,6 +57,7 @@ class GPUPool:
     ) -> None:
         sized = sized_gpus(num_gpus, memory, gpu_memory)
         self._totals = None if sized is None else totals_of(sized)
+        self._memo: dict[object, Demand] = {}  # memory amount -> its validated demand
         if sized is not None:
             if backend is not None:
                 raise TypeError("give backend or a memory size (memory=, gpu_memory=), not both")
@@ -255,6 +256,8 @@ class GPUPool:
     def _sized_release_units(self, gpu: int, fraction: object, memory: object) -> int:
         """MiB a release of ``fraction`` or ``memory`` on ``gpu`` of a memory-sized pool gives."""
         assert self._totals is not None
+        if fraction is None and type(memory) in _MEMO_TYPES and memory in self._memo:
+            return self._memo[memory].units
         if fraction is not None and memory is not None:
             memory_demand(self._totals, fraction, memory)  # raises: both given
         return sized_units(self._totals, fraction, memory, gpu)
@@ -323,6 +326,13 @@ class GPUPool:
         """The one-GPU demand for ``fraction`` or ``memory`` on this pool (validated)."""
         if memory is None and self._totals is None:
             return _fraction_demand(1.0 if fraction is None else fraction)
+        if fraction is None and type(memory) in _MEMO_TYPES:
+            demand = self._memo.get(memory)
+            if demand is None:  # validated once per amount, as fractions are
+                demand = memory_demand(self._totals, None, memory)
+                if len(self._memo) < 4096:
+                    self._memo[memory] = demand
+            return demand
         return memory_demand(self._totals, fraction, memory)
 
 
@@ -334,6 +344,8 @@ def _pool_gpus(num_gpus: object) -> tuple[GPUInfo, ...]:
     count = check_int("num_gpus", num_gpus, minimum=1)
     return tuple(GPUInfo(i, str(i)) for i in range(count))
 
+
+_MEMO_TYPES = (int, str)  # memory amounts memoised per pool (exactly these types: not bool)
 
 # Validated float fractions, the common case, memoised as (fraction, demand) entries.
 _DEMANDS: dict[float, tuple[float, Demand]] = {}
