@@ -52,6 +52,13 @@ _FIXED_COLOURS = {  # the common classes keep one colour in every chart (tab10 c
     (2, UNITS_PER_GPU, 0): "#d62728",  # 2 GPUs: red
     (4, UNITS_PER_GPU, 0): "#7f7f7f",  # grey
     (8, UNITS_PER_GPU, 0): "#393b79",  # dark blue
+    # Common memory requests (tab20b): distinct from each other and from the above.
+    (1, 0, 2 * 1024): "#e7ba52",  # 2 GiB: gold
+    (1, 0, 6 * 1024): "#5254a3",  # 6 GiB: indigo
+    (1, 0, 16 * 1024): "#637939",  # 16 GiB: olive green
+    (1, 0, 24 * 1024): "#ce6dbd",  # 24 GiB: orchid
+    (1, 0, 40 * 1024): "#843c39",  # 40 GiB: dark red
+    (1, 0, 44 * 1024): "#843c39",  # 44 GiB: dark red
 }
 _OTHER_COLOURS = (  # tab20b, for the other classes, chosen by a stable hash of the class
     "#393b79", "#5254a3", "#6b6ecf", "#9c9ede", "#637939", "#8ca252", "#b5cf6b", "#cedb9c",
