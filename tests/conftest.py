@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import stat
+import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import pytest
+
+from fakes.gpus import FakeGPU, nvml_module
 
 
 @pytest.fixture
 def fake_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[str], Path]:
     """Return a function installing a fake ``nvidia-smi`` script first on PATH.
 
-    The GPU variables are cleared so that detection reaches the fake.
+    The GPU variables are cleared so that detection reaches the fake, and ``pynvml`` is made
+    unimportable (a real nvidia-ml-py would answer first); :func:`fake_nvml` installs a fake.
     """
+    monkeypatch.setitem(sys.modules, "pynvml", None)
     monkeypatch.delenv("HWPOOL_NUM_GPUS", raising=False)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.delenv("HWPOOL_SOCKET", raising=False)
@@ -26,5 +33,23 @@ def fake_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[str],
         exe.write_text("#!/bin/sh\n" + body)
         exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
         return exe
+
+    return install
+
+
+@pytest.fixture
+def fake_nvml(
+    fake_smi: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Callable[[list[FakeGPU], str | None], ModuleType]:
+    """Return a function installing a fake ``pynvml`` for a machine (see tests/fakes/gpus.py)
+    on sys.path; the fake nvidia-smi fixture is in place too (no binary until installed)."""
+
+    def install(machine: list[FakeGPU], fail_init: str | None = None) -> ModuleType:
+        folder = tmp_path / "nvml"
+        folder.mkdir(exist_ok=True)
+        (folder / "pynvml.py").write_text(nvml_module(machine, fail_init=fail_init))
+        monkeypatch.delitem(sys.modules, "pynvml")
+        monkeypatch.syspath_prepend(str(folder))
+        return importlib.import_module("pynvml")
 
     return install

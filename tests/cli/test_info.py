@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from fakes.gpus import H100_MIG, RTX, smi_script
 from hwpool._cli._info import _cpus_json, cpu_list, format_info, gather
 from hwpool._host._topology import CPUTopology, NumaNode
 
@@ -85,3 +86,18 @@ def test_info_says_what_nvidia_smi_did(fake_smi) -> None:  # type: ignore[no-unt
     assert info["gpus"]["nvidia_smi"] == "nvidia-smi exited 9"
     first = format_info(info).splitlines()[0]
     assert first == "GPUs: 1 (source: default; no GPU found (nvidia-smi exited 9): 1 logical GPU)"
+
+
+def test_info_shows_memory_names_and_mig(fake_smi) -> None:  # type: ignore[no-untyped-def]
+    fake_smi(smi_script([H100_MIG, RTX]))
+    info = gather()
+    mig = info["gpus"]["devices"][0]
+    assert mig["parent"] == H100_MIG.uuid and mig["memory_mib"] == 38146
+    lines = format_info(json.loads(json.dumps(info))).splitlines()
+    assert lines[0] == "GPUs: 4 (source: nvidia-smi; nvidia-smi)"
+    uuid = mig["uuid"]
+    assert lines[1] == (
+        f"  GPU 0: device {uuid} (NVIDIA H100 80GB HBM3 MIG 3g.40gb, 38146 MiB, "
+        f"MIG instance of {H100_MIG.uuid})"
+    )
+    assert lines[4] == f"  GPU 3: device 1 (NVIDIA GeForce RTX 4090, {RTX.uuid}, 24564 MiB)"

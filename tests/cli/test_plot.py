@@ -86,7 +86,7 @@ def test_waits_are_binned_by_arrival_with_gaps_left_empty() -> None:
     ]
     middles, worst = wait_bins(runs, 10.0, 10)
     assert list(middles) == [i + 0.5 for i in range(10)]
-    waits = worst[(1, UNITS_PER_GPU)]
+    waits = worst[(1, UNITS_PER_GPU, 0)]
     assert waits[0] == 1.5  # the worst of a (1.5 s) and b (0.3 s)
     assert waits[9] == 0.0
     assert all(math.isnan(w) for w in waits[1:9])
@@ -95,19 +95,19 @@ def test_waits_are_binned_by_arrival_with_gaps_left_empty() -> None:
 def test_colours_belong_to_the_class_not_to_its_rank_in_the_chart() -> None:
     # Before, a class took the colour of its rank among the classes present: 0.25 GPU was the
     # third colour in the demo (0.1, 0.2, 0.25, ...) and the first in the batch trace.
-    quarter = (1, UNITS_PER_GPU // 4)
+    quarter = (1, UNITS_PER_GPU // 4, 0)
     assert class_colour(quarter) == "#2ca02c"  # green, as in every chart
-    common = [(1, UNITS_PER_GPU // d) for d in (10, 5, 4, 2, 1)]
-    common += [(2, UNITS_PER_GPU), (4, UNITS_PER_GPU)]
+    common = [(1, UNITS_PER_GPU // d, 0) for d in (10, 5, 4, 2, 1)]
+    common += [(2, UNITS_PER_GPU, 0), (4, UNITS_PER_GPU, 0)]
     assert len({class_colour(key) for key in common}) == len(common)
-    assert class_colour((1, 123_456)) == class_colour((1, 123_456))  # others: stable too
+    assert class_colour((1, 123_456, 0)) == class_colour((1, 123_456, 0))  # others: stable too
 
 
-def _figure_colours(result: Outcome) -> dict[tuple[int, int], tuple[float, ...]]:
+def _figure_colours(result: Outcome) -> dict[tuple[int, int, int], tuple[float, ...]]:
     fig = figure([result], "t")
     try:
         gantt = fig.axes[0]
-        keys = sorted({(r.task.count, r.task.units) for r in result.runs})
+        keys = sorted({r.task.key for r in result.runs})
         assert len(gantt.collections) == len(keys)  # one collection per class, not per task
         return {
             key: tuple(c.get_facecolor()[0]) for key, c in zip(keys, gantt.collections, strict=True)
@@ -120,7 +120,7 @@ def _figure_colours(result: Outcome) -> dict[tuple[int, int], tuple[float, ...]]
 def test_one_collection_per_class_in_detail_and_in_binned_charts(n: int) -> None:
     small = _figure_colours(_outcome(n, [(1, 100_000), (1, 250_000), (2, UNITS_PER_GPU)]))
     other = _figure_colours(_outcome(n, [(1, 250_000), (1, 500_000)]))
-    assert small[(1, 250_000)] == other[(1, 250_000)]
+    assert small[(1, 250_000, 0)] == other[(1, 250_000, 0)]
 
 
 def test_policies_differ_by_line_style_and_classes_keep_their_colour() -> None:

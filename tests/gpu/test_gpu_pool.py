@@ -96,7 +96,7 @@ def test_pool_with_no_visible_gpu_falls_back_to_one_logical(
 @pytest.mark.parametrize(
     ("fraction", "error"),
     [(0, ValueError), (-0.5, ValueError), (1.01, ValueError), (math.nan, ValueError),
-     (math.inf, ValueError), (True, TypeError), ("0.5", TypeError), (None, TypeError),
+     (math.inf, ValueError), (True, TypeError), ("0.5", TypeError),
      (Decimal("0.5"), TypeError)],
 )  # fmt: skip
 def test_bad_fraction_rejected_everywhere(
@@ -115,6 +115,15 @@ def test_bad_fraction_rejected_everywhere(
     with pytest.raises(error, match="fraction"):
         pool.release(0, fraction)  # type: ignore[arg-type]
     assert pool.snapshot() == before
+
+
+def test_fraction_none_is_the_default_whole_gpu(make_pool: MakePool) -> None:
+    # fraction=None is the default since memory= became its alternative: one whole GPU.
+    pool = make_pool(1)
+    assert pool.acquire_nowait(None) == 0
+    assert pool.snapshot().free == (0.0,)
+    pool.release(0, None)
+    assert pool.snapshot().free == (1.0,)
 
 
 @pytest.mark.parametrize("count", [0, -1, 3])

@@ -10,8 +10,8 @@ import pytest
 from hwpool import GPUSource, detect_gpus
 
 SMI_OUTPUT = """\
-0, GPU-1111aaaa-0000-0000-0000-000000000000, 81559
-1, GPU-2222bbbb-0000-0000-0000-000000000000, 81559
+0, GPU-1111aaaa-0000-0000-0000-000000000000, NVIDIA H100 80GB HBM3, 81559
+1, GPU-2222bbbb-0000-0000-0000-000000000000, NVIDIA H100 80GB HBM3, 81559
 """
 
 
@@ -61,13 +61,14 @@ def test_nvidia_smi_parsed(fake_smi) -> None:  # type: ignore[no-untyped-def]
     assert (found.count, found.source) == (2, GPUSource.NVIDIA_SMI)
     assert found.gpus[1].uuid == "GPU-2222bbbb-0000-0000-0000-000000000000"
     assert found.gpus[0].memory_mib == 81559 and found.gpus[1].device_id == "1"
+    assert found.gpus[0].name == "NVIDIA H100 80GB HBM3" and not found.gpus[0].is_mig
 
 
-def test_nvidia_smi_gets_the_documented_query(fake_smi, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    fake_smi(f'echo "$@" > {tmp_path}/args\necho "0, GPU-x, 1024"\n')
+def test_nvidia_smi_gets_the_documented_queries(fake_smi, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    fake_smi(f'echo "$@" >> {tmp_path}/args\necho "0, GPU-x, Tesla T4, 1024"\n')
     assert detect_gpus().count == 1
-    args = (tmp_path / "args").read_text().split()
-    assert args == ["--query-gpu=index,uuid,memory.total", "--format=csv,noheader,nounits"]
+    args = (tmp_path / "args").read_text().splitlines()
+    assert args == ["--query-gpu=index,uuid,name,memory.total --format=csv,noheader,nounits", "-L"]
 
 
 @pytest.mark.parametrize(
@@ -80,6 +81,7 @@ def test_nvidia_smi_gets_the_documented_query(fake_smi, tmp_path: Path) -> None:
             "nvidia-smi printed something other than the queried CSV",
         ),
         ("echo '0, GPU-x'\n", "nvidia-smi printed something other than the queried CSV"),
+        ("echo '0, GPU-x, 1024'\n", "nvidia-smi printed something other than the queried CSV"),
         ("echo ''\n", "nvidia-smi listed no GPU"),
         ("exec sleep 30\n", "nvidia-smi timed out after 0.5 s"),  # killed at the timeout
         # A child holding the pipe open: the whole group is killed.
@@ -128,6 +130,6 @@ def test_a_new_nvidia_smi_is_asked_afresh(fake_smi) -> None:  # type: ignore[no-
 
 
 def test_non_executable_nvidia_smi_is_ignored(fake_smi) -> None:  # type: ignore[no-untyped-def]
-    exe = fake_smi("echo '0, GPU-x, 1'\n")
+    exe = fake_smi("echo '0, GPU-x, T4, 1'\n")
     exe.chmod(0o644)
     assert detect_gpus().source == GPUSource.DEFAULT

@@ -25,6 +25,9 @@ class WaiterSnapshot:
     fraction: float
     reserved: tuple[int, ...]
     waited_s: float
+    memory_mib: int | None = None
+    """On a pool sized in memory: the MiB asked for on one GPU (None: whole GPUs, or a
+    fraction pool, where ``fraction`` says it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +45,10 @@ class PoolSnapshot:
     """Requests withdrawn before their grant (cancelled, interrupted, their loop gone)."""
     timed_out: int
     """Requests withdrawn when their timeout passed."""
+    free_mib: tuple[int, ...] | None = None
+    """On a pool sized in memory: free MiB per GPU (``free`` is then the free share)."""
+    total_mib: tuple[int, ...] | None = None
+    """On a pool sized in memory: each GPU's total MiB; None on a fraction pool."""
 
 
 class Backend(Protocol):

@@ -33,6 +33,8 @@ from typing import NamedTuple
 
 from .._core._capacity import units_to_fraction
 from .._core._scheduler import Demand, Grant, Scheduler
+from .._core._scheduler import Waiter as CoreWaiter
+from .._core._sized import sized_scheduler
 from .._errors import PoolClosedError
 from .._host._detect import GPUInfo
 from ._base import PoolSnapshot, WaiterSnapshot
@@ -55,13 +57,18 @@ class _GaveUp(NamedTuple):
 class LocalBackend:
     """Grants GPU capacity to asyncio tasks and threads of this process (see the module doc).
 
-    ``gpus`` lists the logical GPUs, in index order. The demands it receives are validated by
-    the front (``hwpool.GPUPool``).
+    ``gpus`` lists the logical GPUs, in index order; ``totals``, for a pool sized in memory,
+    each one's capacity (MiB). The demands it receives are validated by the front
+    (``hwpool.GPUPool``).
     """
 
-    def __init__(self, gpus: Sequence[GPUInfo]) -> None:
+    def __init__(self, gpus: Sequence[GPUInfo], totals: Sequence[int] | None = None) -> None:
         self._gpus = tuple(gpus)
-        self._core = Scheduler(len(self._gpus))
+        self._sized = totals is not None
+        self._core = Scheduler(len(self._gpus)) if totals is None else sized_scheduler(totals)
+        self._totals = (
+            (self._core.units_per_gpu,) * len(self._gpus) if totals is None else tuple(totals)
+        )
         self._lock = threading.Lock()
         self._owner = 0  # the thread that last entered a section (meaningful while locked)
         self._waiters: dict[int, Waiter] = {}  # ticket -> the request parked on it
@@ -342,8 +349,9 @@ class LocalBackend:
         for grant in [*self._live.values(), *(g for g in self._returns if type(g) is Grant)]:
             for gpu in grant.gpus:
                 held[gpu] += grant.units
+        totals = self._totals  # free + held == total: padding (_core._sized) is in neither
         for gpu, free in enumerate(self._core.free):
-            orphaned = self._core.units_per_gpu - free - held[gpu]
+            orphaned = totals[gpu] - free - held[gpu]
             if orphaned > 0:
                 self._collect(self._core.release(gpu, orphaned))
         self._dirty = False
@@ -359,26 +367,38 @@ class LocalBackend:
             waiting = []
             for entry in self._core.waiters():
                 parked = self._waiters.get(entry.ticket)
-                waiting.append(
-                    WaiterSnapshot(
-                        entry.demand.count,
-                        units_to_fraction(entry.demand.units),
-                        entry.reserved,
-                        0.0 if parked is None else now - parked.since,
-                    )
-                )
+                waiting.append(self._waiter_snapshot(entry, parked, now))
+            totals = self._totals
             snap = PoolSnapshot(
                 num_gpus=len(self._gpus),
-                free=tuple(units_to_fraction(u) for u in self._core.free),
+                free=tuple(
+                    f / t if self._sized else units_to_fraction(f)
+                    for f, t in zip(self._core.free, totals, strict=True)
+                ),
                 waiting=tuple(waiting),
                 granted=self._released + len(self._live),
                 released=self._released,
                 cancelled=self._cancelled,
                 timed_out=self._timed_out,
+                free_mib=self._core.free if self._sized else None,
+                total_mib=totals if self._sized else None,
             )
         if self._wake or self._returns:
             self._settle()
         return snap
+
+    def _waiter_snapshot(
+        self, entry: CoreWaiter, parked: Waiter | None, now: float
+    ) -> WaiterSnapshot:
+        demand, waited = entry.demand, 0.0 if parked is None else now - parked.since
+        if not self._sized:
+            return WaiterSnapshot(
+                demand.count, units_to_fraction(demand.units), entry.reserved, waited
+            )
+        if demand.count > 1:
+            return WaiterSnapshot(demand.count, 1.0, entry.reserved, waited)
+        share = demand.units / max(self._totals)
+        return WaiterSnapshot(1, share, entry.reserved, waited, demand.units)
 
     def close(self) -> None:
         """Refuse new requests (PoolClosedError) and wake every waiter with PoolClosedError.

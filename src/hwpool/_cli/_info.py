@@ -26,7 +26,8 @@ def gather(files: Sequence[str] = ()) -> dict[str, Any]:
     """
     topology = cpu_topology()
     team = effective_threads(topology=topology)
-    info: dict[str, Any] = {"gpus": _gpus_json(detect_gpus()), "cpus": _cpus_json(topology, team)}
+    gpus = _gpus_json(detect_gpus(describe=True))
+    info: dict[str, Any] = {"gpus": gpus, "cpus": _cpus_json(topology, team)}
     if files:
         info["files"] = [_file_json(path) for path in files]
     return info
@@ -57,12 +58,15 @@ def _gpus_json(found: GPUDetection) -> dict[str, Any]:
         "source": str(found.source),
         "detail": found.detail,
         "nvidia_smi": found.nvidia_smi,
+        "nvml": found.nvml,
         "devices": [
             {
                 "index": gpu.index,
                 "device_id": gpu.device_id,
                 "uuid": gpu.uuid,
                 "memory_mib": gpu.memory_mib,
+                "name": gpu.name,
+                "parent": gpu.parent,
             }
             for gpu in found.gpus
         ],
@@ -83,11 +87,13 @@ def format_info(info: dict[str, Any]) -> str:
 def _gpu_lines(gpus: dict[str, Any]) -> list[str]:
     lines = [f"GPUs: {gpus['count']} (source: {gpus['source']}; {gpus['detail']})"]
     for dev in gpus["devices"]:
-        extra = []
-        if dev["uuid"]:
-            extra.append(dev["uuid"])
+        extra = [
+            dev[key] for key in ("name", "uuid") if dev.get(key) and dev[key] != dev["device_id"]
+        ]
         if dev["memory_mib"] is not None:
             extra.append(f"{dev['memory_mib']} MiB")
+        if dev.get("parent"):
+            extra.append(f"MIG instance of {dev['parent']}")
         suffix = f" ({', '.join(extra)})" if extra else ""
         lines.append(f"  GPU {dev['index']}: device {dev['device_id']}{suffix}")
     return lines

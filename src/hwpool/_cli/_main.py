@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from .._check import int_from_text
+from .._core._memory import format_mib, parse_memory
 from .._sim import _simulate as _sim
 from .._sim import _trace
 from .._version import __version__
@@ -100,8 +101,13 @@ def _parser() -> argparse.ArgumentParser:
         f"example: {', '.join(_trace.EXAMPLE_TRACES)}",
     )  # fmt: skip
     sim.add_argument(
-        "--gpus", type=_gpus, default=4, metavar="N",
+        "--gpus", type=_gpus, default=None, metavar="N",
         help=f"GPUs to simulate, 1 to {MAX_GPUS} (default 4)",
+    )  # fmt: skip
+    sim.add_argument(
+        "--gpu-memory", type=_gpu_memory, default=None, metavar="SIZE[,SIZE...]",
+        help="GPUs sized in memory instead, e.g. 80GiB,24GiB (one per GPU; tasks may then "
+        "ask for 'memory')",
     )  # fmt: skip
     sim.add_argument(
         "--policy", type=_policies, default=["hwpool"], metavar="P[,P...]",
@@ -126,6 +132,18 @@ def _gpus(text: str) -> int:
         return int_from_text("--gpus", text, minimum=1, maximum=MAX_GPUS)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc).removeprefix("--gpus ")) from None
+
+
+def _gpu_memory(text: str) -> tuple[int, ...]:
+    parts = text.split(",")
+    if len(parts) > MAX_GPUS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_GPUS} GPUs, got {len(parts)}")
+    try:
+        return tuple(
+            parse_memory(part.strip(), f"GPU {i}'s memory") for i, part in enumerate(parts)
+        )
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _seconds(text: str) -> float:
@@ -173,24 +191,33 @@ def _cmd_info(args: argparse.Namespace) -> int:
 def _cmd_simulate(args: argparse.Namespace) -> int:
     if args.plot is not None:
         _check_plot_target(args.plot)
+    sizes = args.gpu_memory
+    if sizes is not None and args.gpus is not None:
+        raise UserError("give --gpus or --gpu-memory, not both (--gpu-memory counts the GPUs)")
+    num_gpus = len(sizes) if sizes is not None else args.gpus or 4
     try:
-        tasks = _trace.load_trace(args.trace, max_gpus=args.gpus)
-        outcomes = _simulate_all(tasks, args.gpus, args.policy)
+        tasks = _trace.load_trace(args.trace, max_gpus=num_gpus)
+        outcomes = _simulate_all(tasks, num_gpus, args.policy, sizes)
     except ValueError as exc:
         raise UserError(str(exc)) from None
+    machine = plural(num_gpus, "GPU")
+    if sizes is not None:
+        machine += f" ({' + '.join(format_mib(size) for size in sizes)})"
     if args.plot is not None:
-        _write_plot(outcomes, args.plot, f"{args.trace} on {plural(args.gpus, 'GPU')}")
+        _write_plot(outcomes, args.plot, f"{args.trace} on {machine}")
     if args.json:
         print(json.dumps(_report.outcomes_json(outcomes), indent=1, allow_nan=False))
     else:
-        machine = plural(args.gpus, "GPU")
         print(f"{args.trace}: {plural(len(tasks), 'task')} on {machine} (virtual time)")
         print(_report.format_table(outcomes))
     return 0
 
 
 def _simulate_all(
-    tasks: Sequence[_trace.Task], num_gpus: int, policies: Sequence[str]
+    tasks: Sequence[_trace.Task],
+    num_gpus: int,
+    policies: Sequence[str],
+    gpu_memory: Sequence[int] | None = None,
 ) -> list[_sim.Outcome]:
     """Each policy in turn, with a progress bar on a terminal once it takes over half a second."""
     total = len(tasks) * len(policies)
@@ -202,7 +229,9 @@ def _simulate_all(
         def advance(done: int, base: int = base) -> None:
             bar.advance(base + done - bar.done)
 
-        outcomes.append(_sim.simulate(tasks, num_gpus, policy, progress=advance))
+        outcomes.append(
+            _sim.simulate(tasks, num_gpus, policy, progress=advance, gpu_memory=gpu_memory)
+        )
         advance(len(tasks))
     bar.close()
     return outcomes

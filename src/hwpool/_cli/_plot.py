@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .._core._capacity import UNITS_PER_GPU
 from .._sim._simulate import Outcome
 from ._plot_data import (
     DETAIL_BARS,
@@ -26,6 +25,7 @@ from ._plot_data import (
     class_keys,
     occupancy,
     placed,
+    share,
     usage_bins,
     usage_steps,
     wait_bins,
@@ -111,9 +111,7 @@ def figure(outcomes: Sequence[Outcome], title: str) -> Any:
 
 
 def _label(outcomes: Sequence[Outcome], key: ClassKey) -> str:
-    return next(
-        r.task.label for o in outcomes for r in o.runs if (r.task.count, r.task.units) == key
-    )
+    return next(r.task.label for o in outcomes for r in o.runs if r.task.key == key)
 
 
 def _class_legend(
@@ -158,9 +156,9 @@ def _bar_verts(result: Outcome) -> Polygons:
     verts: Polygons = {}
     for run, gpu, bottom in placed(result):
         low = gpu - LANE / 2 + bottom
-        high = low + LANE * run.task.units / UNITS_PER_GPU
+        high = low + LANE * share(run)
         box = [(run.start, low), (run.start, high), (run.end, high), (run.end, low)]
-        verts.setdefault((run.task.count, run.task.units), []).append(box)
+        verts.setdefault(run.task.key, []).append(box)
     return verts
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "class_keys_of",
     "occupancy",
     "placed",
+    "share",
     "usage_bins",
     "usage_steps",
     "wait_bins",
@@ -37,20 +38,27 @@ __all__ = [
 
 LANE = 0.8  # height of one GPU's lane in the Gantt chart
 DETAIL_BARS = 2000  # above this many bars in one Gantt chart, lanes show binned occupancy
-ClassKey = tuple[int, int]  # (count, units): one demand class
+ClassKey = tuple[int, int, int]  # (count, units, memory MiB or 0): one demand class (Task.key)
 
 _FIXED_COLOURS = {  # the common classes keep one colour in every chart (tab10 colours)
-    (1, UNITS_PER_GPU // 10): "#1f77b4",  # 0.1 GPU: blue
-    (1, UNITS_PER_GPU // 8): "#17becf",  # cyan
-    (1, UNITS_PER_GPU // 5): "#bcbd22",  # olive
-    (1, UNITS_PER_GPU // 4): "#2ca02c",  # green
-    (1, UNITS_PER_GPU * 3 // 10): "#e377c2",  # pink
-    (1, UNITS_PER_GPU // 2): "#ff7f0e",  # orange
-    (1, UNITS_PER_GPU * 3 // 4): "#8c564b",  # brown
-    (1, UNITS_PER_GPU): "#9467bd",  # 1 GPU: purple
-    (2, UNITS_PER_GPU): "#d62728",  # 2 GPUs: red
-    (4, UNITS_PER_GPU): "#7f7f7f",  # grey
-    (8, UNITS_PER_GPU): "#393b79",  # dark blue
+    (1, UNITS_PER_GPU // 10, 0): "#1f77b4",  # 0.1 GPU: blue
+    (1, UNITS_PER_GPU // 8, 0): "#17becf",  # cyan
+    (1, UNITS_PER_GPU // 5, 0): "#bcbd22",  # olive
+    (1, UNITS_PER_GPU // 4, 0): "#2ca02c",  # green
+    (1, UNITS_PER_GPU * 3 // 10, 0): "#e377c2",  # pink
+    (1, UNITS_PER_GPU // 2, 0): "#ff7f0e",  # orange
+    (1, UNITS_PER_GPU * 3 // 4, 0): "#8c564b",  # brown
+    (1, UNITS_PER_GPU, 0): "#9467bd",  # 1 GPU: purple
+    (2, UNITS_PER_GPU, 0): "#d62728",  # 2 GPUs: red
+    (4, UNITS_PER_GPU, 0): "#7f7f7f",  # grey
+    (8, UNITS_PER_GPU, 0): "#393b79",  # dark blue
+    # Common memory requests (tab20b): distinct from each other and from the above.
+    (1, 0, 2 * 1024): "#e7ba52",  # 2 GiB: gold
+    (1, 0, 6 * 1024): "#5254a3",  # 6 GiB: indigo
+    (1, 0, 16 * 1024): "#637939",  # 16 GiB: olive green
+    (1, 0, 24 * 1024): "#ce6dbd",  # 24 GiB: orchid
+    (1, 0, 40 * 1024): "#843c39",  # 40 GiB: dark red
+    (1, 0, 44 * 1024): "#843c39",  # 44 GiB: dark red
 }
 _OTHER_COLOURS = (  # tab20b, for the other classes, chosen by a stable hash of the class
     "#393b79", "#5254a3", "#6b6ecf", "#9c9ede", "#637939", "#8ca252", "#b5cf6b", "#cedb9c",
@@ -74,11 +82,12 @@ def class_keys(outcomes: Sequence[Outcome]) -> list[ClassKey]:
 
 def class_keys_of(runs: Sequence[TaskRun]) -> list[ClassKey]:
     """The demand classes of ``runs``, smallest first."""
-    return sorted({(r.task.count, r.task.units) for r in runs})
+    return sorted({r.task.key for r in runs})
 
 
-def _share(run: TaskRun) -> float:
-    return run.task.units / UNITS_PER_GPU
+def share(run: TaskRun) -> float:
+    """The share of each of its GPUs ``run`` held (a memory task: of the GPU it ran on)."""
+    return run.task.units / UNITS_PER_GPU if run.share is None else run.share
 
 
 def placed(result: Outcome) -> list[tuple[TaskRun, int, float]]:
@@ -86,7 +95,7 @@ def placed(result: Outcome) -> list[tuple[TaskRun, int, float]]:
     bars: list[tuple[TaskRun, int, float]] = []
     active: dict[int, list[tuple[float, float, float]]] = {}  # gpu -> (end, bottom, top)
     for run in sorted(result.runs, key=lambda r: (r.start, r.task.arrival)):
-        height = LANE * _share(run)
+        height = LANE * share(run)
         for gpu in run.gpus:
             kept = [span for span in active.get(gpu, []) if span[0] > run.start]
             bottom = 0.0
@@ -151,17 +160,17 @@ def occupancy(result: Outcome, end: float, bins: int) -> Occupancy:
     keys = tuple(class_keys([result]))
     index = {key: i for i, key in enumerate(keys)}
     width = max(end, 1e-9) / bins
-    begin, finish, share, group = [], [], [], []
+    begin, finish, shares, group = [], [], [], []
     for run in result.runs:
-        k = index[(run.task.count, run.task.units)]
+        k = index[run.task.key]
         for gpu in run.gpus:
             begin.append(run.start)
             finish.append(run.end)
-            share.append(run.task.units)
+            shares.append(share(run))
             group.append(gpu * len(keys) + k)
     binned = bin_intervals(
         np.array(begin) / width, np.array(finish) / width,
-        np.array(share, dtype=float) / UNITS_PER_GPU, np.array(group, dtype=np.int64),
+        np.array(shares, dtype=float), np.array(group, dtype=np.int64),
         groups=result.num_gpus * len(keys), bins=bins,
     )  # fmt: skip
     return Occupancy(width, keys, binned.reshape(result.num_gpus, len(keys), bins))
@@ -171,7 +180,7 @@ def usage_steps(runs: Sequence[TaskRun]) -> tuple[list[float], list[float]]:
     """GPUs in use as a step function: (change times, level from each time on)."""
     changes: dict[float, float] = {}
     for run in runs:
-        amount = run.task.count * _share(run)
+        amount = run.task.count * share(run)
         changes[run.start] = changes.get(run.start, 0.0) + amount
         changes[run.end] = changes.get(run.end, 0.0) - amount
     times, used, level = [], [], 0.0
@@ -188,7 +197,7 @@ def usage_bins(runs: Sequence[TaskRun], end: float, bins: int) -> tuple[Any, Any
     width = max(end, 1e-9) / bins
     begin = np.array([run.start for run in runs]) / width
     finish = np.array([run.end for run in runs]) / width
-    amount = np.array([run.task.count * _share(run) for run in runs])
+    amount = np.array([run.task.count * share(run) for run in runs])
     used = bin_intervals(begin, finish, amount, np.zeros(len(runs), np.int64), groups=1, bins=bins)
     return np.arange(bins + 1) * width, used[0]
 
@@ -204,7 +213,7 @@ def wait_bins(runs: Sequence[TaskRun], end: float, bins: int) -> tuple[Any, dict
     keys = class_keys_of(runs)
     index = {key: i for i, key in enumerate(keys)}
     slot = np.minimum((np.array([r.task.arrival for r in runs]) / width).astype(np.int64), bins - 1)
-    row = np.array([index[(r.task.count, r.task.units)] for r in runs], dtype=np.int64)
+    row = np.array([index[r.task.key] for r in runs], dtype=np.int64)
     worst = np.full((len(keys), bins), -np.inf)
     np.maximum.at(worst, (row, slot), np.array([r.wait for r in runs]))
     worst[np.isinf(worst)] = np.nan

@@ -36,10 +36,13 @@ def format_table(outcomes: Sequence[Outcome]) -> str:
 
 
 def _run_json(run: TaskRun) -> dict[str, JSONValue]:
+    asked: dict[str, JSONValue] = {"demand": run.task.demand}
+    if run.task.memory_mib is not None:
+        asked = {"memory": run.task.memory_mib}  # MiB: reads back as the same task
     return {
         "name": run.task.name,
         "arrival": run.task.arrival,
-        "demand": run.task.demand,
+        **asked,
         "duration": run.task.duration,
         "start": run.start,
         "end": run.end,
@@ -48,11 +51,19 @@ def _run_json(run: TaskRun) -> dict[str, JSONValue]:
     }
 
 
+def _machine_json(outcome: Outcome) -> dict[str, JSONValue]:
+    """``gpu_memory`` (MiB per GPU) for a machine sized in memory; nothing otherwise."""
+    if outcome.gpu_memory is None:
+        return {}
+    return {"gpu_memory": list(outcome.gpu_memory)}
+
+
 def outcome_json(outcome: Outcome) -> dict[str, JSONValue]:
     """One schedule as a JSON-ready dict: tasks, makespan, lower bound, utilisation, waits."""
     return {
         "policy": outcome.policy,
         "gpus": outcome.num_gpus,
+        **_machine_json(outcome),
         "makespan": outcome.makespan,
         "lower_bound": outcome.lower_bound,
         "packing_bound": outcome.packing_bound,
@@ -71,6 +82,7 @@ def outcomes_json(outcomes: Sequence[Outcome]) -> dict[str, JSONValue]:
         return outcome_json(outcomes[0])
     return {
         "gpus": outcomes[0].num_gpus,
+        **_machine_json(outcomes[0]),
         "lower_bound": outcomes[0].lower_bound,
         "packing_bound": outcomes[0].packing_bound,
         "policies": {o.policy: outcome_json(o) for o in outcomes},

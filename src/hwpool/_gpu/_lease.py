@@ -60,8 +60,21 @@ class GPULease:
 
     @property
     def fraction(self) -> float:
-        """The share of each leased GPU (1.0 for whole GPUs)."""
-        return units_to_fraction(self._demand.units)
+        """The share of each leased GPU (1.0 for whole GPUs); on a pool sized in memory, the
+        share of the GPU granted (before the grant: of the largest GPU)."""
+        totals = self._pool._totals
+        if totals is None:
+            return units_to_fraction(self._demand.units)
+        gpus = self._grant.gpus if self._grant is not None else ()
+        return self._demand.units / (totals[gpus[0]] if gpus else max(totals))
+
+    @property
+    def memory_mib(self) -> int | None:
+        """On a pool sized in memory, the MiB this lease holds (or asks for) over all its
+        GPUs; None on a fraction pool."""
+        if self._pool._totals is None:
+            return None
+        return self._demand.units * self._demand.count
 
     @property
     def devices(self) -> list[str]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Sequence
 from types import TracebackType
 
 from .._backends._base import Backend, PoolSnapshot
@@ -22,9 +23,11 @@ from .._backends._unix import SOCKET_VAR, UnixBackend
 from .._check import check_int, check_timeout
 from .._core._capacity import UNITS_PER_GPU, fraction_to_units, units_to_fraction
 from .._core._scheduler import Demand, Grant
+from .._core._sized import whole_units
 from .._errors import WouldBlock
 from .._host._detect import GPUInfo, detect_gpus
 from ._lease import GPULease
+from ._sizing import check_whole, memory_demand, sized_gpus, sized_units, totals_of
 
 __all__ = ["GPUPool"]
 
@@ -38,10 +41,28 @@ class GPUPool:
     ``GPUPool(backend=b)`` is the same front over another backend (e.g. the host server's
     client). Requests are served by one FIFO queue with reservations, best fit and backfill
     (see the scheduler core); cancelling or timing out a waiter never leaks capacity.
+
+    ``GPUPool(memory=True)`` sizes each detected GPU by its memory (one unit per MiB) and
+    ``GPUPool(gpu_memory=["80GiB", "24GiB"])`` makes logical GPUs of those sizes: requests
+    then give ``memory=`` (see ``hwpool._gpu._sizing``). Such a pool is always in-process.
     """
 
-    def __init__(self, num_gpus: int | None = None, *, backend: Backend | None = None) -> None:
-        if backend is None and num_gpus is None and os.environ.get(SOCKET_VAR):
+    def __init__(
+        self,
+        num_gpus: int | None = None,
+        *,
+        backend: Backend | None = None,
+        memory: bool = False,
+        gpu_memory: Sequence[int | str] | None = None,
+    ) -> None:
+        sized = sized_gpus(num_gpus, memory, gpu_memory)
+        self._totals = None if sized is None else totals_of(sized)
+        self._memo: dict[object, Demand] = {}  # memory amount -> its validated demand
+        if sized is not None:
+            if backend is not None:
+                raise TypeError("give backend or a memory size (memory=, gpu_memory=), not both")
+            backend = LocalBackend(sized, totals=self._totals)
+        elif backend is None and num_gpus is None and os.environ.get(SOCKET_VAR):
             backend = UnixBackend()  # the host-wide queue, with no change to the code
         elif backend is None:
             backend = LocalBackend(_pool_gpus(num_gpus))
@@ -56,6 +77,8 @@ class GPUPool:
         self._held: list[list[Grant]] = [[] for _ in range(self._num_gpus)]
 
     def __repr__(self) -> str:
+        if self._totals is not None:
+            return f"GPUPool(gpu_memory={[f'{t}MiB' for t in self._totals]})"
         return f"GPUPool(num_gpus={self._num_gpus})"
 
     @property
@@ -66,8 +89,14 @@ class GPUPool:
     @property
     def gpus(self) -> tuple[GPUInfo, ...]:
         """What is known of each logical GPU, in index order: ``device_id`` (for
-        ``CUDA_VISIBLE_DEVICES``), ``uuid`` and ``memory_mib`` where detection found them."""
+        ``CUDA_VISIBLE_DEVICES``), ``uuid``, ``memory_mib``, ``name`` and, for a MIG instance,
+        ``parent``, where detection found them."""
         return self._gpus
+
+    @property
+    def gpu_memory(self) -> tuple[int, ...] | None:
+        """Each GPU's capacity in MiB for a pool sized in memory; None for a fraction pool."""
+        return self._totals
 
     # ----------------------------------------------------------------- lifetime
     def close(self) -> None:
@@ -87,14 +116,24 @@ class GPUPool:
         self.close()
 
     # ----------------------------------------------------------------- async
-    async def acquire(self, fraction: float = 1.0, *, timeout: float | None = None) -> int:
-        """Wait for ``fraction`` (0 < fraction <= 1) of one GPU; return the GPU's index.
+    async def acquire(
+        self,
+        fraction: float | None = None,
+        *,
+        memory: int | str | None = None,
+        timeout: float | None = None,
+    ) -> int:
+        """Wait for ``fraction`` (0 < fraction <= 1, default 1) of one GPU, or for ``memory``
+        (MiB or ``"6GiB"``) on a pool sized in memory; return the GPU's index.
 
         Raises TimeoutError after ``timeout`` seconds; give it back with
-        ``release(gpu, fraction)``.
+        ``release(gpu, fraction)`` (or ``release(gpu, memory=...)``).
         """
         last = _LAST
-        demand = last[1] if fraction is last[0] else _fraction_demand(fraction)
+        if fraction is last[0] and self._totals is None and memory is None:
+            demand = last[1]
+        else:
+            demand = self._one_demand(fraction, memory)
         if timeout is not None:
             timeout = check_timeout(timeout)
         grant = self._acquire_now(demand)
@@ -117,13 +156,19 @@ class GPUPool:
         return self._keep(grant)
 
     # ----------------------------------------------------------------- blocking
-    def acquire_blocking(self, fraction: float = 1.0, *, timeout: float | None = None) -> int:
+    def acquire_blocking(
+        self,
+        fraction: float | None = None,
+        *,
+        memory: int | str | None = None,
+        timeout: float | None = None,
+    ) -> int:
         """Like :meth:`acquire`, for threads: block until granted or ``timeout`` passes.
 
         Raises RuntimeError in a thread that runs an event loop (it would freeze the loop,
         and deadlock if the holder is a task on it): use ``await pool.acquire()`` there.
         """
-        demand = _fraction_demand(fraction)
+        demand = self._one_demand(fraction, memory)
         grant = self._take_blocking(demand, check_timeout(timeout), "acquire_blocking()")
         return self._keep(grant)[0]
 
@@ -144,12 +189,14 @@ class GPUPool:
         return grant if grant is not None else self._backend.acquire_blocking(demand, timeout)
 
     # ----------------------------------------------------------------- nowait
-    def acquire_nowait(self, fraction: float = 1.0) -> int:
-        """Take ``fraction`` of a GPU now, or raise :class:`hwpool.WouldBlock`.
+    def acquire_nowait(
+        self, fraction: float | None = None, *, memory: int | str | None = None
+    ) -> int:
+        """Take ``fraction`` of a GPU (or ``memory``) now, or raise :class:`hwpool.WouldBlock`.
 
         Never jumps the queue: granted only on GPUs no waiter reserves.
         """
-        return self._keep(self._take_now(_fraction_demand(fraction)))[0]
+        return self._keep(self._take_now(self._one_demand(fraction, memory)))[0]
 
     def acquire_full_nowait(self, count: int) -> list[int]:
         """Take ``count`` whole GPUs now, or raise :class:`hwpool.WouldBlock`."""
@@ -158,21 +205,32 @@ class GPUPool:
     def _take_now(self, demand: Demand) -> Grant:
         grant = self._acquire_now(demand)
         if grant is None:
-            raise WouldBlock(f"no GPU can take {_describe(demand)} without waiting")
+            sized = self._totals is not None and demand.count == 1
+            what = f"{demand.units} MiB" if sized else _describe(demand)
+            raise WouldBlock(f"no GPU can take {what} without waiting")
         return grant
 
     # ----------------------------------------------------------------- release
-    def release(self, gpu_id: int, fraction: float = 1.0) -> None:
-        """Give back a grant of ``fraction`` on GPU ``gpu_id`` from this pool's ``acquire*``
-        calls (for ``acquire_full``: ``release(gpu)`` for each of its GPUs).
+    def release(
+        self, gpu_id: int, fraction: float | None = None, *, memory: int | str | None = None
+    ) -> None:
+        """Give back a grant of ``fraction`` (default 1) or ``memory`` on GPU ``gpu_id`` from
+        this pool's ``acquire*`` calls (for ``acquire_full``: ``release(gpu)`` for each GPU).
 
         Raises ValueError, changing nothing, when no such grant is held: released already,
         held by a lease (a lease releases itself), or never granted. TypeError for a wrong type.
         """
         last = _LAST
-        units = (last[1] if fraction is last[0] else _fraction_demand(fraction)).units
+        if fraction is last[0] and self._totals is None and memory is None:
+            units = last[1].units
+        elif self._totals is None:
+            units = memory_demand(None, fraction, memory).units
+        else:
+            units = -1  # decided once the GPU is known
         if type(gpu_id) is not int or not 0 <= gpu_id < self._num_gpus:
             gpu_id = check_int("gpu_id", gpu_id, minimum=0, maximum=self._num_gpus - 1)
+        if units < 0:
+            units = self._sized_release_units(gpu_id, fraction, memory)
         held = self._held[gpu_id]
         try:
             grant: Grant | None = held[-1]  # the common case: the grant was kept last
@@ -186,12 +244,23 @@ class GPUPool:
             except ValueError:  # another thread released it meanwhile
                 grant = self._forget(held, units)
         if grant is None:
+            asked = f"memory={memory!r}" if memory is not None else f"fraction={fraction!r}"
+            what = f"{units} MiB" if self._totals is not None else units_to_fraction(units)
             raise ValueError(
-                f"gpu_id={gpu_id}, fraction={fraction!r}: this pool's acquire calls hold no "
-                f"grant of {units_to_fraction(units)} on GPU {gpu_id} (released already, or "
+                f"gpu_id={gpu_id}, {asked}: this pool's acquire calls hold no "
+                f"grant of {what} on GPU {gpu_id} (released already, or "
                 "held by a lease, which releases itself)"
             )
         self._release(grant)
+
+    def _sized_release_units(self, gpu: int, fraction: object, memory: object) -> int:
+        """MiB a release of ``fraction`` or ``memory`` on ``gpu`` of a memory-sized pool gives."""
+        assert self._totals is not None
+        if fraction is None and type(memory) in _MEMO_TYPES and memory in self._memo:
+            return self._memo[memory].units
+        if fraction is not None and memory is not None:
+            memory_demand(self._totals, fraction, memory)  # raises: both given
+        return sized_units(self._totals, fraction, memory, gpu)
 
     def _keep(self, grant: Grant) -> list[int]:
         """Remember ``grant`` for ``release``, GPU by GPU; return its GPUs.
@@ -226,11 +295,20 @@ class GPUPool:
             return grant
 
     # ----------------------------------------------------------------- leases
-    def lease(self, fraction: float = 1.0, *, timeout: float | None = None) -> GPULease:
-        """A lease of ``fraction`` of one GPU, for ``async with`` or a plain ``with``."""
-        last = _LAST
-        demand = last[1] if fraction is last[0] else _fraction_demand(fraction)
-        return GPULease(self, demand, None if timeout is None else check_timeout(timeout))
+    def lease(
+        self,
+        fraction: float | None = None,
+        *,
+        memory: int | str | None = None,
+        timeout: float | None = None,
+    ) -> GPULease:
+        """A lease of ``fraction`` of one GPU (or of ``memory`` on a pool sized in memory),
+        for ``async with`` or a plain ``with``."""
+        return GPULease(
+            self,
+            self._one_demand(fraction, memory),
+            None if timeout is None else check_timeout(timeout),
+        )
 
     def lease_full(self, count: int, *, timeout: float | None = None) -> GPULease:
         """A lease of ``count`` whole GPUs, for ``async with`` or a plain ``with``."""
@@ -243,10 +321,23 @@ class GPUPool:
 
     # ----------------------------------------------------------------- demands
     def _whole_demand(self, count: int) -> Demand:
-        number = check_int(
-            "count", count, minimum=1, maximum=self._num_gpus, maximum_name="num_gpus"
-        )
+        number = check_whole(self._gpus, count)
+        if self._totals is not None:
+            return Demand(number, whole_units(self._totals, f"count={count!r}"))
         return Demand(number, UNITS_PER_GPU)
+
+    def _one_demand(self, fraction: object, memory: object) -> Demand:
+        """The one-GPU demand for ``fraction`` or ``memory`` on this pool (validated)."""
+        if memory is None and self._totals is None:
+            return _fraction_demand(1.0 if fraction is None else fraction)
+        if fraction is None and type(memory) in _MEMO_TYPES:
+            demand = self._memo.get(memory)
+            if demand is None:  # validated once per amount, as fractions are
+                demand = memory_demand(self._totals, None, memory)
+                if len(self._memo) < 4096:
+                    self._memo[memory] = demand
+            return demand
+        return memory_demand(self._totals, fraction, memory)
 
 
 def _pool_gpus(num_gpus: object) -> tuple[GPUInfo, ...]:
@@ -257,6 +348,8 @@ def _pool_gpus(num_gpus: object) -> tuple[GPUInfo, ...]:
     count = check_int("num_gpus", num_gpus, minimum=1)
     return tuple(GPUInfo(i, str(i)) for i in range(count))
 
+
+_MEMO_TYPES = (int, str)  # memory amounts memoised per pool (exactly these types: not bool)
 
 # Validated float fractions, the common case, memoised as (fraction, demand) entries.
 _DEMANDS: dict[float, tuple[float, Demand]] = {}

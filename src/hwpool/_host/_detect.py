@@ -1,28 +1,26 @@
-"""GPU detection: how many GPUs this process may use, and where that number came from.
+"""GPU detection: which GPUs this process may use, what they are, and where that came from.
 
-Sources, first answer wins: ``HWPOOL_NUM_GPUS``; ``CUDA_VISIBLE_DEVICES``; ``nvidia-smi``;
-else one logical GPU, so that code written for GPUs still runs on a laptop.
+Sources, first answer wins: ``HWPOOL_NUM_GPUS``; ``CUDA_VISIBLE_DEVICES``; NVML (when
+``nvidia-ml-py`` is installed); ``nvidia-smi``; else one logical GPU, so that code written for
+GPUs still runs on a laptop. MIG instances are GPUs of their own size (see ``_smi``, ``_nvml``).
 """
 
 from __future__ import annotations
 
 import enum
 import os
-import re
-import shutil
-import signal
-import subprocess
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .._check import env_int
+from ._devices import GPUInfo, match_visible, parse_visible_devices
+from ._nvml import query_nvml
+from ._smi import query_nvidia_smi
 
 __all__ = ["GPUDetection", "GPUInfo", "GPUSource", "detect_gpus"]
 
 NUM_GPUS_VAR = "HWPOOL_NUM_GPUS"
 VISIBLE_VAR = "CUDA_VISIBLE_DEVICES"
-NVIDIA_SMI_QUERY = ("--query-gpu=index,uuid,memory.total", "--format=csv,noheader,nounits")
 NVIDIA_SMI_TIMEOUT_S = 5.0
 
 
@@ -31,22 +29,9 @@ class GPUSource(enum.StrEnum):
 
     ENV = "env"
     CUDA_VISIBLE_DEVICES = "cuda_visible_devices"
+    NVML = "nvml"
     NVIDIA_SMI = "nvidia-smi"
     DEFAULT = "default"
-
-
-@dataclass(frozen=True, slots=True)
-class GPUInfo:
-    """One GPU: its logical index in the pool and what is known of the device behind it.
-
-    ``device_id`` is what to put in ``CUDA_VISIBLE_DEVICES`` to select this device (a physical
-    index, a UUID or a MIG id); ``uuid`` and ``memory_mib`` come from nvidia-smi when it ran.
-    """
-
-    index: int
-    device_id: str
-    uuid: str | None = None
-    memory_mib: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +40,8 @@ class GPUDetection:
 
     ``detail`` says where the answer came from, in words; ``nvidia_smi`` what happened when
     nvidia-smi was asked ("nvidia-smi timed out after 5 s", "nvidia-smi exited 9", "nvidia-smi
-    not found on PATH", ...), or None when an environment variable decided first.
+    not found on PATH", ...), ``nvml`` the same for NVML ("NVML failed at init (...)"); each is
+    None when that source was not asked.
     """
 
     count: int
@@ -63,19 +49,27 @@ class GPUDetection:
     gpus: tuple[GPUInfo, ...]
     detail: str = ""
     nvidia_smi: str | None = None
+    nvml: str | None = None
 
 
 def detect_gpus(
-    environ: Mapping[str, str] | None = None, *, nvidia_smi_timeout: float = NVIDIA_SMI_TIMEOUT_S
+    environ: Mapping[str, str] | None = None,
+    *,
+    nvidia_smi_timeout: float = NVIDIA_SMI_TIMEOUT_S,
+    describe: bool = False,
 ) -> GPUDetection:
     """Find the GPUs this process may use; see the module docstring for the order.
 
     ``HWPOOL_NUM_GPUS`` must be an integer >= 1 in ASCII digits (else ValueError naming the
-    variable). ``CUDA_VISIBLE_DEVICES`` lists indices, UUIDs (``GPU-...``) or MIG ids; as in
-    CUDA, the list ends at the first entry that is none of these (``""``, ``-1``, ``foo``:
-    no GPU visible). nvidia-smi failures of any kind (missing, non-zero exit, garbage,
-    timeout) fall through, and ``nvidia_smi`` says which it was. nvidia-smi's answer is
-    cached for the process: a hung nvidia-smi costs its timeout once.
+    variable); it decides alone. ``CUDA_VISIBLE_DEVICES`` lists indices, UUIDs (``GPU-...``) or
+    MIG ids; as in CUDA, the list ends at the first entry that is none of these (``""``,
+    ``-1``, ``foo``: no GPU visible). It decides the GPUs without asking the hardware, unless
+    ``describe`` is true: then NVML or nvidia-smi is asked too, and each entry is matched (by
+    index, UUID or UUID prefix) against what they found, for its memory, UUID and name.
+    NVML is tried first where ``pynvml`` imports; if it fails, nvidia-smi is asked and ``nvml``
+    says why. nvidia-smi failures of any kind (missing, non-zero exit, garbage, timeout) fall
+    through, and ``nvidia_smi`` says which it was. Both answers are cached for the process: a
+    hung nvidia-smi costs its timeout once.
     """
     env = os.environ if environ is None else environ
     forced = env_int(NUM_GPUS_VAR, env, minimum=1)
@@ -84,117 +78,42 @@ def detect_gpus(
         return GPUDetection(forced, GPUSource.ENV, gpus, f"{NUM_GPUS_VAR}={forced}")
     visible = env.get(VISIBLE_VAR)
     if visible is not None:
-        ids = _parse_visible_devices(visible)
-        gpus = tuple(GPUInfo(i, device) for i, device in enumerate(ids))
-        return GPUDetection(
-            len(ids), GPUSource.CUDA_VISIBLE_DEVICES, gpus, f"{VISIBLE_VAR}={visible!r}"
-        )
-    found, outcome = _query_nvidia_smi(nvidia_smi_timeout)
+        return _visible(visible, nvidia_smi_timeout, describe)
+    found, source, smi, nvml = _hardware(nvidia_smi_timeout)
+    failed = nvml if nvml.startswith("NVML failed") else None
     if found:
-        return GPUDetection(len(found), GPUSource.NVIDIA_SMI, found, "nvidia-smi", outcome)
+        detail = (
+            f"{source} ({failed})" if failed and source is GPUSource.NVIDIA_SMI else str(source)
+        )
+        return GPUDetection(len(found), source, found, detail, smi, nvml)
+    outcome = "; ".join(o for o in (failed, smi) if o)
     return GPUDetection(
         1,
         GPUSource.DEFAULT,
         (GPUInfo(0, "0"),),
         f"no GPU found ({outcome}): 1 logical GPU",
-        outcome,
+        smi,
+        nvml,
     )
 
 
-_DEVICE = re.compile(r"[0-9]+|(GPU|MIG)-[0-9A-Za-z-]+")
+def _visible(visible: str, timeout: float, describe: bool) -> GPUDetection:
+    ids = parse_visible_devices(visible)
+    detail = f"{VISIBLE_VAR}={visible!r}"
+    if not describe:
+        gpus = tuple(GPUInfo(i, device) for i, device in enumerate(ids))
+        return GPUDetection(len(ids), GPUSource.CUDA_VISIBLE_DEVICES, gpus, detail)
+    found, source, smi, nvml = _hardware(timeout)
+    gpus = match_visible(ids, found)
+    known = sum(g.uuid is not None for g in gpus)
+    detail += f", {known} of {len(gpus)} matched through {source}" if found else ""
+    return GPUDetection(len(ids), GPUSource.CUDA_VISIBLE_DEVICES, gpus, detail, smi, nvml)
 
 
-def _parse_visible_devices(raw: str) -> list[str]:
-    """Split CUDA_VISIBLE_DEVICES; like CUDA, stop at the first entry that is not an index,
-    a ``GPU-`` UUID or a ``MIG-`` id (``-1``, an empty entry, ``foo``)."""
-    ids: list[str] = []
-    for part in raw.split(","):
-        device = part.strip()
-        if not _DEVICE.fullmatch(device):
-            break
-        ids.append(device)
-    return ids
-
-
-_smi_lock = threading.Lock()
-_smi_answers: dict[tuple[object, ...], tuple[tuple[GPUInfo, ...], str]] = {}
-
-
-def _query_nvidia_smi(timeout: float) -> tuple[tuple[GPUInfo, ...], str]:
-    """The GPUs nvidia-smi lists (empty on any failure) and what happened, in words.
-
-    Cached per process, keyed by the binary (path and file identity) and the timeout, so that
-    another nvidia-smi on PATH (or a new one installed) is asked afresh.
-    """
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return (), "nvidia-smi not found on PATH"
-    try:
-        info = os.stat(exe)
-    except OSError as exc:
-        return (), f"nvidia-smi could not be read: {exc.strerror}"
-    key = (exe, info.st_dev, info.st_ino, info.st_mtime_ns, info.st_size, timeout)
-    with _smi_lock:
-        if key not in _smi_answers:
-            _smi_answers[key] = _ask_nvidia_smi(exe, timeout)
-        return _smi_answers[key]
-
-
-def _ask_nvidia_smi(exe: str, timeout: float) -> tuple[tuple[GPUInfo, ...], str]:
-    try:
-        proc = _run_with_timeout([exe, *NVIDIA_SMI_QUERY], timeout)
-    except (OSError, subprocess.SubprocessError) as exc:
-        return (), f"nvidia-smi could not run: {exc}"
-    if proc is None:
-        return (), f"nvidia-smi timed out after {timeout:g} s"
-    code, output = proc
-    if code < 0:
-        return (), f"nvidia-smi was killed by signal {-code}"
-    if code != 0:
-        return (), f"nvidia-smi exited {code}"
-    gpus = _parse_nvidia_smi(output)
-    if gpus is None:
-        return (), "nvidia-smi printed something other than the queried CSV"
-    if not gpus:
-        return (), "nvidia-smi listed no GPU"
-    return gpus, f"nvidia-smi listed {len(gpus)} GPU{'s' if len(gpus) > 1 else ''}"
-
-
-def _run_with_timeout(argv: list[str], timeout: float) -> tuple[int, str] | None:
-    """Exit status and stdout of ``argv``, or None if it ran past ``timeout``; its whole
-    process group is killed on timeout so that a stuck child cannot hold the pipe open."""
-    proc = subprocess.Popen(
-        argv,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError, AttributeError):
-            proc.kill()
-        proc.communicate()
-        return None
-    return proc.returncode, out
-
-
-def _parse_nvidia_smi(output: str) -> tuple[GPUInfo, ...] | None:
-    """Parse ``index, uuid, memory.total`` lines; None if any line is malformed."""
-    gpus: list[GPUInfo] = []
-    for line in output.splitlines():
-        if not line.strip():
-            continue
-        fields = [f.strip() for f in line.split(",")]
-        if len(fields) != 3 or not _ASCII_INDEX.fullmatch(fields[0]) or not fields[1]:
-            return None
-        memory = int(fields[2]) if _ASCII_INDEX.fullmatch(fields[2]) else None
-        gpus.append(GPUInfo(len(gpus), fields[0], fields[1], memory))
-    return tuple(gpus)
-
-
-_ASCII_INDEX = re.compile(r"[0-9]+")
+def _hardware(timeout: float) -> tuple[tuple[GPUInfo, ...], GPUSource, str | None, str]:
+    """What NVML, else nvidia-smi, found; the source; nvidia-smi's and NVML's outcomes."""
+    found, nvml = query_nvml()
+    if found:
+        return found, GPUSource.NVML, None, nvml
+    devices, smi = query_nvidia_smi(timeout)
+    return devices, GPUSource.NVIDIA_SMI, smi, nvml

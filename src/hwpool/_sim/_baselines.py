@@ -11,6 +11,9 @@ used by :class:`hwpool.GPUPool`; they exist to show what the hwpool core buys:
 - ``shortest-queue``: each task joins, at arrival, the queue of the GPU(s) with the fewest
   unfinished tasks (ties: lowest index); each GPU serves its own queue in FIFO order.
 
+On GPUs of different sizes (``simulate --gpu-memory``) each GPU starts with its own total free
+and a task takes its units on one GPU, as in the core.
+
 Every event costs about the same however long the queues grow (no policy rescans its queue),
 so a trace of n tasks is simulated in about n times the cost of one: first-fit keeps one FIFO
 per demand class, and only looks at the head of each class.
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
+from collections.abc import Sequence
 
 from .._core._scheduler import Demand
 
@@ -30,11 +34,17 @@ Start = tuple[int, tuple[int, ...]]
 
 
 class _Baseline:
-    """Free capacity per GPU and what each running task holds."""
+    """Free capacity per GPU and what each running task holds.
 
-    def __init__(self, num_gpus: int, units_per_gpu: int) -> None:
+    ``totals``: each GPU's capacity where they differ (else ``units_per_gpu`` each).
+    """
+
+    def __init__(
+        self, num_gpus: int, units_per_gpu: int, totals: Sequence[int] | None = None
+    ) -> None:
         self.units_per_gpu = units_per_gpu
-        self.free = [units_per_gpu] * num_gpus
+        self.totals = list(totals) if totals is not None else [units_per_gpu] * num_gpus
+        self.free = list(self.totals)
         self.held: dict[int, tuple[tuple[int, ...], int]] = {}
 
     def submit(self, task: int, demand: Demand) -> list[Start]:
@@ -46,7 +56,7 @@ class _Baseline:
         """``task`` finished; free what it held and return the tasks started as a result."""
         gpus, units = self.held.pop(task)
         for gpu in gpus:
-            self.free[gpu] += units
+            self.free[gpu] += units if units >= 0 else self.totals[gpu]
         return self.dispatch()
 
     def enqueue(self, task: int, demand: Demand) -> None:
@@ -56,21 +66,35 @@ class _Baseline:
         raise NotImplementedError
 
     def start(self, task: int, gpus: tuple[int, ...], units: int) -> Start:
+        """Start ``task`` on ``gpus`` with ``units`` each (-1: each GPU's total)."""
         for gpu in gpus:
-            self.free[gpu] -= units
+            self.free[gpu] -= units if units >= 0 else self.totals[gpu]
         self.held[task] = (gpus, units)
         return task, gpus
 
+    @staticmethod
+    def need(demand: Demand) -> int:
+        """The units ``demand`` takes on each GPU."""
+        return demand.units
+
+    def fits(self, gpu: int, units: int) -> bool:
+        """Whether ``gpu`` has ``units`` free (-1: is completely free)."""
+        return self.free[gpu] >= units if units >= 0 else self.free[gpu] == self.totals[gpu]
+
     def fitting(self, units: int) -> list[int]:
-        """The GPUs with at least ``units`` free, lowest index first."""
+        """The GPUs with at least ``units`` free (-1: completely free), lowest index first."""
+        if units < 0:
+            return [gpu for gpu, free in enumerate(self.free) if free == self.totals[gpu]]
         return [gpu for gpu, free in enumerate(self.free) if free >= units]
 
 
 class FifoPolicy(_Baseline):
     """Strict FIFO: start tasks from the head while the head fits; nothing overtakes it."""
 
-    def __init__(self, num_gpus: int, units_per_gpu: int) -> None:
-        super().__init__(num_gpus, units_per_gpu)
+    def __init__(
+        self, num_gpus: int, units_per_gpu: int, totals: Sequence[int] | None = None
+    ) -> None:
+        super().__init__(num_gpus, units_per_gpu, totals)
         self.queue: deque[tuple[int, Demand]] = deque()
 
     def enqueue(self, task: int, demand: Demand) -> None:
@@ -80,15 +104,16 @@ class FifoPolicy(_Baseline):
         started = []
         while self.queue:
             task, demand = self.queue[0]
-            fitting = self.fitting(demand.units)
+            units = self.need(demand)
+            fitting = self.fitting(units)
             if len(fitting) < demand.count:
                 break
-            if demand.count == 1:  # best fit, as in the hwpool core
+            if demand.count == 1 and units >= 0:  # best fit, as in the hwpool core
                 gpus: tuple[int, ...] = (min(fitting, key=lambda g: (self.free[g], g)),)
             else:
                 gpus = tuple(fitting[: demand.count])
             self.queue.popleft()
-            started.append(self.start(task, gpus, demand.units))
+            started.append(self.start(task, gpus, units))
         return started
 
 
@@ -102,8 +127,10 @@ class FirstFitPolicy(_Baseline):
     earliest of a class is the head of its FIFO, so each step looks at one task per class.
     """
 
-    def __init__(self, num_gpus: int, units_per_gpu: int) -> None:
-        super().__init__(num_gpus, units_per_gpu)
+    def __init__(
+        self, num_gpus: int, units_per_gpu: int, totals: Sequence[int] | None = None
+    ) -> None:
+        super().__init__(num_gpus, units_per_gpu, totals)
         self.classes: dict[Demand, deque[tuple[int, int]]] = {}  # demand -> (order, task)
         self._order = itertools.count()
 
@@ -122,8 +149,9 @@ class FirstFitPolicy(_Baseline):
             _, task = fifo.popleft()
             if not fifo:
                 del self.classes[demand]
-            gpus = tuple(self.fitting(demand.units)[: demand.count])
-            started.append(self.start(task, gpus, demand.units))
+            units = self.need(demand)
+            gpus = tuple(self.fitting(units)[: demand.count])
+            started.append(self.start(task, gpus, units))
         return started
 
     def _earliest_fitting(self) -> Demand | None:
@@ -149,17 +177,20 @@ class ShortestQueuePolicy(_Baseline):
     or started), so only their heads are looked at.
     """
 
-    def __init__(self, num_gpus: int, units_per_gpu: int) -> None:
-        super().__init__(num_gpus, units_per_gpu)
+    def __init__(
+        self, num_gpus: int, units_per_gpu: int, totals: Sequence[int] | None = None
+    ) -> None:
+        super().__init__(num_gpus, units_per_gpu, totals)
         self.lanes: list[deque[int]] = [deque() for _ in range(num_gpus)]  # waiting, per GPU
         self.load = [0] * num_gpus  # unfinished (waiting or running) tasks per GPU
         self.assigned: dict[int, tuple[tuple[int, ...], int]] = {}  # waiting: (gpus, units)
         self._touched: set[int] = set()
 
     def enqueue(self, task: int, demand: Demand) -> None:
-        by_load = sorted(range(len(self.load)), key=lambda g: (self.load[g], g))
+        able = [g for g in range(len(self.load)) if self.totals[g] >= demand.units]
+        by_load = sorted(able, key=lambda g: (self.load[g], g))  # GPUs it can ever fit on
         gpus = tuple(sorted(by_load[: demand.count]))
-        self.assigned[task] = (gpus, demand.units)
+        self.assigned[task] = (gpus, self.need(demand))
         for gpu in gpus:
             self.lanes[gpu].append(task)
             self.load[gpu] += 1
@@ -188,4 +219,4 @@ class ShortestQueuePolicy(_Baseline):
 
     def _startable(self, task: int) -> bool:
         gpus, units = self.assigned[task]
-        return all(self.lanes[g][0] == task and self.free[g] >= units for g in gpus)
+        return all(self.lanes[g][0] == task and self.fits(g, units) for g in gpus)

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping
 
 __all__ = ["FIELDS", "RESULT_FIELDS", "Row", "TraceError", "csv_rows", "json_rows", "lines", "show"]
 
-FIELDS = ("arrival", "demand", "duration", "name")
+FIELDS = ("arrival", "demand", "duration", "name", "memory")
 RESULT_FIELDS = ("start", "end", "wait", "gpus")
 """Fields of ``simulate --json`` tasks that say how a task ran; ignored when it is read back."""
 
@@ -165,9 +165,11 @@ def _check_columns(columns: list[str], where: str) -> None:
             )
         if column in columns[:index]:
             raise TraceError(f"{where}: column {column!r} appears twice in the CSV header")
-    for field in FIELDS[:3]:
+    for field in ("arrival", "duration"):
         if field not in columns:
             raise TraceError(f"{where}: CSV header lacks the {field!r} column")
+    if "demand" not in columns and "memory" not in columns:
+        raise TraceError(f"{where}: CSV header lacks the 'demand' column (or a 'memory' one)")
 
 
 def show(value: object, limit: int = 60) -> str:

@@ -16,7 +16,9 @@ from typing import Protocol
 
 from .._core._capacity import UNITS_PER_GPU
 from .._core._scheduler import Demand, Grant, Scheduler
+from .._core._sized import sized_scheduler
 from ._baselines import FifoPolicy, FirstFitPolicy, ShortestQueuePolicy, Start
+from ._machine import min_work, run_work, task_demand
 from ._trace import Task
 
 __all__ = [
@@ -47,8 +49,8 @@ class Policy(Protocol):
 class HwpoolPolicy:
     """The hwpool scheduler core, with tickets mapped to task indices."""
 
-    def __init__(self, num_gpus: int) -> None:
-        self.core = Scheduler(num_gpus)
+    def __init__(self, num_gpus: int, totals: Sequence[int] | None = None) -> None:
+        self.core = Scheduler(num_gpus) if totals is None else sized_scheduler(totals)
         self._task_of: dict[int, int] = {}
         self._held: dict[int, Grant] = {}
 
@@ -70,10 +72,10 @@ class HwpoolPolicy:
         return started
 
 
-def make_policy(name: str, num_gpus: int) -> Policy:
-    """A fresh policy by name (one of :data:`POLICIES`)."""
+def make_policy(name: str, num_gpus: int, totals: Sequence[int] | None = None) -> Policy:
+    """A fresh policy by name (one of :data:`POLICIES`); ``totals``: GPUs sized in memory."""
     if name == "hwpool":
-        return HwpoolPolicy(num_gpus)
+        return HwpoolPolicy(num_gpus, totals)
     baselines = {
         "fifo": FifoPolicy,
         "first-fit": FirstFitPolicy,
@@ -81,7 +83,7 @@ def make_policy(name: str, num_gpus: int) -> Policy:
     }
     if name not in baselines:
         raise ValueError(f"policy must be one of {', '.join(POLICIES)}; got {name!r}")
-    return baselines[name](num_gpus, UNITS_PER_GPU)
+    return baselines[name](num_gpus, UNITS_PER_GPU, totals)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +94,9 @@ class TaskRun:
     start: float
     end: float
     gpus: tuple[int, ...]
+    share: float | None = None
+    """On a machine sized in memory: the share of each of its GPUs it held (else None: the
+    task's fraction says it)."""
 
     @property
     def wait(self) -> float:
@@ -129,6 +134,8 @@ class Outcome:
     utilization: float
     best_utilization: float
     classes: tuple[ClassStats, ...]
+    gpu_memory: tuple[int, ...] | None = None
+    """Each GPU's MiB on a machine sized in memory (work then counts MiB-seconds)."""
 
 
 def simulate(
@@ -137,16 +144,23 @@ def simulate(
     policy: str = "hwpool",
     *,
     progress: Callable[[int], None] | None = None,
+    gpu_memory: Sequence[int] | None = None,
 ) -> Outcome:
     """Replay ``tasks`` on ``num_gpus`` GPUs under ``policy`` in virtual time.
 
     ``progress``, if given, hears the number of tasks started so far, about every 1% of them.
-    Raises ValueError, naming the task, for a task that needs more GPUs than there are.
+    ``gpu_memory``: each GPU's MiB (``num_gpus`` of them), for a machine sized in memory (see
+    ``_machine``). Raises ValueError, naming the task, for a task that needs more GPUs than
+    there are, or that the machine cannot express (see ``_machine.task_demand``).
     """
-    rule = make_policy(policy, num_gpus)
+    totals = None if gpu_memory is None else tuple(gpu_memory)
+    if totals is not None and len(totals) != num_gpus:
+        raise ValueError(f"gpu_memory lists {len(totals)} GPUs but num_gpus={num_gpus}")
+    rule = make_policy(policy, num_gpus, totals)
     for task in tasks:
         if task.count > num_gpus:
             raise ValueError(f"task {task.name!r} needs {task.count} GPUs but gpus={num_gpus}")
+    demands = [task_demand(task, totals) for task in tasks]
     events = [(task.arrival, _ARRIVAL, i) for i, task in enumerate(tasks)]
     heapq.heapify(events)
     started: dict[int, tuple[float, tuple[int, ...]]] = {}
@@ -154,11 +168,7 @@ def simulate(
     report = step if progress is not None else len(tasks) + 1
     while events:
         now, kind, index = heapq.heappop(events)
-        if kind == _ARRIVAL:
-            task = tasks[index]
-            starts = rule.submit(index, Demand(task.count, task.units))
-        else:
-            starts = rule.finish(index)
+        starts = rule.submit(index, demands[index]) if kind == _ARRIVAL else rule.finish(index)
         for begun, gpus in starts:
             started[begun] = (now, gpus)
             heapq.heappush(events, (now + tasks[begun].duration, _COMPLETION, begun))
@@ -168,29 +178,48 @@ def simulate(
     if len(started) != len(tasks):
         raise RuntimeError(f"policy {policy!r} left {len(tasks) - len(started)} tasks unstarted")
     runs = [
-        TaskRun(task, started[i][0], started[i][0] + task.duration, started[i][1])
+        TaskRun(
+            task, started[i][0], started[i][0] + task.duration, started[i][1],
+            None if totals is None else _share(demands[i], started[i][1], totals),
+        )
         for i, task in enumerate(tasks)
-    ]
-    return outcome(policy, num_gpus, runs)
+    ]  # fmt: skip
+    return outcome(policy, num_gpus, runs, gpu_memory=totals)
 
 
-def outcome(policy: str, num_gpus: int, runs: Sequence[TaskRun]) -> Outcome:
-    """The figures of a finished schedule (simulated or measured)."""
+def outcome(
+    policy: str,
+    num_gpus: int,
+    runs: Sequence[TaskRun],
+    *,
+    gpu_memory: Sequence[int] | None = None,
+) -> Outcome:
+    """The figures of a finished schedule (simulated or measured).
+
+    On a machine sized in memory, work and capacity are in MiB-seconds (``gpu_memory``).
+    """
     tasks = [run.task for run in runs]
     makespan = max(run.end for run in runs)
-    bound = lower_bound(tasks, num_gpus)
     first = min(task.arrival for task in tasks)
-    work = sum(task.gpu_seconds for task in tasks)
+    if gpu_memory is None:
+        bound = lower_bound(tasks, num_gpus)
+        work = sum(task.gpu_seconds for task in tasks)
+        size = float(num_gpus)
+    else:
+        bound = memory_lower_bound(tasks, gpu_memory)
+        work = sum(run_work(run.task, run.gpus, gpu_memory) for run in runs)
+        size = float(sum(gpu_memory))
     return Outcome(
         policy=policy,
         num_gpus=num_gpus,
         runs=tuple(runs),
         makespan=makespan,
         lower_bound=bound,
-        packing_bound=packing_bound(tasks, num_gpus),
-        utilization=_ratio(work, num_gpus * (makespan - first)),
-        best_utilization=_ratio(work, num_gpus * (bound - first)),
+        packing_bound=bound if gpu_memory is not None else packing_bound(tasks, num_gpus),
+        utilization=_ratio(work, size * (makespan - first)),
+        best_utilization=_ratio(work, size * (bound - first)),
         classes=class_stats(runs),
+        gpu_memory=None if gpu_memory is None else tuple(gpu_memory),
     )
 
 
@@ -237,6 +266,22 @@ def _spread_bound(tasks: Sequence[Task], num_gpus: int, cost: Callable[[Task], f
     return bound
 
 
+def _share(demand: Demand, gpus: tuple[int, ...], totals: Sequence[int]) -> float:
+    return demand.units / totals[gpus[0]]
+
+
+def memory_lower_bound(tasks: Sequence[Task], gpu_memory: Sequence[int]) -> float:
+    """:func:`lower_bound` on GPUs sized in memory: each task's MiB-seconds spread over all
+    the machine's MiB."""
+    ordered = sorted(tasks, key=lambda task: task.arrival)
+    bound = max(task.arrival + task.duration for task in ordered)
+    capacity, remaining = sum(gpu_memory), 0.0
+    for task in reversed(ordered):
+        remaining += min_work(task, gpu_memory)
+        bound = max(bound, task.arrival + remaining / capacity)
+    return bound
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     """The nearest-rank ``q`` percentile (0 < q <= 100) of non-empty ``values``."""
     if not values:
@@ -249,10 +294,10 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 def class_stats(runs: Sequence[TaskRun]) -> tuple[ClassStats, ...]:
     """Wait statistics per demand class, smallest demands first."""
-    waits: dict[tuple[int, int], list[float]] = {}
-    labels: dict[tuple[int, int], str] = {}
+    waits: dict[tuple[int, int, int], list[float]] = {}
+    labels: dict[tuple[int, int, int], str] = {}
     for run in runs:
-        key = (run.task.count, run.task.units)
+        key = run.task.key
         waits.setdefault(key, []).append(run.wait)
         labels[key] = run.task.label
     return tuple(

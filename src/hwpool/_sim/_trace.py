@@ -3,11 +3,14 @@
 A task has ``arrival`` (seconds, >= 0), ``demand`` and ``duration`` (seconds, > 0), and an
 optional ``name``. The demand is one number read by a single rule: a number in (0, 1] is a
 fraction of one GPU (``1`` is one whole GPU), an integer >= 2 is a count of whole GPUs; anything
-else (0, negatives, 1.5) is an error. JSON Lines: one object per line, numbers as JSON numbers
-(``"0.5"`` is refused, as the API refuses a string). CSV: a header line naming the columns, in
-any order. In both, blank lines and lines starting with ``#`` are skipped, a UTF-8 byte order
-mark is ignored, and an unknown or repeated field is an error. What ``hwpool simulate --json``
-writes is a trace too (its tasks are read back; how they ran is ignored).
+else (0, negatives, 1.5) is an error. Instead of ``demand``, a task may give ``memory``: GPU
+memory on one GPU, as the API takes it (a JSON integer of MiB or a string such as ``"6GiB"``; in
+CSV, digits alone are MiB). Giving both is an error, as it is in ``acquire()``; an empty CSV
+cell or a JSON ``null`` counts as not given. JSON Lines: one object per line, numbers as JSON
+numbers (``"0.5"`` is refused, as the API refuses a string). CSV: a header line naming the
+columns, in any order. In both, blank lines and lines starting with ``#`` are skipped, a UTF-8
+byte order mark is ignored, and an unknown or repeated field is an error. What ``hwpool simulate
+--json`` writes is a trace too (its tasks are read back; how they ran is ignored).
 
 Parsing is all or nothing: the first bad line raises :class:`TraceError` naming the file, the
 line number and the field, before anything is simulated or printed.
@@ -24,7 +27,9 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from .._check import is_ascii_int
 from .._core._capacity import UNITS_PER_GPU, fraction_to_units
+from .._core._memory import format_mib, parse_memory
 from ._rows import TraceError, csv_rows, json_rows, lines, show
 
 __all__ = [
@@ -37,38 +42,57 @@ __all__ = [
     "parse_trace",
 ]
 
-REQUIRED = ("arrival", "demand", "duration")
+REQUIRED = ("arrival", "duration")
 MAX_SECONDS = 1e12
 """The largest arrival or duration, in seconds (about 31,700 years): it keeps every time and
 every sum of times the simulator computes finite and exact to well under a millisecond."""
 _CSV_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-EXAMPLE_TRACES = {"embedding": "embedding-service.jsonl", "batch": "bursty-batch.csv"}
+EXAMPLE_TRACES = {
+    "embedding": "embedding-service.jsonl",
+    "batch": "bursty-batch.csv",
+    "serving": "model-serving.jsonl",
+}
 """Bundled example traces: short name -> file under ``hwpool/traces``."""
 
 
 @dataclass(frozen=True, slots=True)
 class Task:
-    """One task of a workload: ``count`` GPUs with ``units`` each, for ``duration`` seconds."""
+    """One task of a workload: ``count`` GPUs with ``units`` each, for ``duration`` seconds.
+
+    A task that asks for memory has ``memory_mib`` (MiB on one GPU), ``count`` 1 and ``units``
+    0: what that is in capacity depends on the machine it runs on.
+    """
 
     name: str
     arrival: float
     count: int
     units: int
     duration: float
+    memory_mib: int | None = None
 
     @property
-    def demand(self) -> float | int:
-        """The demand as written in a trace: a fraction of one GPU, or a whole-GPU count >= 2."""
+    def demand(self) -> float | int | None:
+        """The demand as written in a trace: a fraction of one GPU, or a whole-GPU count >= 2;
+        None for a task that asks for memory."""
+        if self.memory_mib is not None:
+            return None
         return self.count if self.count > 1 else self.units / UNITS_PER_GPU
 
     @property
+    def key(self) -> tuple[int, int, int]:
+        """The demand class, as a sortable key: (count, units, memory in MiB or 0)."""
+        return self.count, self.units, self.memory_mib or 0
+
+    @property
     def gpu_seconds(self) -> float:
-        """The work in this task, in GPU-seconds."""
+        """The work in this task, in GPU-seconds (0 for a memory task: see the simulator)."""
         return self.count * self.units / UNITS_PER_GPU * self.duration
 
     @property
     def label(self) -> str:
         """The demand class this task belongs to, for tables and legends."""
+        if self.memory_mib is not None:
+            return format_mib(self.memory_mib)
         return f"{self.count} GPUs" if self.count > 1 else f"{self.demand:g} GPU"
 
 
@@ -175,8 +199,30 @@ def _task(row: Mapping[str, object], where: str, default_name: str, *, strict: b
         raise TraceError(f"{where}: field 'arrival' must be >= 0, got {show(row['arrival'])}")
     if duration <= 0:
         raise TraceError(f"{where}: field 'duration' must be > 0, got {show(row['duration'])}")
-    count, units = _demand(row["demand"], where, strict)
-    return Task(_name(row.get("name"), where, default_name), arrival, count, units, duration)
+    name = _name(row.get("name"), where, default_name)
+    memory = _memory(row.get("memory"), where, strict)
+    demand = row.get("demand")
+    if memory is not None:
+        if demand not in ("", None):
+            raise TraceError(f"{where}: give 'demand' or 'memory', not both")
+        return Task(name, arrival, 1, 0, duration, memory)
+    if demand in ("", None):
+        raise TraceError(f"{where}: field 'demand' is missing (or give 'memory')")
+    count, units = _demand(demand, where, strict)
+    return Task(name, arrival, count, units, duration)
+
+
+def _memory(value: object, where: str, strict: bool) -> int | None:
+    """MiB from a ``memory`` field: as the API reads it, plus CSV digits as MiB; None if absent."""
+    if value is None or value == "":
+        return None
+    text = value.strip() if isinstance(value, str) else ""
+    if not strict and is_ascii_int(text) and len(text) <= 20:
+        value = int(text)  # CSV has no numbers, only text: digits alone are MiB
+    try:
+        return parse_memory(value, "memory")
+    except (TypeError, ValueError) as exc:
+        raise TraceError(f"{where}: field {exc}") from None
 
 
 def _name(value: object, where: str, default: str) -> str:

@@ -82,6 +82,9 @@ async def _awaited(awaitable: Any) -> Any:
     return await awaitable
 
 
+_HARDWARE = (GPUSource.NVIDIA_SMI, GPUSource.NVML)
+
+
 def probe_node(count: int) -> tuple[NodeGPU, ...]:
     """The ``count`` GPUs Ray counts on this node, with device ids, UUIDs and memory.
 
@@ -94,7 +97,7 @@ def probe_node(count: int) -> tuple[NodeGPU, ...]:
     visible = os.environ.get(VISIBLE_VAR)
     entries = [e.strip() for e in visible.split(",")] if visible else []
     found = detect_gpus({"PATH": os.environ.get("PATH", "")})
-    smi = {g.device_id: g for g in found.gpus} if found.source is GPUSource.NVIDIA_SMI else {}
+    smi = {g.device_id: g for g in found.gpus} if found.source in _HARDWARE else {}
     by_uuid = {g.uuid: g for g in smi.values() if g.uuid}
     gpus = []
     for i in range(count):

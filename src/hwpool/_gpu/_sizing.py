@@ -1,0 +1,133 @@
+"""Pools sized in memory: what each GPU holds in MiB, and requests in MiB turned into demands.
+
+A memory-sized pool gives each GPU a capacity of its memory total, one unit per MiB
+(``GPUPool(memory=True)``: the detected totals; ``GPUPool(gpu_memory=["80GiB", "24GiB"])``:
+logical GPUs of those sizes). A request then gives ``memory=`` (an amount, see
+``hwpool._core._memory``) or a ``fraction`` of a GPU; on GPUs of one size a fraction is that
+share of their total, rounded up to whole MiB. On GPUs of different sizes a fraction would mean
+a different amount on each candidate GPU, which the core's best fit cannot weigh: it is refused
+there, with the sizes named (ask for ``memory=`` instead).
+
+Whole GPUs: ``acquire_full(n)`` takes ``n`` completely free GPUs where all GPUs have one size;
+on GPUs of different sizes it is refused for now (``hwpool._core._sized``). On a pool with
+MIG instances, ``n`` must be 1: a CUDA process can use one MIG instance only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .._check import check_bool, check_int
+from .._core._capacity import UNITS_PER_GPU, fraction_to_units
+from .._core._memory import format_mib, parse_memory
+from .._core._scheduler import Demand
+from .._core._sized import whole_units
+from .._host._detect import GPUInfo, detect_gpus
+
+__all__ = ["check_whole", "memory_demand", "sized_gpus", "sized_units"]
+
+
+def sized_gpus(num_gpus: object, memory: object, gpu_memory: object) -> tuple[GPUInfo, ...] | None:
+    """The GPUs of a memory-sized pool (each with ``memory_mib``), or None for a fraction pool.
+
+    TypeError for a wrong type or a conflicting combination; ValueError for a bad amount or,
+    with ``memory=True``, for a GPU whose memory detection did not find.
+    """
+    if check_bool("memory", memory) and gpu_memory is not None:
+        raise TypeError("give memory=True or gpu_memory=[...], not both")
+    if (memory or gpu_memory is not None) and num_gpus is not None:
+        what = "memory=True" if memory else "gpu_memory"
+        raise TypeError(f"give num_gpus or {what}, not both (num_gpus={num_gpus!r})")
+    if gpu_memory is not None:
+        return _logical(gpu_memory)
+    if memory:
+        return _detected()
+    return None
+
+
+def _logical(gpu_memory: object) -> tuple[GPUInfo, ...]:
+    if isinstance(gpu_memory, str | bytes) or not isinstance(gpu_memory, Sequence):
+        raise TypeError(
+            f"gpu_memory must be a list of amounts such as ['80GiB', '24GiB'], got {gpu_memory!r}"
+        )
+    if not gpu_memory:
+        raise ValueError("gpu_memory must name at least one GPU, got []")
+    sizes = [parse_memory(amount, f"gpu_memory[{i}]") for i, amount in enumerate(gpu_memory)]
+    return tuple(GPUInfo(i, str(i), memory_mib=mib) for i, mib in enumerate(sizes))
+
+
+def _detected() -> tuple[GPUInfo, ...]:
+    found = detect_gpus(describe=True)
+    unknown = [gpu.index for gpu in found.gpus if gpu.memory_mib is None]
+    if unknown or not found.gpus:
+        raise ValueError(
+            f"memory=True needs every GPU's memory, but detection ({found.detail}) found "
+            f"none for GPU(s) {unknown or [0]}; give the sizes with gpu_memory=[...], or "
+            "install the nvml extra (pip install 'hwpool[nvml]')"
+        )
+    return found.gpus
+
+
+def totals_of(gpus: tuple[GPUInfo, ...]) -> tuple[int, ...]:
+    """Each GPU's capacity in a memory-sized pool: its memory in MiB."""
+    return tuple(gpu.memory_mib or 0 for gpu in gpus)
+
+
+def memory_demand(totals: tuple[int, ...] | None, fraction: object, memory: object) -> Demand:
+    """The one-GPU demand for ``fraction`` or ``memory`` (at most one given) on a pool.
+
+    ``totals`` is None for a fraction pool. On a memory-sized pool, a fraction of 1 (or
+    nothing given) is one whole GPU. TypeError for both given or a wrong type, ValueError
+    for memory on a fraction pool, an amount larger than every GPU, or a fraction (a whole GPU
+    included, for now) on GPUs of different sizes.
+    """
+    if fraction is not None and memory is not None:
+        raise TypeError(f"give fraction or memory, not both (fraction={fraction!r}, "
+                        f"memory={memory!r})")  # fmt: skip
+    if totals is None:
+        if memory is not None:
+            raise ValueError(
+                f"memory={memory!r}: this pool shares fractions of a GPU; a pool sized in "
+                "memory is GPUPool(memory=True) or GPUPool(gpu_memory=[...])"
+            )
+        return Demand(1, fraction_to_units(1.0 if fraction is None else fraction))
+    if memory is None and fraction_to_units(1.0 if fraction is None else fraction) == UNITS_PER_GPU:
+        return Demand(1, whole_units(totals, f"fraction={fraction!r}"))
+    return Demand(1, sized_units(totals, fraction, memory, None))
+
+
+def sized_units(totals: tuple[int, ...], fraction: object, memory: object, gpu: int | None) -> int:
+    """MiB for ``memory``, or for ``fraction`` of GPU ``gpu``'s total (``gpu`` None: of the
+    one size all GPUs have; ValueError where they differ)."""
+    if memory is not None:
+        mib = parse_memory(memory, "memory")
+        largest = max(totals)
+        if mib > largest:
+            raise ValueError(
+                f"memory={memory!r} ({mib} MiB) is more than the largest GPU of this pool "
+                f"({format_mib(largest)}, {largest} MiB): it could never be granted"
+            )
+        return mib
+    units = fraction_to_units(1.0 if fraction is None else fraction)
+    if gpu is not None:
+        total = totals[gpu]
+    elif len(set(totals)) == 1:
+        total = totals[0]
+    else:
+        sizes = ", ".join(format_mib(t) for t in sorted(set(totals), reverse=True))
+        raise ValueError(
+            f"fraction={fraction!r} on GPUs of different sizes ({sizes}) would mean a different "
+            "amount on each; ask for memory=... instead"
+        )
+    return max(1, -(-units * total // UNITS_PER_GPU))
+
+
+def check_whole(gpus: tuple[GPUInfo, ...], count: object) -> int:
+    """``count`` whole GPUs, validated: 1..num_gpus, and 1 where the pool has MIG instances."""
+    number = check_int("count", count, minimum=1, maximum=len(gpus), maximum_name="num_gpus")
+    if number > 1 and any(gpu.is_mig for gpu in gpus):
+        raise ValueError(
+            f"count={number}: this pool's GPUs include MIG instances, and a CUDA process can "
+            "use only one MIG instance; ask for one GPU at a time"
+        )
+    return number

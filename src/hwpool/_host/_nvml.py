@@ -1,0 +1,108 @@
+"""GPUs as NVML reports them, through ``nvidia-ml-py`` (``import pynvml``), when installed.
+
+NVML is the library nvidia-smi itself uses: it gives exact memory totals, MIG instances and
+UUIDs in-process, without a subprocess. It is optional (``pip install 'hwpool[nvml]'``); when
+it is missing or fails (no driver, a container without the library), detection falls back to
+nvidia-smi and says why. A MIG-enabled GPU is replaced by its MIG instances, as in CUDA.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import threading
+from dataclasses import replace
+from types import ModuleType
+from typing import Any
+
+from ._devices import GPUInfo
+
+__all__ = ["query_nvml"]
+
+_MIB = 2**20
+_MIG_ENABLED = 1  # NVML_DEVICE_MIG_ENABLE
+
+_lock = threading.Lock()
+_answers: dict[int, tuple[ModuleType, tuple[GPUInfo, ...] | None, str]] = {}
+
+
+def query_nvml() -> tuple[tuple[GPUInfo, ...] | None, str]:
+    """The devices NVML lists (None when NVML is missing or failed) and what happened.
+
+    Cached per process for each ``pynvml`` module object (a fake one in tests is asked anew).
+    """
+    try:
+        nvml = importlib.import_module("pynvml")
+    except ImportError:
+        return None, "NVML not used (pynvml not installed: pip install 'hwpool[nvml]')"
+    with _lock:
+        cached = _answers.get(id(nvml))
+        if cached is None or cached[0] is not nvml:
+            cached = (nvml, *_ask(nvml))
+            _answers[id(nvml)] = cached
+    return cached[1], cached[2]
+
+
+def _ask(nvml: Any) -> tuple[tuple[GPUInfo, ...] | None, str]:
+    try:
+        nvml.nvmlInit()
+    except Exception as exc:  # any failure of an optional library falls back to nvidia-smi
+        return None, f"NVML failed at init ({_why(exc)})"
+    try:
+        count, devices = _devices(nvml)
+    except Exception as exc:
+        return None, f"NVML failed ({_why(exc)})"
+    finally:
+        with contextlib.suppress(Exception):  # nothing to undo: the answer stands
+            nvml.nvmlShutdown()
+    migs = sum(d.is_mig for d in devices)
+    parents = len({d.parent for d in devices if d.parent})
+    outcome = f"NVML listed {count} GPU{'s' if count != 1 else ''}"
+    return devices, outcome + (f", {migs} MIG instances on {parents} of them" if migs else "")
+
+
+def _why(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def _devices(nvml: Any) -> tuple[int, tuple[GPUInfo, ...]]:
+    """How many physical GPUs NVML counts, and the devices: MIG instances in their place."""
+    devices: list[GPUInfo] = []
+    count = int(nvml.nvmlDeviceGetCount())
+    for i in range(count):
+        handle = nvml.nvmlDeviceGetHandleByIndex(i)
+        gpu = _info(nvml, handle, str(i), None)
+        migs = [_info(nvml, h, "", gpu.uuid) for h in _mig_handles(nvml, handle)]
+        devices += [
+            replace(device, index=len(devices) + j) for j, device in enumerate(migs or [gpu])
+        ]
+    return count, tuple(devices)
+
+
+def _info(nvml: Any, handle: object, index: str, parent: str | None) -> GPUInfo:
+    uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+    name = _text(nvml.nvmlDeviceGetName(handle))
+    memory = int(nvml.nvmlDeviceGetMemoryInfo(handle).total) // _MIB
+    return GPUInfo(0, index or uuid, uuid, memory, name, parent)
+
+
+def _mig_handles(nvml: Any, handle: object) -> list[object]:
+    """The MIG instances on ``handle``: none where MIG is off or not supported."""
+    try:
+        current, _pending = nvml.nvmlDeviceGetMigMode(handle)
+    except Exception:  # NVMLError_NotSupported on GPUs without MIG
+        return []
+    if current != _MIG_ENABLED:
+        return []
+    handles = []
+    for slot in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
+        try:
+            handles.append(nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot))
+        except Exception:  # NVMLError_NotFound: an empty slot
+            continue
+    return handles
+
+
+def _text(value: object) -> str:
+    """NVML strings are ``bytes`` in older nvidia-ml-py releases and ``str`` in newer ones."""
+    return value.decode() if isinstance(value, bytes) else str(value)

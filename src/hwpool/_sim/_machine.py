@@ -1,0 +1,62 @@
+"""The machine a simulation runs on: GPUs shared in fractions, or GPUs sized in memory.
+
+On a machine sized in memory (``simulate --gpu-memory 80GiB,24GiB``) each GPU's capacity is its
+memory in MiB, as in ``GPUPool(gpu_memory=...)``: a task's ``memory`` is that many units on one
+GPU; a whole-GPU task, or a fraction, is a share of the one size all GPUs have (refused where
+they differ, as the pool refuses them: see ``hwpool._core._sized``). Work is
+counted in MiB-seconds against the machine's total memory, so utilisation and the lower bound
+mean the same as on a fraction machine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .._core._capacity import UNITS_PER_GPU
+from .._core._memory import format_mib
+from .._core._scheduler import Demand
+from .._core._sized import whole_units
+from ._trace import Task
+
+__all__ = ["min_work", "run_work", "task_demand"]
+
+
+def task_demand(task: Task, totals: Sequence[int] | None) -> Demand:
+    """What ``task`` asks of the core on this machine (``totals`` None: fractions).
+
+    Raises ValueError naming the task for a memory task on a fraction machine, an amount
+    larger than every GPU, or a fraction below 1 on GPUs of different sizes.
+    """
+    if totals is None:
+        if task.memory_mib is not None:
+            raise ValueError(
+                f"task {task.name!r} asks for memory ({format_mib(task.memory_mib)}): describe "
+                "the GPUs' memory (--gpu-memory 80GiB,24GiB)"
+            )
+        return Demand(task.count, task.units)
+    if task.memory_mib is not None:
+        if task.memory_mib > max(totals):
+            raise ValueError(
+                f"task {task.name!r} asks for {format_mib(task.memory_mib)}, more than the "
+                f"largest GPU ({format_mib(max(totals))})"
+            )
+        return Demand(1, task.memory_mib)
+    if task.units == UNITS_PER_GPU:
+        return Demand(task.count, whole_units(totals, f"task {task.name!r}"))
+    if len(set(totals)) > 1:
+        raise ValueError(
+            f"task {task.name!r} asks for {task.demand:g} of a GPU, which means a different "
+            "amount on GPUs of different sizes: give it a 'memory' instead"
+        )
+    return Demand(1, max(1, -(-task.units * totals[0] // UNITS_PER_GPU)))
+
+
+def run_work(task: Task, gpus: Sequence[int], totals: Sequence[int]) -> float:
+    """The MiB-seconds ``task`` held, run on ``gpus``."""
+    return task_demand(task, totals).units * len(gpus) * task.duration
+
+
+def min_work(task: Task, totals: Sequence[int]) -> float:
+    """The MiB-seconds ``task`` holds wherever it runs."""
+    demand = task_demand(task, totals)
+    return demand.units * demand.count * task.duration

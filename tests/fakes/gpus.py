@@ -1,0 +1,142 @@
+"""Fake GPU machines for detection tests: a ``nvidia-smi`` script and a ``pynvml`` module.
+
+A machine is a list of :class:`FakeGPU`; both fakes describe the same machine, so a test can
+check that NVML and nvidia-smi agree (apart from what nvidia-smi cannot know exactly: the
+memory of a MIG instance, which it reads from the profile name).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class FakeMIG:
+    uuid: str
+    profile: str
+    memory_mib: int
+
+
+@dataclass(frozen=True)
+class FakeGPU:
+    uuid: str
+    name: str
+    memory_mib: int
+    migs: list[FakeMIG | None] | None = field(default=None)
+    """None: no MIG support; []: MIG-capable, disabled; None entries: empty NVML slots."""
+
+
+A100 = FakeGPU("GPU-a100aaaa-0000-0000-0000-000000000000", "NVIDIA A100-SXM4-80GB", 81920, [])
+RTX = FakeGPU("GPU-4090bbbb-0000-0000-0000-000000000000", "NVIDIA GeForce RTX 4090", 24564)
+H100_MIG = FakeGPU(
+    "GPU-h100cccc-0000-0000-0000-000000000000",
+    "NVIDIA H100 80GB HBM3",
+    81559,
+    [
+        FakeMIG("MIG-11111111-aaaa-5b67-8d8e-000000000000", "3g.40gb", 40448),
+        None,  # an empty slot between instances
+        FakeMIG("MIG-22222222-bbbb-5b67-8d8e-000000000000", "2g.20gb", 20096),
+        FakeMIG("MIG-33333333-cccc-5b67-8d8e-000000000000", "1g.10gb", 9856),
+    ],
+)
+
+
+def smi_script(machine: list[FakeGPU], *, log: str | None = None) -> str:
+    """The body of a fake ``nvidia-smi`` for ``machine``: the CSV query and ``-L``.
+
+    ``log``: a file each call appends its arguments to.
+    """
+    query = "".join(f"{i}, {g.uuid}, {g.name}, {g.memory_mib}\n" for i, g in enumerate(machine))
+    listing = ""
+    for i, gpu in enumerate(machine):
+        listing += f"GPU {i}: {gpu.name} (UUID: {gpu.uuid})\n"
+        migs = [m for m in gpu.migs or [] if m is not None]
+        for j, mig in enumerate(migs):
+            listing += f"  MIG {mig.profile:<11} Device {j:>2}: (UUID: {mig.uuid})\n"
+    logging = f'echo "$@" >> {log}\n' if log else ""
+    return (
+        f'{logging}case "$1" in\n'
+        f"  -L) cat <<'EOF'\n{listing}EOF\n  ;;\n"
+        f"  --query-gpu=*) cat <<'EOF'\n{query}EOF\n  ;;\n"
+        "  *) exit 2 ;;\nesac\n"
+    )
+
+
+def nvml_module(machine: list[FakeGPU], *, fail_init: str | None = None) -> str:
+    """The source of a fake ``pynvml`` for ``machine``; ``fail_init``: nvmlInit raises that."""
+    data = json.dumps([asdict(g) for g in machine])
+    return f'''"""A fake pynvml (nvidia-ml-py) for tests."""
+import json
+
+MACHINE = json.loads({data!r})
+FAIL_INIT = {fail_init!r}
+NVML_DEVICE_MIG_ENABLE = 1
+calls = []
+
+
+class NVMLError(Exception):
+    pass
+
+
+class NVMLError_NotSupported(NVMLError):
+    pass
+
+
+class NVMLError_NotFound(NVMLError):
+    pass
+
+
+class _Memory:
+    def __init__(self, mib):
+        self.total = mib * 2**20 + 4096  # not a whole MiB: floored
+        self.used = 0
+        self.free = self.total
+
+
+def nvmlInit():
+    calls.append("init")
+    if FAIL_INIT:
+        raise NVMLError(FAIL_INIT)
+
+
+def nvmlShutdown():
+    calls.append("shutdown")
+
+
+def nvmlDeviceGetCount():
+    return len(MACHINE)
+
+
+def nvmlDeviceGetHandleByIndex(i):
+    return MACHINE[i]
+
+
+def nvmlDeviceGetUUID(h):
+    return h["uuid"].encode()  # bytes, as older releases return
+
+
+def nvmlDeviceGetName(h):
+    return h.get("name") or "MIG " + h["profile"]
+
+
+def nvmlDeviceGetMemoryInfo(h):
+    return _Memory(h["memory_mib"])
+
+
+def nvmlDeviceGetMigMode(h):
+    if h.get("migs") is None:
+        raise NVMLError_NotSupported("Not Supported")
+    return (1 if h["migs"] else 0, 0)
+
+
+def nvmlDeviceGetMaxMigDeviceCount(h):
+    return 7
+
+
+def nvmlDeviceGetMigDeviceHandleByIndex(h, i):
+    migs = h["migs"]
+    if i >= len(migs) or migs[i] is None:
+        raise NVMLError_NotFound("Not Found")
+    return migs[i]
+'''

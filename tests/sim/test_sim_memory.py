@@ -1,0 +1,108 @@
+"""Simulating GPUs sized in memory: the shipped serving trace on 80 GiB + 24 GiB, every policy."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from hwpool._cli._report import outcomes_json
+from hwpool._sim._simulate import POLICIES, simulate
+from hwpool._sim._trace import load_trace, parse_trace
+
+MACHINE = (80 * 1024, 24 * 1024)
+
+
+def held_at_once(runs, gpu: int, totals) -> int:  # type: ignore[no-untyped-def]
+    """The most MiB held on ``gpu`` at any instant (ends before starts at one instant)."""
+    events = []
+    for run in runs:
+        if gpu in run.gpus:
+            amount = run.task.memory_mib
+            events += [(run.start, 1, amount), (run.end, 0, -amount)]
+    level = peak = 0
+    for _, _, change in sorted(events):
+        level += change
+        peak = max(peak, level)
+    return peak
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_every_policy_runs_the_serving_trace_within_each_gpus_memory(policy: str) -> None:
+    tasks = load_trace("serving")
+    result = simulate(tasks, 2, policy, gpu_memory=MACHINE)
+    assert len(result.runs) == len(tasks) and result.gpu_memory == MACHINE
+    for gpu in (0, 1):
+        assert held_at_once(result.runs, gpu, MACHINE) <= MACHINE[gpu]
+    for run in result.runs:
+        if run.task.memory_mib == 44 * 1024:
+            assert run.gpus == (0,)  # 44 GiB fits the large card only
+    assert 0 < result.utilization <= result.best_utilization <= 1
+    assert result.makespan >= result.lower_bound
+    labels = [c.label for c in result.classes]
+    assert labels == ["2GiB", "6GiB", "16GiB", "24GiB", "44GiB"]
+
+
+def test_memory_tasks_need_a_machine_sized_in_memory() -> None:
+    tasks = load_trace("serving")
+    with pytest.raises(ValueError, match=r"asks for memory \(6GiB\): describe the GPUs' memory"):
+        simulate(tasks, 2)
+    with pytest.raises(ValueError, match="more than the largest GPU"):
+        simulate(tasks, 2, gpu_memory=(24 * 1024, 24 * 1024))
+    with pytest.raises(ValueError, match="gpu_memory lists 2 GPUs but num_gpus=3"):
+        simulate(tasks, 3, gpu_memory=MACHINE)
+
+
+def test_fractions_on_one_size_and_refused_on_mixed_sizes() -> None:
+    tasks = parse_trace('{"arrival": 0, "demand": 0.5, "duration": 1}\n', fmt="jsonl")
+    same = simulate(tasks, 2, gpu_memory=(81920, 81920))
+    assert same.runs[0].share == 0.5
+    with pytest.raises(ValueError, match="give it a 'memory' instead"):
+        simulate(tasks, 2, gpu_memory=MACHINE)
+    whole = parse_trace('{"arrival": 0, "demand": 2, "duration": 1}\n', fmt="jsonl")
+    assert simulate(whole, 2, gpu_memory=(81920, 81920)).runs[0].gpus == (0, 1)
+    with pytest.raises(ValueError, match="whole GPUs on GPUs of different sizes"):
+        simulate(whole, 2, gpu_memory=MACHINE)
+
+
+def test_json_output_reads_back_with_its_memory() -> None:
+    tasks = load_trace("serving")
+    doc = outcomes_json([simulate(tasks, 2, gpu_memory=MACHINE)])
+    assert doc["gpu_memory"] == list(MACHINE)
+    again = parse_trace(json.dumps(doc), fmt="jsonl")
+    assert sorted((t.name, t.memory_mib, t.count) for t in again) == sorted(
+        (t.name, t.memory_mib, t.count) for t in tasks
+    )
+
+
+def _hwpool(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "hwpool", *args], capture_output=True, text=True, timeout=60,
+        check=False,
+    )  # fmt: skip
+
+
+def test_the_command_compares_policies_on_a_mixed_machine() -> None:
+    proc = _hwpool("simulate", "serving", "--gpu-memory", "80GiB,24GiB", "--policy", "all")
+    assert proc.returncode == 0, proc.stderr
+    first = proc.stdout.splitlines()[0]
+    assert first.startswith("serving: ") and first.endswith(
+        "on 2 GPUs (80GiB + 24GiB) (virtual time)"
+    )
+    assert "44GiB x6" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "what"),
+    [
+        (["--gpu-memory", "80GiB,6 gigs"], "GPU 1's memory must be an int of MiB"),
+        (["--gpu-memory", "80GiB", "--gpus", "2"], "give --gpus or --gpu-memory, not both"),
+        (["--gpus", "2"], "asks for memory (6GiB)"),
+    ],
+)
+def test_bad_machines_are_one_line_errors(args: list[str], what: str) -> None:
+    proc = _hwpool("simulate", "serving", *args)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert what in proc.stderr and "Traceback" not in proc.stderr
