@@ -14,6 +14,7 @@ from fakes.gpus import A100, H100_MIG, RTX, smi_script
 from hostserver import MakePool
 from hwpool import GPUInfo, GPUPool, WouldBlock
 from hwpool._backends._local import LocalBackend
+from hwpool._core._scheduler import Demand, Grant
 
 GIB = 1024
 MIXED = ["80GiB", "24GiB"]
@@ -116,14 +117,160 @@ def test_whole_gpus_of_one_size() -> None:
     assert pool.snapshot().free_mib == (24 * GIB, 24 * GIB)
 
 
-def test_whole_gpus_of_different_sizes_are_refused_for_now() -> None:
+def test_whole_gpus_of_different_sizes_need_completely_free_gpus() -> None:
     pool = GPUPool(gpu_memory=MIXED)
-    for call in (pool.acquire_nowait, lambda: pool.acquire_full_nowait(1), pool.lease):
-        with pytest.raises(
-            ValueError, match=r"whole GPUs on GPUs of different sizes \(80GiB, 24GiB\)"
-        ):
-            call()
+    assert pool.acquire_nowait() == 1  # one whole GPU: the smallest completely free one
+    assert pool.acquire_nowait(1.0) == 0
+    assert pool.snapshot().free_mib == (0, 0)
+    pool.release(1)
+    pool.release(0, 1.0)
+    assert pool.acquire_full_nowait(2) == [0, 1]
+    snap = pool.snapshot()
+    assert snap.free_mib == (0, 0) and snap.free == (0.0, 0.0) and snap.granted == 3
+    with pytest.raises(ValueError, match="hold no grant of 12288 MiB on GPU 1"):
+        pool.release(1, memory="12GiB")
+    pool.release(1, memory="24GiB")  # each part of a whole grant is its GPU's total
+    assert pool.snapshot().free_mib == (0, 24 * GIB)
+    assert pool.acquire_nowait(memory="6GiB") == 1
+    with pytest.raises(WouldBlock, match="no GPU can take 2 whole GPU"):
+        pool.acquire_full_nowait(2)
+    pool.release(0)
+    with pytest.raises(ValueError, match="hold no grant of 81920 MiB on GPU 0"):
+        pool.release(0)  # released already
+    assert pool.acquire_full_nowait(1) == [0]  # the 24 GiB card is not completely free
+    with pytest.raises(WouldBlock, match="no GPU can take 1 whole GPU"):
+        pool.acquire_full_nowait(1)
+    pool.release(1, memory="6GiB")
+    pool.release(0)
+    snap = pool.snapshot()
+    assert snap.free_mib == (80 * GIB, 24 * GIB) and snap.granted == snap.released == 5
+
+
+def test_whole_gpus_of_different_sizes_bad_counts_change_nothing() -> None:
+    pool = GPUPool(gpu_memory=MIXED)
+    with pytest.raises(ValueError, match="count must be between 1 and num_gpus=2"):
+        pool.acquire_full_nowait(3)
+    with pytest.raises(ValueError, match="count must be between 1 and num_gpus=2"):
+        pool.lease_full(0)
+    with pytest.raises(TypeError, match="count must be an int"):
+        pool.acquire_full_nowait(1.0)  # type: ignore[arg-type]
     assert pool.snapshot().free_mib == (80 * GIB, 24 * GIB)
+
+
+def test_a_whole_gpu_waiter_on_different_sizes_reserves_both() -> None:
+    pool = GPUPool(gpu_memory=MIXED)
+
+    async def main() -> None:
+        assert await pool.acquire(memory="1GiB") == 1
+        both = asyncio.create_task(pool.acquire_full(2))
+        await asyncio.sleep(0)
+        (entry,) = pool.snapshot().waiting
+        assert entry.count == 2 and entry.fraction == 1.0 and entry.reserved == (0, 1)
+        with pytest.raises(WouldBlock):  # the 80 GiB card is free but reserved
+            pool.acquire_nowait(memory="1GiB")
+        pool.release(1, memory="1GiB")
+        assert await asyncio.wait_for(both, 5) == [0, 1]
+        pool.release(0)
+        pool.release(1)
+
+    asyncio.run(main())
+    assert pool.snapshot().free_mib == (80 * GIB, 24 * GIB)
+
+
+def test_whole_gpu_waiters_on_different_sizes_are_granted_cancelled_and_time_out() -> None:
+    pool = GPUPool(gpu_memory=MIXED)
+
+    async def main() -> None:
+        first = await pool.acquire(memory="1GiB")
+        assert first == 1
+        both = asyncio.create_task(pool.acquire_full(2))
+        lease = pool.lease_full(2)
+        leased = asyncio.create_task(lease.__aenter__())
+        await asyncio.sleep(0)
+        assert [w.count for w in pool.snapshot().waiting] == [2, 2]
+        with pytest.raises(TimeoutError):
+            await pool.acquire_full(1, timeout=0.01)  # the 80 GiB card is reserved
+        pool.release(1, memory="1GiB")
+        assert await asyncio.wait_for(both, 5) == [0, 1]
+        assert pool.snapshot().free_mib == (0, 0)
+        leased.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await leased
+        pool.release(0)
+        pool.release(1)
+        async with pool.lease_full(2) as gpus:
+            assert gpus == [0, 1] and pool.snapshot().free_mib == (0, 0)
+
+    asyncio.run(main())
+    snap = pool.snapshot()
+    assert snap.free_mib == (80 * GIB, 24 * GIB) and snap.waiting == ()
+    assert (snap.cancelled, snap.timed_out) == (1, 1)
+
+
+def test_whole_gpus_of_different_sizes_blocking() -> None:
+    pool = GPUPool(gpu_memory=MIXED)
+    pool.acquire_nowait(memory="70GiB")
+    got: list[list[int]] = []
+    thread = threading.Thread(target=lambda: got.append(pool.acquire_full_blocking(2)))
+    thread.start()
+    while not pool.snapshot().waiting:  # bounded by the test timeout; no sleep stands in
+        thread.join(0.01)
+    with pytest.raises(TimeoutError):
+        pool.acquire_full_blocking(1, timeout=0.01)  # both GPUs reserved by the waiter
+    pool.release(0, memory="70GiB")
+    thread.join(10)
+    assert got == [[0, 1]]
+    pool.release(0)
+    pool.release(1)
+    assert pool.snapshot().free_mib == (80 * GIB, 24 * GIB)
+
+
+def test_a_whole_lease_on_different_sizes() -> None:
+    pool = GPUPool(gpu_memory=MIXED)
+    lease = pool.lease_full(2)
+    with lease as gpus:
+        assert gpus == [0, 1] and lease.fraction == 1.0 and lease.memory_mib == 104 * GIB
+        assert pool.snapshot().free_mib == (0, 0)
+    one = pool.lease()
+    with one as gpus:
+        assert gpus == [1] and one.fraction == 1.0 and one.memory_mib == 24 * GIB
+    assert pool.snapshot().free_mib == (80 * GIB, 24 * GIB)
+
+
+@given(
+    sizes=st.lists(st.integers(1, 200_000), min_size=2, max_size=4),
+    steps=st.lists(st.tuples(st.integers(0, 2), st.integers(1, 200_000)), max_size=40),
+)
+@settings(max_examples=60)
+def test_whole_and_memory_grants_on_random_sizes_conserve_memory(
+    sizes: list[int], steps: list[tuple[int, int]]
+) -> None:
+    pool = GPUPool(gpu_memory=sizes)
+    held: list[tuple[int, int | None]] = []  # (gpu, MiB) or (gpu, None): a whole GPU
+    for kind, amount in steps:
+        if kind == 2 and held:
+            gpu, size = held.pop(amount % len(held))
+            pool.release(gpu) if size is None else pool.release(gpu, memory=size)
+        elif kind == 1:
+            count = 1 + amount % len(sizes)
+            idle = [g for g, f in enumerate(pool.snapshot().free_mib or ()) if f == sizes[g]]
+            try:
+                gpus = pool.acquire_full_nowait(count)
+            except WouldBlock:
+                assert len(idle) < count
+                continue
+            assert set(gpus) <= set(idle) and len(gpus) == count
+            held += [(g, None) for g in gpus]
+        elif amount <= max(sizes):
+            try:
+                held.append((pool.acquire_nowait(memory=amount), amount))
+            except WouldBlock:
+                assert all(f < amount for f in pool.snapshot().free_mib or ())
+        used = [
+            sum(sizes[g] if a is None else a for g, a in held if g == gpu)
+            for gpu in range(len(sizes))
+        ]
+        assert pool.snapshot().free_mib == tuple(s - u for s, u in zip(sizes, used, strict=True))
 
 
 def test_leases_in_memory() -> None:
@@ -264,3 +411,23 @@ def test_held_plus_free_is_each_gpus_memory(
         used = [sum(a for g, a in held if g == gpu) for gpu in range(len(sizes))]
         snap = pool.snapshot()
         assert snap.free_mib == tuple(s - u for s, u in zip(sizes, used, strict=True))
+
+
+def test_the_backend_releases_a_whole_grant_of_different_sizes_by_parts() -> None:
+    backend = LocalBackend((GPUInfo(0, "0"), GPUInfo(1, "1")), totals=(80 * GIB, 24 * GIB))
+    grant = backend.acquire_now(Demand(2, 80 * GIB, whole=True))
+    assert grant is not None and grant.gpus == (0, 1) and grant.units == 0
+    with pytest.raises(ValueError, match="is not held under grant"):
+        backend.release(Grant(grant.ticket, (1,), 12 * GIB))  # not what GPU 1 holds
+    assert backend.snapshot().free_mib == (0, 0)
+    backend.release(Grant(grant.ticket, (1,), 24 * GIB))
+    assert backend.snapshot().free_mib == (0, 24 * GIB)
+    backend.release(Grant(grant.ticket, (0,), 0))  # the rest, as the grant names it
+    assert backend.snapshot().free_mib == (80 * GIB, 24 * GIB)
+    again = backend.acquire_now(Demand(2, 80 * GIB, whole=True))
+    assert again is not None
+    backend.release(again)
+    with pytest.raises(ValueError, match=r"\(whole GPU\(s\) \[0, 1\]\) is not held"):
+        backend.release(again)
+    snap = backend.snapshot()
+    assert snap.free_mib == (80 * GIB, 24 * GIB) and snap.released == snap.granted == 2

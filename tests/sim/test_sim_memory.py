@@ -63,8 +63,46 @@ def test_fractions_on_one_size_and_refused_on_mixed_sizes() -> None:
         simulate(tasks, 2, gpu_memory=MACHINE)
     whole = parse_trace('{"arrival": 0, "demand": 2, "duration": 1}\n', fmt="jsonl")
     assert simulate(whole, 2, gpu_memory=(81920, 81920)).runs[0].gpus == (0, 1)
-    with pytest.raises(ValueError, match="whole GPUs on GPUs of different sizes"):
-        simulate(whole, 2, gpu_memory=MACHINE)
+
+
+MIXED_TRACE = """\
+{"name": "big", "arrival": 0, "memory": "70GiB", "duration": 4}
+{"name": "one", "arrival": 1, "demand": 1, "duration": 2}
+{"name": "both", "arrival": 2, "demand": 2, "duration": 3}
+{"name": "small", "arrival": 3, "memory": "6GiB", "duration": 1}
+{"name": "one", "arrival": 9, "demand": 1, "duration": 1}
+"""
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_whole_gpu_tasks_take_completely_free_gpus_of_any_size(policy: str) -> None:
+    tasks = parse_trace(MIXED_TRACE, fmt="jsonl")
+    result = simulate(tasks, 2, policy, gpu_memory=MACHINE)
+    runs = {(run.task.name, run.task.arrival): run for run in result.runs}
+    assert runs["one", 1].gpus == (1,)  # the 24 GiB card is completely free at once
+    assert runs["one", 1].start == 1 and runs["one", 1].share == 1.0
+    both = runs["both", 2]
+    assert both.gpus == (0, 1) and both.share == 1.0
+    assert both.start >= 4  # needs the 80 GiB card completely free: after "big"
+    for run in result.runs:  # nothing shares a GPU with a whole-GPU task
+        if run.task.memory_mib is None:
+            for other in result.runs:
+                if other is not run and set(other.gpus) & set(run.gpus):
+                    assert other.end <= run.start or other.start >= run.end
+    if policy == "hwpool":  # best fit: the smallest completely free GPU
+        assert runs["one", 9].gpus == (1,)
+    assert 0 < result.utilization <= result.best_utilization <= 1
+    assert result.makespan >= result.lower_bound
+
+
+def test_whole_gpu_work_counts_each_gpus_total() -> None:
+    tasks = parse_trace('{"arrival": 0, "demand": 2, "duration": 1}\n', fmt="jsonl")
+    result = simulate(tasks, 2, gpu_memory=MACHINE)
+    assert result.runs[0].gpus == (0, 1)
+    assert result.utilization == pytest.approx(1.0)
+    too_many = parse_trace('{"arrival": 0, "demand": 3, "duration": 1}\n', fmt="jsonl")
+    with pytest.raises(ValueError, match="needs 3 GPUs but gpus=2"):
+        simulate(too_many, 2, gpu_memory=MACHINE)
 
 
 def test_json_output_reads_back_with_its_memory() -> None:

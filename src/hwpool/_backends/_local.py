@@ -34,7 +34,6 @@ from typing import NamedTuple
 from .._core._capacity import units_to_fraction
 from .._core._scheduler import Demand, Grant, Scheduler
 from .._core._scheduler import Waiter as CoreWaiter
-from .._core._sized import sized_scheduler
 from .._errors import PoolClosedError
 from .._host._detect import GPUInfo
 from ._base import PoolSnapshot, WaiterSnapshot
@@ -65,7 +64,7 @@ class LocalBackend:
     def __init__(self, gpus: Sequence[GPUInfo], totals: Sequence[int] | None = None) -> None:
         self._gpus = tuple(gpus)
         self._sized = totals is not None
-        self._core = Scheduler(len(self._gpus)) if totals is None else sized_scheduler(totals)
+        self._core = Scheduler(len(self._gpus)) if totals is None else Scheduler(tuple(totals))
         self._totals = (
             (self._core.units_per_gpu,) * len(self._gpus) if totals is None else tuple(totals)
         )
@@ -192,7 +191,7 @@ class LocalBackend:
                     self._drain()
                 self._released += 1
                 gpus = held.gpus
-                if len(gpus) == 1:
+                if len(gpus) == 1 and held.units:
                     grants = self._core.release(gpus[0], held.units)
                 else:
                     grants = self._release_in_core(held)
@@ -214,21 +213,22 @@ class LocalBackend:
             self._owner = get_ident()
             held = self._live.get(part.ticket)
             rest = () if held is None else tuple(g for g in held.gpus if g not in part.gpus)
+            each = {} if held is None else dict(self._core.held(held))
             if (
                 held is None
-                or part.units != held.units
+                or any(part.units not in (held.units, each.get(g)) for g in part.gpus)
                 or len(set(part.gpus)) != len(part.gpus)
                 or len(rest) + len(part.gpus) != len(held.gpus)
             ):
                 raise ValueError(f"{_describe(part)} is not held under grant {part.ticket}")
             if self._returns or self._dirty:
                 self._drain()
-            if rest:
-                self._live[part.ticket] = Grant(part.ticket, rest, part.units)
+            if rest:  # a whole-GPU grant of mixed sizes keeps units 0 (see Scheduler.held)
+                self._live[part.ticket] = Grant(part.ticket, rest, held.units)
             else:
                 del self._live[part.ticket]
                 self._released += 1
-            self._collect(self._release_in_core(part))
+            self._collect(self._core.release_many([(g, each[g]) for g in part.gpus]))
         self._settle()
 
     def _abandon(self, waiter: Waiter, reason: _Reason) -> None:
@@ -273,7 +273,7 @@ class LocalBackend:
             item = returns.popleft()
             if type(item) is not Grant:
                 grants = self._give_up(*item)
-            elif len(item.gpus) == 1:
+            elif len(item.gpus) == 1 and item.units:
                 self._released += 1
                 grants = core.release(item.gpus[0], item.units)
             else:
@@ -283,9 +283,9 @@ class LocalBackend:
                 self._collect(grants)
 
     def _release_in_core(self, grant: Grant) -> list[Grant]:
-        if len(grant.gpus) == 1:
+        if len(grant.gpus) == 1 and grant.units:
             return self._core.release(grant.gpus[0], grant.units)
-        return self._core.release_many([(gpu, grant.units) for gpu in grant.gpus])
+        return self._core.release_many(self._core.held(grant))  # units 0: whole GPUs, mixed
 
     def _collect(self, grants: list[Grant]) -> None:
         """Hand each grant to its waiter, to be woken by ``_settle``; a grant whose waiter is
@@ -347,9 +347,9 @@ class LocalBackend:
                 self._collect(self._core.cancel(entry.ticket))
         held = [0] * len(self._gpus)
         for grant in [*self._live.values(), *(g for g in self._returns if type(g) is Grant)]:
-            for gpu in grant.gpus:
-                held[gpu] += grant.units
-        totals = self._totals  # free + held == total: padding (_core._sized) is in neither
+            for gpu, units in self._core.held(grant):
+                held[gpu] += units
+        totals = self._totals  # free + held == total
         for gpu, free in enumerate(self._core.free):
             orphaned = totals[gpu] - free - held[gpu]
             if orphaned > 0:
@@ -395,7 +395,7 @@ class LocalBackend:
             return WaiterSnapshot(
                 demand.count, units_to_fraction(demand.units), entry.reserved, waited
             )
-        if demand.count > 1:
+        if demand.count > 1 or demand.whole:
             return WaiterSnapshot(demand.count, 1.0, entry.reserved, waited)
         share = demand.units / max(self._totals)
         return WaiterSnapshot(1, share, entry.reserved, waited, demand.units)
@@ -425,5 +425,7 @@ def _granted_to(waiter: Waiter) -> Grant:
 
 
 def _describe(grant: Grant) -> str:
+    if not grant.units:
+        return f"whole GPU(s) {list(grant.gpus)}"
     fraction = units_to_fraction(grant.units)
     return f"{fraction} of GPU(s) {list(grant.gpus)}"

@@ -65,6 +65,8 @@ class GPULease:
         totals = self._pool._totals
         if totals is None:
             return units_to_fraction(self._demand.units)
+        if self._demand.whole:
+            return 1.0
         gpus = self._grant.gpus if self._grant is not None else ()
         return self._demand.units / (totals[gpus[0]] if gpus else max(totals))
 
@@ -72,8 +74,11 @@ class GPULease:
     def memory_mib(self) -> int | None:
         """On a pool sized in memory, the MiB this lease holds (or asks for) over all its
         GPUs; None on a fraction pool."""
-        if self._pool._totals is None:
+        totals = self._pool._totals
+        if totals is None:
             return None
+        if self._demand.whole and self._grant is not None:  # whole GPUs of different sizes
+            return sum(totals[gpu] for gpu in self._grant.gpus)
         return self._demand.units * self._demand.count
 
     @property

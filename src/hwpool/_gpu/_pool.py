@@ -23,11 +23,10 @@ from .._backends._unix import SOCKET_VAR, UnixBackend
 from .._check import check_int, check_timeout
 from .._core._capacity import UNITS_PER_GPU, fraction_to_units, units_to_fraction
 from .._core._scheduler import Demand, Grant
-from .._core._sized import whole_units
 from .._errors import WouldBlock
 from .._host._detect import GPUInfo, detect_gpus
 from ._lease import GPULease
-from ._sizing import check_whole, memory_demand, sized_gpus, sized_units, totals_of
+from ._sizing import check_whole, memory_demand, sized_gpus, sized_units, totals_of, whole_demand
 
 __all__ = ["GPUPool"]
 
@@ -205,7 +204,7 @@ class GPUPool:
     def _take_now(self, demand: Demand) -> Grant:
         grant = self._acquire_now(demand)
         if grant is None:
-            sized = self._totals is not None and demand.count == 1
+            sized = self._totals is not None and demand.count == 1 and not demand.whole
             what = f"{demand.units} MiB" if sized else _describe(demand)
             raise WouldBlock(f"no GPU can take {what} without waiting")
         return grant
@@ -271,9 +270,13 @@ class GPUPool:
         gpus = grant.gpus
         if len(gpus) == 1:
             self._held[gpus[0]].append(grant)
-        else:
+        elif grant.units:
             for gpu in gpus:
                 self._held[gpu].append(Grant(grant.ticket, (gpu,), grant.units))
+        else:  # whole GPUs of different sizes: each part holds its GPU's total
+            assert self._totals is not None
+            for gpu in gpus:
+                self._held[gpu].append(Grant(grant.ticket, (gpu,), self._totals[gpu]))
         return list(gpus)
 
     @staticmethod
@@ -323,7 +326,7 @@ class GPUPool:
     def _whole_demand(self, count: int) -> Demand:
         number = check_whole(self._gpus, count)
         if self._totals is not None:
-            return Demand(number, whole_units(self._totals, f"count={count!r}"))
+            return whole_demand(self._totals, number)
         return Demand(number, UNITS_PER_GPU)
 
     def _one_demand(self, fraction: object, memory: object) -> Demand:
@@ -373,6 +376,6 @@ def _fraction_demand(fraction: object) -> Demand:
 
 
 def _describe(demand: Demand) -> str:
-    if demand.count > 1:
-        return f"{demand.count} whole GPUs"
+    if demand.count > 1 or demand.whole:
+        return f"{demand.count} whole GPU(s)"
     return f"fraction={units_to_fraction(demand.units)}"

@@ -4,13 +4,14 @@ A memory-sized pool gives each GPU a capacity of its memory total, one unit per 
 (``GPUPool(memory=True)``: the detected totals; ``GPUPool(gpu_memory=["80GiB", "24GiB"])``:
 logical GPUs of those sizes). A request then gives ``memory=`` (an amount, see
 ``hwpool._core._memory``) or a ``fraction`` of a GPU; on GPUs of one size a fraction is that
-share of their total, rounded up to whole MiB. On GPUs of different sizes a fraction would mean
-a different amount on each candidate GPU, which the core's best fit cannot weigh: it is refused
-there, with the sizes named (ask for ``memory=`` instead).
+share of their total, rounded up to whole MiB. On GPUs of different sizes a fraction below 1
+would mean a different amount on each candidate GPU, which the core's best fit cannot weigh: it
+is refused there, with the sizes named (ask for ``memory=`` instead); a fraction of 1 (or
+none) is one whole GPU, of any size.
 
-Whole GPUs: ``acquire_full(n)`` takes ``n`` completely free GPUs where all GPUs have one size;
-on GPUs of different sizes it is refused for now (``hwpool._core._sized``). On a pool with
-MIG instances, ``n`` must be 1: a CUDA process can use one MIG instance only.
+Whole GPUs: ``acquire_full(n)`` takes ``n`` completely free GPUs, whatever their size (the
+core prefers the smallest). On a pool with MIG instances, ``n`` must be 1: a CUDA process can
+use one MIG instance only.
 """
 
 from __future__ import annotations
@@ -21,10 +22,9 @@ from .._check import check_bool, check_int
 from .._core._capacity import UNITS_PER_GPU, fraction_to_units
 from .._core._memory import format_mib, parse_memory
 from .._core._scheduler import Demand
-from .._core._sized import whole_units
 from .._host._detect import GPUInfo, detect_gpus
 
-__all__ = ["check_whole", "memory_demand", "sized_gpus", "sized_units"]
+__all__ = ["check_whole", "memory_demand", "sized_gpus", "sized_units", "whole_demand"]
 
 
 def sized_gpus(num_gpus: object, memory: object, gpu_memory: object) -> tuple[GPUInfo, ...] | None:
@@ -77,9 +77,9 @@ def memory_demand(totals: tuple[int, ...] | None, fraction: object, memory: obje
     """The one-GPU demand for ``fraction`` or ``memory`` (at most one given) on a pool.
 
     ``totals`` is None for a fraction pool. On a memory-sized pool, a fraction of 1 (or
-    nothing given) is one whole GPU. TypeError for both given or a wrong type, ValueError
-    for memory on a fraction pool, an amount larger than every GPU, or a fraction (a whole GPU
-    included, for now) on GPUs of different sizes.
+    nothing given) is one whole GPU, of any size. TypeError for both given or a wrong type,
+    ValueError for memory on a fraction pool, an amount larger than every GPU, or a fraction
+    below 1 on GPUs of different sizes.
     """
     if fraction is not None and memory is not None:
         raise TypeError(f"give fraction or memory, not both (fraction={fraction!r}, "
@@ -92,7 +92,7 @@ def memory_demand(totals: tuple[int, ...] | None, fraction: object, memory: obje
             )
         return Demand(1, fraction_to_units(1.0 if fraction is None else fraction))
     if memory is None and fraction_to_units(1.0 if fraction is None else fraction) == UNITS_PER_GPU:
-        return Demand(1, whole_units(totals, f"fraction={fraction!r}"))
+        return whole_demand(totals, 1)
     return Demand(1, sized_units(totals, fraction, memory, None))
 
 
@@ -120,6 +120,13 @@ def sized_units(totals: tuple[int, ...], fraction: object, memory: object, gpu: 
             "amount on each; ask for memory=... instead"
         )
     return max(1, -(-units * total // UNITS_PER_GPU))
+
+
+def whole_demand(totals: tuple[int, ...], count: int) -> Demand:
+    """``count`` (validated) completely free GPUs of a memory-sized pool, whatever their size."""
+    if len(set(totals)) == 1:
+        return Demand(count, totals[0])
+    return Demand(count, max(totals), whole=True)
 
 
 def check_whole(gpus: tuple[GPUInfo, ...], count: object) -> int:

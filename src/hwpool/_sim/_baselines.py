@@ -74,8 +74,8 @@ class _Baseline:
 
     @staticmethod
     def need(demand: Demand) -> int:
-        """The units ``demand`` takes on each GPU."""
-        return demand.units
+        """The units ``demand`` takes on each GPU (-1: whole GPUs of different sizes)."""
+        return -1 if demand.whole else demand.units
 
     def fits(self, gpu: int, units: int) -> bool:
         """Whether ``gpu`` has ``units`` free (-1: is completely free)."""
@@ -165,7 +165,11 @@ class FirstFitPolicy(_Baseline):
                 continue
             if not ranked:
                 ranked = sorted(self.free, reverse=True)
-            if demand.count <= len(ranked) and ranked[demand.count - 1] >= demand.units:
+            if demand.whole:
+                fits = len(self.fitting(-1)) >= demand.count
+            else:
+                fits = demand.count <= len(ranked) and ranked[demand.count - 1] >= demand.units
+            if fits:
                 best, best_order = demand, order
         return best
 
@@ -187,7 +191,7 @@ class ShortestQueuePolicy(_Baseline):
         self._touched: set[int] = set()
 
     def enqueue(self, task: int, demand: Demand) -> None:
-        able = [g for g in range(len(self.load)) if self.totals[g] >= demand.units]
+        able = [g for g in range(len(self.load)) if demand.whole or self.totals[g] >= demand.units]
         by_load = sorted(able, key=lambda g: (self.load[g], g))  # GPUs it can ever fit on
         gpus = tuple(sorted(by_load[: demand.count]))
         self.assigned[task] = (gpus, self.need(demand))

@@ -2,10 +2,10 @@
 
 On a machine sized in memory (``simulate --gpu-memory 80GiB,24GiB``) each GPU's capacity is its
 memory in MiB, as in ``GPUPool(gpu_memory=...)``: a task's ``memory`` is that many units on one
-GPU; a whole-GPU task, or a fraction, is a share of the one size all GPUs have (refused where
-they differ, as the pool refuses them: see ``hwpool._core._sized``). Work is
-counted in MiB-seconds against the machine's total memory, so utilisation and the lower bound
-mean the same as on a fraction machine.
+GPU; a whole-GPU task takes completely free GPUs of any size; a fraction below 1 is a share of
+the one size all GPUs have (refused where they differ, as the pool refuses it). Work is counted
+in MiB-seconds against the machine's total memory (a whole GPU: its total), so utilisation and
+the lower bound mean the same as on a fraction machine.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from .._core._capacity import UNITS_PER_GPU
 from .._core._memory import format_mib
 from .._core._scheduler import Demand
-from .._core._sized import whole_units
 from ._trace import Task
 
 __all__ = ["min_work", "run_work", "task_demand"]
@@ -42,7 +41,9 @@ def task_demand(task: Task, totals: Sequence[int] | None) -> Demand:
             )
         return Demand(1, task.memory_mib)
     if task.units == UNITS_PER_GPU:
-        return Demand(task.count, whole_units(totals, f"task {task.name!r}"))
+        if len(set(totals)) == 1:
+            return Demand(task.count, totals[0])
+        return Demand(task.count, max(totals), whole=True)
     if len(set(totals)) > 1:
         raise ValueError(
             f"task {task.name!r} asks for {task.demand:g} of a GPU, which means a different "
@@ -53,10 +54,15 @@ def task_demand(task: Task, totals: Sequence[int] | None) -> Demand:
 
 def run_work(task: Task, gpus: Sequence[int], totals: Sequence[int]) -> float:
     """The MiB-seconds ``task`` held, run on ``gpus``."""
-    return task_demand(task, totals).units * len(gpus) * task.duration
+    demand = task_demand(task, totals)
+    if demand.whole:
+        return sum(totals[gpu] for gpu in gpus) * task.duration
+    return demand.units * len(gpus) * task.duration
 
 
 def min_work(task: Task, totals: Sequence[int]) -> float:
     """The MiB-seconds ``task`` holds wherever it runs."""
     demand = task_demand(task, totals)
+    if demand.whole:  # at the least, on the smallest GPUs
+        return sum(sorted(totals)[: demand.count]) * task.duration
     return demand.units * demand.count * task.duration

@@ -16,7 +16,6 @@ from typing import Protocol
 
 from .._core._capacity import UNITS_PER_GPU
 from .._core._scheduler import Demand, Grant, Scheduler
-from .._core._sized import sized_scheduler
 from ._baselines import FifoPolicy, FirstFitPolicy, ShortestQueuePolicy, Start
 from ._machine import min_work, run_work, task_demand
 from ._trace import Task
@@ -50,7 +49,7 @@ class HwpoolPolicy:
     """The hwpool scheduler core, with tickets mapped to task indices."""
 
     def __init__(self, num_gpus: int, totals: Sequence[int] | None = None) -> None:
-        self.core = Scheduler(num_gpus) if totals is None else sized_scheduler(totals)
+        self.core = Scheduler(num_gpus) if totals is None else Scheduler(tuple(totals))
         self._task_of: dict[int, int] = {}
         self._held: dict[int, Grant] = {}
 
@@ -61,7 +60,7 @@ class HwpoolPolicy:
 
     def finish(self, task: int) -> list[Start]:
         grant = self._held.pop(task)
-        return self._started(self.core.release_many([(g, grant.units) for g in grant.gpus]))
+        return self._started(self.core.release_many(self.core.held(grant)))
 
     def _started(self, grants: list[Grant]) -> list[Start]:
         started = []
@@ -267,7 +266,7 @@ def _spread_bound(tasks: Sequence[Task], num_gpus: int, cost: Callable[[Task], f
 
 
 def _share(demand: Demand, gpus: tuple[int, ...], totals: Sequence[int]) -> float:
-    return demand.units / totals[gpus[0]]
+    return 1.0 if demand.whole else demand.units / totals[gpus[0]]
 
 
 def memory_lower_bound(tasks: Sequence[Task], gpu_memory: Sequence[int]) -> float:
