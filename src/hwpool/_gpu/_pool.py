@@ -44,6 +44,8 @@ class GPUPool:
     ``GPUPool(memory=True)`` sizes each detected GPU by its memory (one unit per MiB) and
     ``GPUPool(gpu_memory=["80GiB", "24GiB"])`` makes logical GPUs of those sizes: requests
     then give ``memory=`` (see ``hwpool._gpu._sizing``). Such a pool is always in-process.
+    On GPUs of different sizes, whole GPUs are completely free ones of any size and a fraction
+    below 1 is a ValueError (it would mean a different amount on each GPU).
     """
 
     def __init__(
