@@ -548,14 +548,19 @@ class Scheduler:
                 return None
             ranked = sorted(open_gpus, key=lambda gpu: (totals[gpu] - free[gpu], gpu))
             chosen = tuple(sorted(ranked[: demand.count]))
-        else:
-            able = [gpu for gpu in open_gpus if totals[gpu] >= demand.units]
-            if not able:
-                return None
-            chosen = (min(able, key=lambda gpu: (-free[gpu], gpu)),)
-        for gpu in chosen:
-            open_gpus.remove(gpu)
-        return chosen
+            for gpu in chosen:
+                open_gpus.remove(gpu)
+            return chosen
+        units, best, best_free = demand.units, -1, -1  # the most free GPU that could hold it
+        for gpu in open_gpus:
+            if totals[gpu] >= units:
+                f = free[gpu]
+                if f > best_free or (f == best_free and gpu < best):
+                    best, best_free = gpu, f
+        if best < 0:
+            return None
+        open_gpus.remove(best)
+        return (best,)
 
     def _submit_general(self, demand: Demand) -> tuple[int, Grant | None]:
         ticket = next(self._tickets)
