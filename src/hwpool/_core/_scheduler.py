@@ -592,10 +592,18 @@ class Scheduler:
         idle = sum(1 for gpu in open_gpus if free[gpu] == totals[gpu])
         return fewest is not None and idle >= fewest
 
+    def _seen_upto(self, visited: int) -> tuple[dict[int, int], dict[int, int]]:
+        """The demands of the first ``visited`` waiters, tallied for the early stop."""
+        seen: tuple[dict[int, int], dict[int, int]] = ({}, {})
+        for passed in itertools.islice(self._queue.values(), visited):
+            self._tally(seen, passed)
+        return seen
+
     def _walk_general(self) -> list[Grant]:
         """Rules 3-5 on GPUs of different sizes, with the same early stop as the fast walk."""
         reserved = self._reserved
         reserved.clear()
+        free, totals = self._free, self._totals
         grants: list[Grant] = []
         open_gpus = list(range(self.num_gpus))
         reserving = True
@@ -609,6 +617,26 @@ class Scheduler:
                 if not self._could_serve_rest_general(open_gpus, seen):
                     break
                 self._tally(seen, demand)
+            if not demand.whole:  # one pass: the best fit, else the GPU it would reserve
+                units, fit, fit_free, most, most_free = demand.units, -1, -1, -1, -1
+                for gpu in open_gpus:  # in index order, so ties go to the lowest index
+                    f = free[gpu]
+                    if f >= units:
+                        if fit < 0 or f < fit_free:
+                            fit, fit_free = gpu, f
+                    elif f > most_free and totals[gpu] >= units:
+                        most, most_free = gpu, f
+                if fit >= 0:
+                    free[fit] -= units
+                    grants.append(_grant((ticket, (fit,), units)))
+                    continue
+                if reserving and most >= 0:
+                    open_gpus.remove(most)
+                    reserved[ticket] = (most,)
+                    continue
+                if reserving:
+                    reserving, seen = False, self._seen_upto(visited)
+                continue
             taken = self._fit_general(demand, open_gpus, take=True)
             if taken is not None:
                 grants.append(_grant((ticket, taken, self._units_of(demand, taken))))
@@ -618,10 +646,7 @@ class Scheduler:
                 if chosen is not None:
                     reserved[ticket] = chosen
                     continue
-                reserving = False
-                seen = ({}, {})
-                for passed in itertools.islice(self._queue.values(), visited):
-                    self._tally(seen, passed)
+                reserving, seen = False, self._seen_upto(visited)
         self._open, self._reserving = open_gpus, reserving
         for grant in grants:
             done = self._queue.pop(grant.ticket)
