@@ -12,7 +12,8 @@ used by :class:`hwpool.GPUPool`; they exist to show what the hwpool core buys:
   unfinished tasks (ties: lowest index); each GPU serves its own queue in FIFO order.
 
 On GPUs of different sizes (``simulate --gpu-memory``) each GPU starts with its own total free
-and a task takes its units on one GPU, as in the core.
+and a task takes its units on one GPU, as in the core; a whole-GPU task takes completely free
+GPUs of any size (the baselines take the lowest-indexed ones).
 
 Every event costs about the same however long the queues grow (no policy rescans its queue),
 so a trace of n tasks is simulated in about n times the cost of one: first-fit keeps one FIFO
