@@ -13,7 +13,8 @@ used by :class:`hwpool.GPUPool`; they exist to show what the hwpool core buys:
 
 On GPUs of different sizes (``simulate --gpu-memory``) each GPU starts with its own total free
 and a task takes its units on one GPU, as in the core; a whole-GPU task takes completely free
-GPUs of any size (the baselines take the lowest-indexed ones).
+GPUs of any size (fifo and first-fit take the lowest-indexed ones, shortest-queue queues it
+on the least loaded).
 
 Every event costs about the same however long the queues grow (no policy rescans its queue),
 so a trace of n tasks is simulated in about n times the cost of one: first-fit keeps one FIFO
