@@ -12,7 +12,6 @@ from hypothesis.stateful import invariant
 from test_scheduler import SchedulerMachine
 
 from hwpool._core._scheduler import POLICIES, Demand, Scheduler
-from hwpool._core._sized import sized_scheduler
 
 U = 1_000  # 1.0 GPU == 1000 units, as in test_scheduler
 
@@ -25,7 +24,6 @@ def test_default_policy_is_reserve_all() -> None:
     assert POLICIES == ("reserve-all", "easy")
     assert Scheduler(2, U).policy == "reserve-all"
     assert Scheduler(2, U, policy="easy").policy == "easy"
-    assert sized_scheduler([U, U // 2], policy="easy").policy == "easy"
 
 
 @pytest.mark.parametrize("bad", ["EASY", "", "fifo", "reserve_all"])

@@ -59,3 +59,22 @@ def test_head_is_not_passed_over_by_a_stream() -> None:
     stream = [run for name, run in runs.items() if name.startswith("s")]
     assert all(run.gpus == (1,) for run in stream if run.start < 5.0)
     assert any(run.start < 5.0 for run in stream)
+
+
+def test_head_reserves_a_gpu_that_can_hold_it_on_gpus_of_different_sizes() -> None:
+    # 80 GiB and 24 GiB: a 60 GiB task leaves 20 GiB on GPU 0, less than GPU 1's 24 GiB, but a
+    # 72 GiB head can only ever run on GPU 0: it reserves GPU 0, and the stream of 10 GiB
+    # tasks backfills on GPU 1.
+    gib = 1024
+    tasks = [
+        Task("a", 0, 1, 0, 5, memory_mib=60 * gib),
+        Task("head", 0.5, 1, 0, 1, memory_mib=72 * gib),
+    ] + [Task(f"s{i}", 1 + i / 2, 1, 0, 1, memory_mib=10 * gib) for i in range(40)]
+    machine = [80 * gib, 24 * gib]
+    runs = {
+        run.task.name: run for run in simulate(tasks, 2, "hwpool-easy", gpu_memory=machine).runs
+    }
+    head = runs["head"]
+    assert (head.start, head.gpus) == (5.0, (0,))
+    before = [run for name, run in runs.items() if name.startswith("s") and run.start < head.start]
+    assert before and all(run.gpus == (1,) for run in before)

@@ -20,11 +20,10 @@ from ._scheduler import Scheduler
 __all__ = ["sized_scheduler", "whole_units"]
 
 
-def sized_scheduler(totals: Sequence[int], *, policy: str = "reserve-all") -> Scheduler:
-    """A core whose GPU ``i`` has ``totals[i]`` units free (positive ints; see the module),
-    under ``policy`` (one of the core's ``POLICIES``)."""
+def sized_scheduler(totals: Sequence[int]) -> Scheduler:
+    """A core whose GPU ``i`` has ``totals[i]`` units free (positive ints; see the module)."""
     largest = max(totals)
-    core = Scheduler(len(totals), units_per_gpu=largest, policy=policy)
+    core = Scheduler(len(totals), units_per_gpu=largest)
     for gpu, total in enumerate(totals):
         if total < largest:
             core.restore((gpu,), largest - total)

@@ -48,16 +48,17 @@ class Policy(Protocol):
 
 class HwpoolPolicy:
     """The hwpool scheduler core, with tickets mapped to task indices; ``core_policy`` is the
-    core's policy (``hwpool-easy`` is ``"easy"``, experimental)."""
+    core's policy (``hwpool-easy`` is ``"easy"``, experimental, on the core's own per-GPU
+    totals: the padded adapter would let a head keep a GPU too small for it)."""
 
     def __init__(
         self, num_gpus: int, totals: Sequence[int] | None = None, core_policy: str = "reserve-all"
     ) -> None:
-        self.core = (
-            Scheduler(num_gpus, policy=core_policy)
-            if totals is None
-            else sized_scheduler(totals, policy=core_policy)
-        )
+        if core_policy != "reserve-all":
+            gpus: int | list[int] = num_gpus if totals is None else list(totals)
+            self.core = Scheduler(gpus, policy=core_policy)
+        else:
+            self.core = Scheduler(num_gpus) if totals is None else sized_scheduler(totals)
         self._task_of: dict[int, int] = {}
         self._held: dict[int, Grant] = {}
 
