@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import settings
-from hypothesis.stateful import invariant
+from hypothesis.stateful import initialize, invariant
 from test_scheduler import SchedulerMachine
+from test_scheduler_totals import TotalsMachine, fits, totals_strategy
 
 from hwpool._core._scheduler import POLICIES, Demand, Scheduler
 
@@ -155,6 +156,35 @@ def test_easy_gpus_of_different_sizes() -> None:
 
 
 # ----------------------------------------------------------------- invariants under random use
+def check_head_reservation(
+    core: Scheduler, last: tuple[int, tuple[int, ...]] | None
+) -> tuple[int, tuple[int, ...]] | None:
+    """Only the head reserves, GPUs that could hold it, the same ones as at the last check
+    while it stays the head (no hopping). Returns what to compare with next time."""
+    res = core.reservations()
+    head = next(iter(core.waiters()), None)
+    if head is None:
+        assert res == {}
+        return None
+    assert list(res) == [head.ticket]
+    gpus = res[head.ticket]
+    assert len(gpus) == head.demand.count == len(set(gpus))
+    if not (head.demand.whole or head.demand.count > 1):
+        assert all(core.totals[g] >= head.demand.units for g in gpus)
+    if last is not None and last[0] == head.ticket:
+        assert gpus == last[1], "the head's reservation hopped"
+    return head.ticket, gpus
+
+
+def check_nothing_left_grantable(core: Scheduler) -> None:
+    """The head fits nowhere; no other waiter fits on a GPU the head does not reserve."""
+    waiters = list(core.waiters())
+    reserved = set(core.reservations().get(waiters[0].ticket, ())) if waiters else set()
+    for i, w in enumerate(waiters):
+        gpus = [g for g in range(core.num_gpus) if i == 0 or g not in reserved]
+        assert not fits(core, w.demand, gpus), f"waiter {w.ticket} fits"
+
+
 class EasyMachine(SchedulerMachine):
     """The random state machine of test_scheduler on ``policy="easy"``; the reservation
     invariants are those of rules 3e/4e instead of rule 3."""
@@ -166,31 +196,38 @@ class EasyMachine(SchedulerMachine):
 
     @invariant()
     def reservations_follow_the_rule(self) -> None:
-        res = self.core.reservations()
-        waiters = list(self.core.waiters())
-        if not waiters:
-            assert res == {}
-            self.last_head = None
-            return
-        head = waiters[0]
-        assert list(res) == [head.ticket]  # only the head reserves
-        gpus = res[head.ticket]
-        assert len(gpus) == head.demand.count == len(set(gpus))
-        assert all(self.core.totals[g] >= head.demand.units for g in gpus)  # it can hold it
-        if self.last_head is not None and self.last_head[0] == head.ticket:
-            assert gpus == self.last_head[1], "the head's reservation hopped"
-        self.last_head = (head.ticket, gpus)
+        self.last_head = check_head_reservation(self.core, self.last_head)
 
     @invariant()
     def walk_left_nothing_grantable(self) -> None:
-        free = self.core.free
-        waiters = list(self.core.waiters())
-        reserved = set(self.core.reservations().get(waiters[0].ticket, ())) if waiters else set()
-        for i, w in enumerate(waiters):
-            gpus = range(4) if i == 0 else [g for g in range(4) if g not in reserved]
-            fitting = [g for g in gpus if free[g] >= w.demand.units]
-            assert len(fitting) < w.demand.count, f"waiter {w.ticket} fits"
+        check_nothing_left_grantable(self.core)
 
 
 EasyMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40)
 TestEasyMachine = EasyMachine.TestCase
+
+
+class EasyTotalsMachine(TotalsMachine):
+    """test_scheduler_totals' machine (GPUs of different sizes, whole GPUs of any size) on
+    ``policy="easy"``: conservation and the head not starving as there, rules 3e/4e here."""
+
+    @initialize(totals=totals_strategy)
+    def start(self, totals: list[int]) -> None:
+        super().start(totals)
+        self.core = Scheduler(totals, policy="easy")
+        self.last_head: tuple[int, tuple[int, ...]] | None = None
+
+    @invariant()
+    def reservations_follow_the_rule_and_are_disjoint(self) -> None:
+        assert {w.ticket for w in self.core.waiters()} == self.waiting
+        self.last_head = check_head_reservation(self.core, self.last_head)
+
+    @invariant()
+    def walk_left_nothing_grantable(self) -> None:
+        check_nothing_left_grantable(self.core)
+
+
+EasyTotalsMachine.TestCase.settings = settings(
+    max_examples=150, stateful_step_count=40, deadline=None
+)
+TestEasyTotalsMachine = EasyTotalsMachine.TestCase
