@@ -629,11 +629,21 @@ class Scheduler:
         reserving = True
         seen: tuple[dict[int, int], dict[int, int]] | None = None
         visited = 0
+        # Under easy, past the head: the smallest fraction and whole count that did not fit.
+        # Free units only fall during the walk, so no later demand as large fits either.
+        failed_units, failed_count = self.units_per_gpu + 1, self.num_gpus + 1
+        easy = self._easy
         for ticket, demand in self._queue.items():
             if not open_gpus:
                 break
             visited += 1
             if seen is not None:
+                whole = demand.whole or demand.count > 1
+                if easy and (
+                    demand.count >= failed_count if whole else demand.units >= failed_units
+                ):
+                    self._tally(seen, demand)
+                    continue
                 if not self._could_serve_rest_general(open_gpus, seen):
                     break
                 self._tally(seen, demand)
@@ -641,6 +651,11 @@ class Scheduler:
             if taken is not None:
                 grants.append(_grant((ticket, taken, self._units_of(demand, taken))))
                 continue
+            if seen is not None and easy:
+                if demand.whole or demand.count > 1:
+                    failed_count = min(failed_count, demand.count)
+                else:
+                    failed_units = min(failed_units, demand.units)
             if reserving:
                 chosen = kept.get(ticket)
                 if chosen is not None and all(gpu in open_gpus for gpu in chosen):
