@@ -150,7 +150,13 @@ def test_simulate_all_policies_json_has_one_object_per_policy() -> None:
     proc = hwpool("simulate", "batch", "--policy", "all", "--json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
-    assert list(doc["policies"]) == ["hwpool", "fifo", "first-fit", "shortest-queue"]
+    assert list(doc["policies"]) == [
+        "hwpool",
+        "hwpool-easy",
+        "fifo",
+        "first-fit",
+        "shortest-queue",
+    ]
     for result in doc["policies"].values():
         assert {"tasks", "makespan", "lower_bound", "utilization"} <= set(result)
         assert result["makespan"] >= doc["lower_bound"]

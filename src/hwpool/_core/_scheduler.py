@@ -26,6 +26,15 @@ GPUs may differ in size: each has its own total of units (``Scheduler.totals``).
 On GPUs of one size the walk below is the fast path; GPUs of different sizes take a plainer
 walk that applies the same rules with these definitions.
 
+Under ``policy="easy"`` (experimental, opt-in; the default ``"reserve-all"`` is the policy
+above) rules 3 and 4 change, the rest stay:
+
+3e. Only the head of the queue (the first waiter the walk cannot grant) reserves: the GPUs
+    rule 3 would give it. It keeps them, across releases and arrivals, until it is granted or
+    cancelled (no hopping to a GPU that became slightly freer).
+4e. Any other request may be granted at once on any GPU the head does not reserve, however
+    many wait. So the head starts, at the latest, once the grants on its reserved GPUs end.
+
 Invariants after every call: per GPU ``0 <= free <= total``; a ticket is waiting, granted or
 gone, never two; reservations are disjoint and held only by waiters.
 """
@@ -43,7 +52,11 @@ from typing import NamedTuple
 from .._check import check_int
 from ._capacity import UNITS_PER_GPU
 
-__all__ = ["Demand", "Grant", "Scheduler", "Waiter"]
+__all__ = ["POLICIES", "Demand", "Grant", "Scheduler", "Waiter"]
+
+POLICIES = ("reserve-all", "easy")
+"""The core's policies by name: ``reserve-all`` (every waiter reserves; the default) and
+``easy`` (only the head of the queue reserves, and keeps its GPUs; experimental)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,11 +211,22 @@ class Scheduler:
     cancel raises ValueError or KeyError and leaves the state unchanged.
     """
 
-    def __init__(self, gpus: int | Sequence[int], units_per_gpu: int | None = None) -> None:
+    def __init__(
+        self,
+        gpus: int | Sequence[int],
+        units_per_gpu: int | None = None,
+        *,
+        policy: str = "reserve-all",
+    ) -> None:
         """``gpus``: a count of GPUs of ``units_per_gpu`` units each (default a whole GPU's
         ``UNITS_PER_GPU``), or a sequence giving each GPU's total in units (any positive
         ints; then ``units_per_gpu`` is not given and reads as the largest total).
+        ``policy``: one of :data:`POLICIES` (see the module docstring).
         """
+        if not isinstance(policy, str):
+            raise TypeError(f"policy must be a str, got {policy!r} ({type(policy).__name__})")
+        if policy not in POLICIES:
+            raise ValueError(f"policy must be one of {', '.join(POLICIES)}; got {policy!r}")
         if isinstance(gpus, (str, bytes)) or not isinstance(gpus, (int, Sequence)):
             raise TypeError(f"gpus must be an int or a sequence of ints, got {gpus!r}")
         if isinstance(gpus, Sequence):
@@ -221,6 +245,8 @@ class Scheduler:
         self.num_gpus = len(totals)
         self.units_per_gpu = max(totals)  # every GPU's total when they are equal
         self._totals = totals
+        self.policy = policy
+        self._easy = policy == "easy"  # the plain walk, with only the head reserving
         self._uniform = len(set(totals)) == 1  # the fast path; else the plain walk
         self._free = list(totals)
         self._queue: OrderedDict[int, Demand] = OrderedDict()
@@ -291,7 +317,7 @@ class Scheduler:
         nothing, for a demand that could never fit.
         """
         demand = self._admit(demand)
-        if not self._uniform:
+        if not self._uniform or self._easy:
             return self._submit_general(demand)
         ticket = next(self._tickets)
         gpus = self._take_new(demand)
@@ -391,7 +417,7 @@ class Scheduler:
 
     def _take_new(self, demand: Demand) -> tuple[int, ...] | None:
         """Take capacity for a new arrival where it fits without jumping the queue, or None."""
-        if not self._uniform:
+        if not self._uniform or self._easy:
             return self._fit_general(demand, self._open if self._queue else None, take=True)
         count, units = demand.count, demand.units
         if self._queue:
@@ -459,7 +485,7 @@ class Scheduler:
         and reserves the next most-free GPU) is written out inline. Once reservations stop,
         the walk counts the demands it has passed, to stop when nothing further back can fit.
         """
-        if not self._uniform:
+        if not self._uniform or self._easy:
             return self._walk_general()
         reserved = self._reserved
         reserved.clear()
@@ -520,7 +546,7 @@ class Scheduler:
         """Best-fit GPUs for ``demand`` among ``open_gpus`` (None: all), taken if ``take``."""
         free, totals = self._free, self._totals
         gpus = range(self.num_gpus) if open_gpus is None else open_gpus
-        if demand.whole:
+        if demand.whole or demand.count > 1:
             idle = [gpu for gpu in gpus if free[gpu] == totals[gpu]]
             if len(idle) < demand.count:
                 return None
@@ -543,7 +569,7 @@ class Scheduler:
     def _reserve_general(self, demand: Demand, open_gpus: list[int]) -> tuple[int, ...] | None:
         """The GPUs ``demand`` reserves among ``open_gpus`` (rule 3), removed from it."""
         free, totals = self._free, self._totals
-        if demand.whole:
+        if demand.whole or demand.count > 1:
             if len(open_gpus) < demand.count:
                 return None
             ranked = sorted(open_gpus, key=lambda gpu: (totals[gpu] - free[gpu], gpu))
@@ -578,6 +604,8 @@ class Scheduler:
                 self._reserving = False
             else:
                 self._reserved[ticket] = chosen
+            if self._easy:  # only the head reserves (rule 3e)
+                self._reserving = False
         return ticket, None
 
     def _could_serve_rest_general(
@@ -599,9 +627,14 @@ class Scheduler:
             self._tally(seen, passed)
         return seen
 
-    def _walk_general(self) -> list[Grant]:
-        """Rules 3-5 on GPUs of different sizes, with the same early stop as the fast walk."""
+    def _walk_general(self) -> list[Grant]:  # noqa: PLR0915 (one pass; split in issue 9)
+        """Rules 3-5 on GPUs of different sizes, with the same early stop as the fast walk.
+
+        Under ``easy`` (on any GPUs) only the first waiter not granted reserves, and a head
+        that reserved before keeps the GPUs it had (rule 3e).
+        """
         reserved = self._reserved
+        kept = dict(reserved) if self._easy else {}
         reserved.clear()
         free, totals = self._free, self._totals
         grants: list[Grant] = []
@@ -609,15 +642,25 @@ class Scheduler:
         reserving = True
         seen: tuple[dict[int, int], dict[int, int]] | None = None
         visited = 0
+        # Under easy, past the head: the smallest fraction and whole count that did not fit.
+        # Free units only fall during the walk, so no later demand as large fits either.
+        failed_units, failed_count = self.units_per_gpu + 1, self.num_gpus + 1
+        easy = self._easy
         for ticket, demand in self._queue.items():
             if not open_gpus:
                 break
             visited += 1
             if seen is not None:
+                whole = demand.whole or demand.count > 1
+                if easy and (
+                    demand.count >= failed_count if whole else demand.units >= failed_units
+                ):
+                    self._tally(seen, demand)
+                    continue
                 if not self._could_serve_rest_general(open_gpus, seen):
                     break
                 self._tally(seen, demand)
-            if not demand.whole:  # one pass: the best fit, else the GPU it would reserve
+            if demand.count == 1 and not demand.whole:  # one pass: best fit, else the reserve
                 units, fit, fit_free, most, most_free = demand.units, -1, -1, -1, -1
                 for gpu in open_gpus:  # in index order, so ties go to the lowest index
                     f = free[gpu]
@@ -630,22 +673,39 @@ class Scheduler:
                     free[fit] -= units
                     grants.append(_grant((ticket, (fit,), units)))
                     continue
-                if reserving and most >= 0:
-                    open_gpus.remove(most)
-                    reserved[ticket] = (most,)
-                    continue
+                if seen is not None and easy:
+                    failed_units = min(failed_units, units)
                 if reserving:
+                    chosen = kept.get(ticket)  # rule 3e: a head keeps the GPU it reserved
+                    if chosen is not None and chosen[0] in open_gpus:
+                        most = chosen[0]
+                    if most >= 0:
+                        open_gpus.remove(most)
+                        reserved[ticket] = (most,)
+                        if not easy:
+                            continue
                     reserving, seen = False, self._seen_upto(visited)
                 continue
             taken = self._fit_general(demand, open_gpus, take=True)
             if taken is not None:
                 grants.append(_grant((ticket, taken, self._units_of(demand, taken))))
                 continue
+            if seen is not None and easy:
+                if demand.whole or demand.count > 1:
+                    failed_count = min(failed_count, demand.count)
+                else:
+                    failed_units = min(failed_units, demand.units)
             if reserving:
-                chosen = self._reserve_general(demand, open_gpus)
+                chosen = kept.get(ticket)
+                if chosen is not None and all(gpu in open_gpus for gpu in chosen):
+                    for gpu in chosen:
+                        open_gpus.remove(gpu)
+                else:
+                    chosen = self._reserve_general(demand, open_gpus)
                 if chosen is not None:
                     reserved[ticket] = chosen
-                    continue
+                    if not self._easy:
+                        continue
                 reserving, seen = False, self._seen_upto(visited)
         self._open, self._reserving = open_gpus, reserving
         for grant in grants:

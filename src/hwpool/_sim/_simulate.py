@@ -33,7 +33,7 @@ __all__ = [
     "simulate",
 ]
 
-POLICIES = ("hwpool", "fifo", "first-fit", "shortest-queue")
+POLICIES = ("hwpool", "hwpool-easy", "fifo", "first-fit", "shortest-queue")
 _COMPLETION, _ARRIVAL = 0, 1  # event order at one instant
 
 
@@ -46,10 +46,15 @@ class Policy(Protocol):
 
 
 class HwpoolPolicy:
-    """The hwpool scheduler core, with tickets mapped to task indices."""
+    """The hwpool scheduler core, with tickets mapped to task indices; ``core_policy`` is the
+    core's policy (``hwpool-easy`` is ``"easy"``, experimental, on the core's own per-GPU
+    totals: the padded adapter would let a head keep a GPU too small for it)."""
 
-    def __init__(self, num_gpus: int, totals: Sequence[int] | None = None) -> None:
-        self.core = Scheduler(num_gpus) if totals is None else Scheduler(tuple(totals))
+    def __init__(
+        self, num_gpus: int, totals: Sequence[int] | None = None, core_policy: str = "reserve-all"
+    ) -> None:
+        gpus: int | tuple[int, ...] = num_gpus if totals is None else tuple(totals)
+        self.core = Scheduler(gpus, policy=core_policy)
         self._task_of: dict[int, int] = {}
         self._held: dict[int, Grant] = {}
 
@@ -75,6 +80,8 @@ def make_policy(name: str, num_gpus: int, totals: Sequence[int] | None = None) -
     """A fresh policy by name (one of :data:`POLICIES`); ``totals``: GPUs sized in memory."""
     if name == "hwpool":
         return HwpoolPolicy(num_gpus, totals)
+    if name == "hwpool-easy":
+        return HwpoolPolicy(num_gpus, totals, "easy")
     baselines = {
         "fifo": FifoPolicy,
         "first-fit": FirstFitPolicy,
