@@ -41,10 +41,10 @@ BACKFILL = [
 # first-fit: s goes on the first GPU that fits (0) at once; w starts at 3 as above.
 # shortest-queue: loads 1, 1, 1 when w arrives: w joins GPUs 0 and 1; s joins GPU 2 (load 1)
 #   and fits there at once. w needs GPU 0 whole: x ends at 4.
-# hwpool-easy: as hwpool (w is the head and the only waiter, so it reserves the same GPUs).
+# hwpool: as hwpool (w is the head and the only waiter, so it reserves the same GPUs).
 HAND_WORKED = {
-    "hwpool": {"x": (0, (0,)), "y": (0, (1,)), "z": (0, (2,)), "w": (3, (1, 2)), "s": (1.5, (0,))},
-    "hwpool-easy": {
+    "hwpool-reserve-all": {"x": (0, (0,)), "y": (0, (1,)), "z": (0, (2,)), "w": (3, (1, 2)), "s": (1.5, (0,))},
+    "hwpool": {
         "x": (0, (0,)),
         "y": (0, (1,)),
         "z": (0, (2,)),
@@ -79,7 +79,7 @@ def test_hand_worked_backfill_schedule(policy: str) -> None:
 
 
 def test_hand_worked_figures() -> None:
-    hw = simulate(BACKFILL, 3, "hwpool")
+    hw = simulate(BACKFILL, 3, "hwpool-reserve-all")
     assert hw.makespan == 4.0
     # work: 2.8 + 1.8 + 1.2 + 2 + 0.3 = 8.1 GPU-s; from t=0 over 3 GPUs: 2.7 s; x alone: 4 s.
     assert hw.lower_bound == 4.0
@@ -108,7 +108,7 @@ WHOLE = [
 def test_hand_worked_whole_gpus() -> None:
     # hwpool: big reserves GPUs 1 and 0 at 0.5; at 1 GPU 1 is whole but reserved, so t (1.5)
     # waits behind big; p ends at 3: big runs 3-4, then t at 4 on GPU 0 (tie: lowest index).
-    assert schedule(simulate(WHOLE, 2, "hwpool")) == {
+    assert schedule(simulate(WHOLE, 2, "hwpool-reserve-all")) == {
         "p": (0, (0,)),
         "q": (0, (0,)),
         "r": (0, (1,)),
@@ -134,7 +134,7 @@ def wide_wait(result: Outcome) -> float:
 def test_wide_task_is_granted_in_bounded_time_under_hwpool(until: float) -> None:
     # Best fit keeps every small task on GPU 0; the wide one reserves both GPUs at once, so
     # it starts as soon as the two tasks running on GPU 0 finish: within one small duration.
-    assert wide_wait(simulate(stream_with_wide_task(until), 2, "hwpool")) == 0.75
+    assert wide_wait(simulate(stream_with_wide_task(until), 2, "hwpool-reserve-all")) == 0.75
 
 
 @pytest.mark.parametrize("until", [20.0, 40.0])

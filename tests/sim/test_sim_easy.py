@@ -1,4 +1,4 @@
-"""The experimental ``hwpool-easy`` policy in the simulator: issue 9's P1 trace, and a head
+"""The experimental ``hwpool`` policy in the simulator: issue 9's P1 trace, and a head
 that a stream of small tasks never passes over."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def starts(policy: str, prefix: str) -> list[float]:
 
 
 def test_p1_easy_backfills_the_small_tasks_at_once() -> None:
-    small = starts("hwpool-easy", "small")
+    small = starts("hwpool", "small")
     # 12 slots of 0.1 on GPUs 1-3 (GPU 0 is the head's): 12 start at t=0, all within 34 s.
     assert sorted(small)[:12] == [0.0] * 12
     assert sorted(small)[12] == 1.0
@@ -35,14 +35,14 @@ def test_p1_easy_backfills_the_small_tasks_at_once() -> None:
 
 
 def test_p1_whole_gpu_tasks_start_when_the_big_tasks_end_under_both() -> None:
-    for policy in ("hwpool", "hwpool-easy"):
+    for policy in ("hwpool-reserve-all", "hwpool"):
         assert starts(policy, "whole") == [100.0] * 4, policy
 
 
 def test_p1_reserve_all_makes_the_small_tasks_wait() -> None:
-    small = starts("hwpool", "small")
+    small = starts("hwpool-reserve-all", "small")
     assert min(small) >= 100.0
-    easy, old = simulate(P1, 4, "hwpool-easy"), simulate(P1, 4, "hwpool")
+    easy, old = simulate(P1, 4, "hwpool"), simulate(P1, 4, "hwpool-reserve-all")
     assert easy.makespan < old.makespan
 
 
@@ -54,7 +54,7 @@ def test_head_is_not_passed_over_by_a_stream() -> None:
         frac("b", 0, 0.6, 1000),
         Task("head", 0.5, 1, UNITS_PER_GPU, 1),
     ] + [frac(f"s{i}", 1 + i / 2, 0.3, 1) for i in range(100)]
-    runs = {run.task.name: run for run in simulate(tasks, 2, "hwpool-easy").runs}
+    runs = {run.task.name: run for run in simulate(tasks, 2, "hwpool").runs}
     assert (runs["head"].start, runs["head"].gpus) == (5.0, (0,))
     stream = [run for name, run in runs.items() if name.startswith("s")]
     assert all(run.gpus == (1,) for run in stream if run.start < 5.0)
@@ -72,7 +72,7 @@ def test_head_reserves_a_gpu_that_can_hold_it_on_gpus_of_different_sizes() -> No
     ] + [Task(f"s{i}", 1 + i / 2, 1, 0, 1, memory_mib=10 * gib) for i in range(40)]
     machine = [80 * gib, 24 * gib]
     runs = {
-        run.task.name: run for run in simulate(tasks, 2, "hwpool-easy", gpu_memory=machine).runs
+        run.task.name: run for run in simulate(tasks, 2, "hwpool", gpu_memory=machine).runs
     }
     head = runs["head"]
     assert (head.start, head.gpus) == (5.0, (0,))

@@ -89,7 +89,7 @@ def test_whole_gpu_tasks_take_completely_free_gpus_of_any_size(policy: str) -> N
             for other in result.runs:
                 if other is not run and set(other.gpus) & set(run.gpus):
                     assert other.end <= run.start or other.start >= run.end
-    if policy == "hwpool":  # best fit: the smallest completely free GPU
+    if policy in ("hwpool", "hwpool-reserve-all"):  # best fit: the smallest completely free GPU
         assert runs["one", 9].gpus == (1,)
     assert 0 < result.utilization <= result.best_utilization <= 1
     assert result.makespan >= result.lower_bound

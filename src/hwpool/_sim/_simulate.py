@@ -33,7 +33,7 @@ __all__ = [
     "simulate",
 ]
 
-POLICIES = ("hwpool", "hwpool-easy", "fifo", "first-fit", "shortest-queue")
+POLICIES = ("hwpool", "hwpool-reserve-all", "fifo", "first-fit", "shortest-queue")
 _COMPLETION, _ARRIVAL = 0, 1  # event order at one instant
 
 
@@ -79,9 +79,9 @@ class HwpoolPolicy:
 def make_policy(name: str, num_gpus: int, totals: Sequence[int] | None = None) -> Policy:
     """A fresh policy by name (one of :data:`POLICIES`); ``totals``: GPUs sized in memory."""
     if name == "hwpool":
-        return HwpoolPolicy(num_gpus, totals)
-    if name == "hwpool-easy":
         return HwpoolPolicy(num_gpus, totals, "easy")
+    if name == "hwpool-reserve-all":
+        return HwpoolPolicy(num_gpus, totals, "reserve-all")
     baselines = {
         "fifo": FifoPolicy,
         "first-fit": FirstFitPolicy,
