@@ -29,7 +29,7 @@ def occupy(core: Scheduler, *fractions: float) -> None:
 
 
 def make(*free: float) -> Scheduler:
-    core = Scheduler(len(free), units_per_gpu=U)
+    core = Scheduler(len(free), units_per_gpu=U, policy="reserve-all")
     occupy(core, *free)
     return core
 
@@ -53,7 +53,7 @@ def test_whole_needs_completely_free_gpus_all_at_once() -> None:
 
 
 def test_ten_tenths_fill_exactly_one_gpu() -> None:
-    core = Scheduler(1, 1_000_000)
+    core = Scheduler(1, 1_000_000, policy="reserve-all")
     for _ in range(10):
         _, grant = core.submit(Demand(1, 100_000))
         assert grant is not None
@@ -149,7 +149,7 @@ def test_issue_case_release_grants_second_waiter_on_its_gpu() -> None:
 
 
 def test_issue_case_first_freed_gpus_serve_whole_request_then_third_serves_fraction() -> None:
-    core = Scheduler(3, units_per_gpu=U)
+    core = Scheduler(3, units_per_gpu=U, policy="reserve-all")
     holders = [core.submit(whole(1))[1] for _ in range(3)]
     assert all(h is not None for h in holders)
     t1, _ = core.submit(whole(2))
@@ -182,7 +182,7 @@ def test_release_grants_every_waiter_that_fits_in_order() -> None:
 
 
 def test_head_is_granted_when_its_reserved_gpu_drains() -> None:
-    core = Scheduler(2, units_per_gpu=U)
+    core = Scheduler(2, units_per_gpu=U, policy="reserve-all")
     core.submit(frac(0.6))
     core.submit(frac(0.6))  # both GPUs at 0.4 free
     head, _ = core.submit(frac(0.7))
@@ -215,7 +215,7 @@ def count_visits(core: Scheduler) -> _CountingQueue:
 
 
 def test_walk_stops_early_when_nothing_behind_can_fit() -> None:
-    core = Scheduler(2, units_per_gpu=U)
+    core = Scheduler(2, units_per_gpu=U, policy="reserve-all")
     core.submit(whole(2))
     for _ in range(10_000):
         core.submit(frac(0.9))
@@ -249,7 +249,7 @@ def test_cancel_of_head_lets_backfill_happen() -> None:
 
 
 def test_cancel_unknown_ticket_raises_keyerror() -> None:
-    core = Scheduler(1)
+    core = Scheduler(1, policy="reserve-all")
     with pytest.raises(KeyError):
         core.cancel(42)
 
@@ -291,15 +291,15 @@ def test_release_of_a_wrong_type_is_a_type_error(gpu: object, units: object) -> 
     [(0, ValueError), (-1, ValueError), (True, TypeError), (1.0, TypeError), ("2", TypeError)],
 )
 def test_scheduler_rejects_bad_gpu_count(num_gpus: object, error: type[Exception]) -> None:
-    # A wrong type is a TypeError, as everywhere else (Scheduler('2') was a ValueError).
+    # A wrong type is a TypeError, as everywhere else (Scheduler('2', policy="reserve-all") was a ValueError).
     with pytest.raises(error, match="gpus"):
-        Scheduler(num_gpus)  # type: ignore[arg-type]
+        Scheduler(num_gpus, policy="reserve-all")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(("units", "error"), [(0, ValueError), ("10", TypeError)])
 def test_scheduler_rejects_bad_units_per_gpu(units: object, error: type[Exception]) -> None:
     with pytest.raises(error, match="units_per_gpu"):
-        Scheduler(1, units)  # type: ignore[arg-type]
+        Scheduler(1, units, policy="reserve-all")  # type: ignore[arg-type]
 
 
 # ----------------------------------------------------------------- invariants under random use
@@ -338,7 +338,7 @@ def nothing_waiting_fits(core: Scheduler) -> bool:
 class SchedulerMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.core = Scheduler(4, units_per_gpu=U)
+        self.core = Scheduler(4, units_per_gpu=U, policy="reserve-all")
         self.held: list[tuple[int, int]] = []  # (gpu, units) of live grants
         self.waiting: set[int] = set()
         self.gone: set[int] = set()
@@ -405,7 +405,7 @@ TestSchedulerMachine = SchedulerMachine.TestCase
 
 @given(st.lists(st.integers(1, 10), min_size=1, max_size=30))
 def test_tenths_always_sum_exactly(tenths: list[int]) -> None:
-    core = Scheduler(1, 1_000_000)
+    core = Scheduler(1, 1_000_000, policy="reserve-all")
     granted = []
     for t in tenths:
         grant = core.grant_now(Demand(1, t * 100_000))

@@ -21,15 +21,15 @@ def frac(x: float) -> Demand:
     return Demand(1, round(x * U))
 
 
-def test_default_policy_is_reserve_all() -> None:
-    assert POLICIES == ("reserve-all", "easy")
-    assert Scheduler(2, U).policy == "reserve-all"
-    assert Scheduler(2, U, policy="easy").policy == "easy"
+def test_default_policy_is_easy() -> None:
+    assert POLICIES == ("easy", "reserve-all")
+    assert Scheduler(2, U).policy == "easy"
+    assert Scheduler(2, U, policy="reserve-all").policy == "reserve-all"
 
 
 @pytest.mark.parametrize("bad", ["EASY", "", "fifo", "reserve_all"])
 def test_unknown_policy_is_a_value_error_naming_it(bad: str) -> None:
-    with pytest.raises(ValueError, match=f"policy must be one of reserve-all, easy; got {bad!r}"):
+    with pytest.raises(ValueError, match=f"policy must be one of easy, reserve-all; got {bad!r}"):
         Scheduler(2, U, policy=bad)
 
 

@@ -10,7 +10,7 @@ U = 1_000
 
 
 def test_restore_takes_exactly_the_given_gpus_and_releases_like_any_grant() -> None:
-    core = Scheduler(3, units_per_gpu=U)
+    core = Scheduler(3, units_per_gpu=U, policy="reserve-all")
     first = core.restore((2,), 400)
     second = core.restore((0, 1), U)
     assert first.gpus == (2,) and first.units == 400
@@ -22,7 +22,7 @@ def test_restore_takes_exactly_the_given_gpus_and_releases_like_any_grant() -> N
 
 
 def test_restored_capacity_is_not_granted_again() -> None:
-    core = Scheduler(1, units_per_gpu=U)
+    core = Scheduler(1, units_per_gpu=U, policy="reserve-all")
     core.restore((0,), 700)
     assert core.grant_now(Demand(1, 400)) is None
     _, grant = core.submit(Demand(1, 300))
@@ -45,7 +45,7 @@ def test_restored_capacity_is_not_granted_again() -> None:
 def test_restore_that_does_not_fit_raises_and_changes_nothing(
     gpus: tuple[int, ...], units: int, match: str
 ) -> None:
-    core = Scheduler(2, units_per_gpu=U)
+    core = Scheduler(2, units_per_gpu=U, policy="reserve-all")
     core.restore((0,), 500)
     with pytest.raises(ValueError, match=match):
         core.restore(gpus, units)
@@ -53,7 +53,7 @@ def test_restore_that_does_not_fit_raises_and_changes_nothing(
 
 
 def test_restore_refuses_while_requests_wait() -> None:
-    core = Scheduler(1, units_per_gpu=U)
+    core = Scheduler(1, units_per_gpu=U, policy="reserve-all")
     core.restore((0,), U)
     ticket, grant = core.submit(Demand(1, 100))
     assert grant is None

@@ -17,9 +17,9 @@ from hwpool._core._scheduler import Demand, Grant, Scheduler
 
 
 def test_an_int_keeps_equal_totals() -> None:
-    assert Scheduler(3).totals == (UNITS_PER_GPU,) * 3
-    assert Scheduler(2, 10).totals == (10, 10)
-    core = Scheduler([7, 3])
+    assert Scheduler(3, policy="reserve-all").totals == (UNITS_PER_GPU,) * 3
+    assert Scheduler(2, 10, policy="reserve-all").totals == (10, 10)
+    core = Scheduler([7, 3], policy="reserve-all")
     assert core.totals == (7, 3) and core.free == (7, 3) and core.num_gpus == 2
     assert core.units_per_gpu == 7  # the largest
 
@@ -39,17 +39,17 @@ def test_an_int_keeps_equal_totals() -> None:
 )
 def test_bad_totals(gpus: object, error: type[Exception], match: str) -> None:
     with pytest.raises(error, match=match):
-        Scheduler(gpus)  # type: ignore[arg-type]
+        Scheduler(gpus, policy="reserve-all")  # type: ignore[arg-type]
 
 
 def test_units_per_gpu_only_with_a_count() -> None:
     with pytest.raises(TypeError, match="units_per_gpu"):
-        Scheduler([4, 4], 4)
+        Scheduler([4, 4], 4, policy="reserve-all")
 
 
 @pytest.mark.parametrize("uniform", [True, False])
 def test_a_demand_that_can_never_fit_is_refused_and_changes_nothing(uniform: bool) -> None:
-    core = Scheduler([10, 10] if uniform else [10, 4])
+    core = Scheduler([10, 10] if uniform else [10, 4], policy="reserve-all")
     core.submit(Demand(2, 1, whole=True))  # every GPU taken
     waiting, _ = core.submit(Demand(1, 3))
     before = (core.free, core.reservations(), core.queue_length)
@@ -66,14 +66,14 @@ def test_a_demand_that_can_never_fit_is_refused_and_changes_nothing(uniform: boo
 
 
 def test_best_fit_is_fewest_free_units_that_fit_ties_to_lowest_index() -> None:
-    core = Scheduler([100, 10, 40, 40])
+    core = Scheduler([100, 10, 40, 40], policy="reserve-all")
     assert core.submit(Demand(1, 30))[1] == Grant(1, (2,), 30)  # 40 free beats 100; index 2 < 3
     assert core.submit(Demand(1, 10))[1] == Grant(2, (1,), 10)  # 10 free on GPUs 1 and 2: GPU 1
     assert core.submit(Demand(1, 50))[1] == Grant(3, (0,), 50)  # only GPU 0 holds 50
 
 
 def test_whole_gpus_need_completely_free_gpus_smallest_first() -> None:
-    core = Scheduler([100, 10, 40, 10])
+    core = Scheduler([100, 10, 40, 10], policy="reserve-all")
     core.submit(Demand(1, 1))  # best fit: GPU 1 (10 free) is no longer completely free
     _, grant = core.submit(Demand(2, 0))
     assert grant is not None and grant.gpus == (2, 3) and grant.units == 0  # sizes 40 and 10
@@ -85,7 +85,7 @@ def test_whole_gpus_need_completely_free_gpus_smallest_first() -> None:
 
 
 def test_fraction_reserves_most_free_gpu_that_could_ever_hold_it() -> None:
-    core = Scheduler([30, 100])
+    core = Scheduler([30, 100], policy="reserve-all")
     core.submit(Demand(1, 80))  # GPU 1: 20 free; GPU 0 (30, idle) is more free but too small
     waiter, _ = core.submit(Demand(1, 50))
     assert core.reservations() == {waiter: (1,)}
@@ -93,7 +93,7 @@ def test_fraction_reserves_most_free_gpu_that_could_ever_hold_it() -> None:
 
 
 def test_whole_waiter_reserves_gpus_with_fewest_units_in_use() -> None:
-    core = Scheduler([10, 100, 50])
+    core = Scheduler([10, 100, 50], policy="reserve-all")
     core.submit(Demand(1, 8))  # GPU 0: 2 free, 8 used
     core.submit(Demand(1, 30))  # GPU 2 (50): 20 free, 30 used
     core.submit(Demand(1, 25))  # GPU 2 has only 20: GPU 1, 75 free, 25 used
@@ -103,7 +103,7 @@ def test_whole_waiter_reserves_gpus_with_fewest_units_in_use() -> None:
 
 def test_equal_totals_as_a_sequence_schedule_as_an_int() -> None:
     rng = random.Random(5)
-    a, b = Scheduler(3, 1000), Scheduler([1000, 1000, 1000])
+    a, b = Scheduler(3, 1000, policy="reserve-all"), Scheduler([1000, 1000, 1000], policy="reserve-all")
     held: list[Grant] = []
     for _ in range(400):
         if held and rng.random() < 0.45:
@@ -160,7 +160,7 @@ totals_strategy = st.lists(
 class TotalsMachine(RuleBasedStateMachine):
     @initialize(totals=totals_strategy)
     def start(self, totals: list[int]) -> None:
-        self.core = Scheduler(totals)
+        self.core = Scheduler(totals, policy="reserve-all")
         self.totals = totals
         self.held: list[tuple[int, int]] = []
         self.waiting: set[int] = set()

@@ -1,9 +1,11 @@
 """The GPU scheduling core: a pure, synchronous state machine (no I/O, no clock, no threads).
 
-Every front (asyncio, blocking threads, the virtual-time simulator) drives this one class and
-turns the grants it returns into woken waiters. The policy, in the order it is applied:
+Every front (asyncio, blocking threads, the virtual-time simulator, the host server) drives
+this one class and turns the grants it returns into woken waiters. Time enters only as the
+``now`` argument of each input, from the caller's clock.
 
-GPUs may differ in size: each has its own total of units (``Scheduler.totals``).
+GPUs may differ in size: each has its own total of units (``Scheduler.totals``). Rules 1-2
+hold under both policies:
 
 1. A demand needs ``count`` GPUs, each with at least ``units`` free. A fractional demand is
    ``count == 1``; a whole-GPU demand (``count > 1``, or ``whole=True``) needs ``count`` GPUs
@@ -12,28 +14,43 @@ GPUs may differ in size: each has its own total of units (``Scheduler.totals``).
 2. Placement is best fit: a fractional demand takes the fitting GPU with the fewest free
    units, a whole-GPU demand the completely free GPUs with the smallest totals; ties to the
    lowest index (on GPUs of one size: the lowest-indexed free GPUs).
-3. Waiters form one FIFO queue. Walking it in order, each waiter that cannot be granted
-   reserves, among the GPUs no earlier waiter reserves, the ``count`` most free ones: for a
-   fractional demand the GPU with the most free units among those whose total could ever
-   hold it, for a whole-GPU demand the GPUs with the fewest units in use (on GPUs of one size
-   both are "most free"); ties to the lowest index. The first waiter that cannot get its full
-   set stops all reservations behind it.
+
+``easy`` (the default): EASY backfilling, with hold times learned from what the core sees.
+
+3e. Waiters form one FIFO queue; its first waiter is the head, and only the head reserves:
+    the GPUs expected to have room for it soonest (ties: the most free, then the lowest
+    index, as in rule 3). Its shadow is when that is expected. It keeps those GPUs until it
+    is granted or cancelled, except that once its shadow has passed it may move, once, to
+    GPUs now expected to have room strictly sooner.
+4e. Every other waiter, in queue order, and every new arrival may be granted at once on the
+    GPUs the head does not reserve, and on the head's GPUs only before its shadow, and only
+    if its expected hold ends by the shadow or (for a fractional head) leaves the head's
+    units free at the shadow. A new arrival never passes an earlier waiter of its own demand
+    that has no hint.
+5e. The head is granted as soon as it fits anywhere (best fit, rule 2); every release or
+    cancellation grants what now fits from the front, then backfills (rule 4e).
+6e. So the head's wait is bounded: once its shadow has passed, nothing new is placed on its
+    GPUs, and it starts when the grants there at its shadow have ended (those running when it
+    became head, and backfills placed before the shadow, expected to end by it).
+7e. A request's expected hold is its ``expected`` hint, else the smoothed mean (weight
+    ``SMOOTHING``) of its demand's past hold times plus two mean deviations, else the mean
+    over all demands plus two standard deviations; none is known before any release. A
+    running grant is expected to end at its start plus its hint or its demand's mean; one
+    past that (or with none) is expected to run as long again as it has, at least the mean.
+
+``reserve-all`` (the policy hwpool started from; rules 3-5 replace 3e-7e):
+
+3. Walking the queue in order, each waiter that cannot be granted reserves, among the GPUs
+   no earlier waiter reserves, the ``count`` most free ones: for a fractional demand the GPU
+   with the most free units among those whose total could ever hold it, for a whole-GPU
+   demand the GPUs with the fewest units in use (on GPUs of one size both are "most free");
+   ties to the lowest index. The first waiter that cannot get its full set stops all
+   reservations behind it.
 4. Any request may be granted at once on GPUs that no earlier waiter reserves (backfill).
 5. Every release or cancellation walks the queue again, granting what now fits. The walk stops
    as soon as no unreserved GPU can serve anything further back, which it knows from a sorted
-   index of the demands still waiting, without scanning them.
-
-On GPUs of one size the walk below is the fast path; GPUs of different sizes take a plainer
-walk that applies the same rules with these definitions.
-
-Under ``policy="easy"`` (experimental, opt-in; the default ``"reserve-all"`` is the policy
-above) rules 3 and 4 change, the rest stay:
-
-3e. Only the head of the queue (the first waiter the walk cannot grant) reserves: the GPUs
-    rule 3 would give it. It keeps them, across releases and arrivals, until it is granted or
-    cancelled (no hopping to a GPU that became slightly freer).
-4e. Any other request may be granted at once on any GPU the head does not reserve, however
-    many wait. So the head starts, at the latest, once the grants on its reserved GPUs end.
+   index of the demands still waiting, without scanning them. On GPUs of one size this walk
+   is the fast path; GPUs of different sizes take a plainer walk with the same rules.
 
 Invariants after every call: per GPU ``0 <= free <= total``; a ticket is waiting, granted or
 gone, never two; reservations are disjoint and held only by waiters.
@@ -43,20 +60,23 @@ from __future__ import annotations
 
 import bisect
 import functools
+import heapq
 import itertools
-from collections import OrderedDict
+import math
+from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from .._check import check_int
 from ._capacity import UNITS_PER_GPU
+from ._durations import Durations
 
-__all__ = ["POLICIES", "Demand", "Grant", "Scheduler", "Waiter"]
+__all__ = ["POLICIES", "Demand", "Grant", "Head", "Scheduler", "Waiter"]
 
-POLICIES = ("reserve-all", "easy")
-"""The core's policies by name: ``reserve-all`` (every waiter reserves; the default) and
-``easy`` (only the head of the queue reserves, and keeps its GPUs; experimental)."""
+POLICIES = ("easy", "reserve-all")
+"""The core's policies by name: ``easy`` (the default: only the head reserves, and others
+backfill around it by learned hold times) and ``reserve-all`` (every waiter reserves)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +106,18 @@ class Grant(NamedTuple):
 
 # Grant((ticket, gpus, units)) without the Python frame of NamedTuple.__new__ (the hot path).
 _grant = functools.partial(tuple.__new__, Grant)
+
+
+class Head(NamedTuple):
+    """The head of the queue under ``easy``: the GPUs it reserves and its shadow, the time
+    (on the caller's clock) it is expected to fit there; ``since``: when it became head;
+    ``moved``: whether it has used its one move (rule 3e)."""
+
+    ticket: int
+    gpus: tuple[int, ...]
+    shadow: float
+    since: float
+    moved: bool = False
 
 
 class Waiter(NamedTuple):
@@ -216,7 +248,7 @@ class Scheduler:
         gpus: int | Sequence[int],
         units_per_gpu: int | None = None,
         *,
-        policy: str = "reserve-all",
+        policy: str = "easy",
     ) -> None:
         """``gpus``: a count of GPUs of ``units_per_gpu`` units each (default a whole GPU's
         ``UNITS_PER_GPU``), or a sequence giving each GPU's total in units (any positive
@@ -246,7 +278,7 @@ class Scheduler:
         self.units_per_gpu = max(totals)  # every GPU's total when they are equal
         self._totals = totals
         self.policy = policy
-        self._easy = policy == "easy"  # the plain walk, with only the head reserving
+        self._easy = policy == "easy"
         self._uniform = len(set(totals)) == 1  # the fast path; else the plain walk
         self._free = list(totals)
         self._queue: OrderedDict[int, Demand] = OrderedDict()
@@ -260,6 +292,13 @@ class Scheduler:
         self._open: list[int] = list(range(self.num_gpus))
         self._reserving = True
         self._tickets = itertools.count(1)
+        # Under easy: the clock, what was learned, the head, and the waiters without a hint
+        # per demand (FIFO within each), those with one apart.
+        self._now = 0.0
+        self._durations = Durations(self.num_gpus)
+        self._head: Head | None = None
+        self._classes: dict[Demand, deque[int]] = {}
+        self._hints: dict[int, float] = {}
 
     # ----------------------------------------------------------------- queries
     @property
@@ -289,35 +328,75 @@ class Scheduler:
 
     def waiters(self) -> Iterator[Waiter]:
         """The waiting requests in queue order, with their current reservations."""
+        reserved = self.reservations() if self._easy else self._reserved
         for ticket, demand in self._queue.items():
-            yield Waiter(ticket, demand, self._reserved.get(ticket, ()))
+            yield Waiter(ticket, demand, reserved.get(ticket, ()))
 
     def reservations(self) -> dict[int, tuple[int, ...]]:
         """Reserved GPUs per waiting ticket (waiters that reserve nothing are absent)."""
+        if self._easy:
+            return {} if self._head is None else {self._head.ticket: self._head.gpus}
         return dict(self._reserved)
 
+    @property
+    def head(self) -> Head | None:
+        """Under ``easy``, the head of the queue with its GPUs and shadow; else None."""
+        return self._head
+
+    @property
+    def now(self) -> float:
+        """The latest time any input gave (the clock never goes back); 0 before any."""
+        return self._now
+
+    def expected(self, demand: Demand) -> float | None:
+        """The hold time in seconds the core would assume for ``demand`` without a hint
+        (cautious: its class's mean plus two mean deviations), or None before any is known."""
+        return self._durations.guess(self._admit(demand))
+
     # ----------------------------------------------------------------- inputs
-    def grant_now(self, demand: Demand) -> Grant | None:
+    def grant_now(
+        self, demand: Demand, *, now: float | None = None, expected: float | None = None
+    ) -> Grant | None:
         """Grant ``demand`` where a new arrival would be granted at once, or return None.
 
-        Never queues and never jumps the queue: only GPUs that no waiter reserves are used.
-        Raises ValueError, changing nothing, for a demand that could never fit.
+        Never queues and never jumps the queue: only capacity the policy lets a new arrival
+        take (rule 4, or 4e). ``now``: the caller's clock, in seconds; ``expected``: how long
+        the caller expects to hold it (see :meth:`submit`). Raises ValueError (or TypeError),
+        changing nothing, for a demand that could never fit or a bad ``now`` or ``expected``.
         """
         demand = self._admit(demand)
+        clock, hint = self._time(now), self._check_expected(expected)
+        if self._easy:
+            at = self._commit(clock)
+            gpus = self._place_new_easy(demand, hint, at)
+            if gpus is None:
+                return None
+            return self._granted(next(self._tickets), demand, gpus, at, hint)
+        self._commit(clock)
         gpus = self._take_new(demand)
         if gpus is None:
             return None
         return _grant((next(self._tickets), gpus, self._units_of(demand, gpus)))
 
-    def submit(self, demand: Demand) -> tuple[int, Grant | None]:
+    def submit(
+        self, demand: Demand, *, now: float | None = None, expected: float | None = None
+    ) -> tuple[int, Grant | None]:
         """Add a request; return its ticket and its grant if it was granted at once.
 
         A request not granted at once waits in the queue (and may reserve GPUs) until a later
-        ``release`` or ``cancel`` grants it or it is cancelled. Raises ValueError, changing
-        nothing, for a demand that could never fit.
+        ``release`` or ``cancel`` grants it or it is cancelled. ``now`` is the caller's clock
+        in seconds (any origin, never going back; omitted: the last one given), from which
+        ``easy`` learns hold times; ``expected`` (seconds, optional) is how long the caller
+        expects to hold the grant, used instead of what was learned. Raises ValueError (or
+        TypeError), changing nothing, for a demand that could never fit or a bad ``now`` or
+        ``expected``.
         """
         demand = self._admit(demand)
-        if not self._uniform or self._easy:
+        clock, expected = self._time(now), self._check_expected(expected)
+        if self._easy:
+            return self._submit_easy(demand, self._commit(clock), expected)
+        self._commit(clock)
+        if not self._uniform:
             return self._submit_general(demand)
         ticket = next(self._tickets)
         gpus = self._take_new(demand)
@@ -332,8 +411,15 @@ class Scheduler:
             self._reserved[ticket] = reserved
         return ticket, None
 
-    def release(self, gpu: int, units: int) -> list[Grant]:
-        """Give back ``units`` on ``gpu``; return the waiters granted as a result."""
+    def release(
+        self, gpu: int, units: int, *, ticket: int | None = None, now: float | None = None
+    ) -> list[Grant]:
+        """Give back ``units`` on ``gpu``; return the waiters granted as a result.
+
+        ``ticket``: the grant they belong to, so that ``easy`` learns its hold time (without
+        it the core guesses which grant ended, and learns nothing); ``now``: as in
+        :meth:`submit`.
+        """
         free = self._free
         if not (
             type(gpu) is int
@@ -343,11 +429,24 @@ class Scheduler:
         ):  # the checks again, slowly, for the error message (and NumPy ints made ints)
             gpu = self._check_gpu(gpu)
             units = self._check_release(gpu, units)
+        clock = self._time(now)
+        self._check_ticket(ticket)
+        at = self._commit(clock)
         free[gpu] += units
-        return self._walk() if self._queue else []
+        if not self._easy:
+            return self._walk() if self._queue else []
+        self._durations.finish(ticket, gpu, units, at)
+        return self._walk_easy(at) if self._queue else []
 
-    def release_many(self, releases: Iterable[tuple[int, int]]) -> list[Grant]:
-        """Give back several ``(gpu, units)`` at once (all or nothing), then walk the queue once."""
+    def release_many(
+        self,
+        releases: Iterable[tuple[int, int]],
+        *,
+        ticket: int | None = None,
+        now: float | None = None,
+    ) -> list[Grant]:
+        """Give back several ``(gpu, units)`` at once (all or nothing), then walk the queue
+        once; ``ticket`` and ``now`` as in :meth:`release`."""
         pending: dict[int, int] = {}
         for raw_gpu, raw_units in releases:
             gpu = self._check_gpu(raw_gpu)
@@ -355,15 +454,31 @@ class Scheduler:
             pending[gpu] = pending.get(gpu, 0) + units
         for gpu, units in pending.items():
             self._check_release(gpu, units)
+        clock = self._time(now)
+        self._check_ticket(ticket)
+        at = self._commit(clock)
         for gpu, units in pending.items():
             self._free[gpu] += units
-        return self._walk() if self._queue else []
+            if self._easy:
+                self._durations.finish(ticket, gpu, units, at)
+        if not self._queue:
+            return []
+        return self._walk_easy(at) if self._easy else self._walk()
 
-    def cancel(self, ticket: int) -> list[Grant]:
+    def cancel(self, ticket: int, *, now: float | None = None) -> list[Grant]:
         """Withdraw a waiting request; return the waiters granted as a result.
 
         Raises KeyError if ``ticket`` is not waiting (it was granted, or never existed).
         """
+        clock = self._time(now)
+        if ticket not in self._queue:
+            raise KeyError(ticket)
+        at = self._commit(clock)
+        if self._easy:
+            self._dequeue(ticket)
+            if self._head is not None and self._head.ticket == ticket:
+                self._head = None
+            return self._walk_easy(at)
         demand = self._queue.pop(ticket)
         self._index_of(demand).remove(self._key_of(demand))
         return self._walk()
@@ -417,7 +532,7 @@ class Scheduler:
 
     def _take_new(self, demand: Demand) -> tuple[int, ...] | None:
         """Take capacity for a new arrival where it fits without jumping the queue, or None."""
-        if not self._uniform or self._easy:
+        if not self._uniform:
             return self._fit_general(demand, self._open if self._queue else None, take=True)
         count, units = demand.count, demand.units
         if self._queue:
@@ -485,7 +600,7 @@ class Scheduler:
         and reserves the next most-free GPU) is written out inline. Once reservations stop,
         the walk counts the demands it has passed, to stop when nothing further back can fit.
         """
-        if not self._uniform or self._easy:
+        if not self._uniform:
             return self._walk_general()
         reserved = self._reserved
         reserved.clear()
@@ -604,8 +719,6 @@ class Scheduler:
                 self._reserving = False
             else:
                 self._reserved[ticket] = chosen
-            if self._easy:  # only the head reserves (rule 3e)
-                self._reserving = False
         return ticket, None
 
     def _could_serve_rest_general(
@@ -627,14 +740,9 @@ class Scheduler:
             self._tally(seen, passed)
         return seen
 
-    def _walk_general(self) -> list[Grant]:  # noqa: PLR0915 (one pass; split in issue 9)
-        """Rules 3-5 on GPUs of different sizes, with the same early stop as the fast walk.
-
-        Under ``easy`` (on any GPUs) only the first waiter not granted reserves, and a head
-        that reserved before keeps the GPUs it had (rule 3e).
-        """
+    def _walk_general(self) -> list[Grant]:
+        """Rules 3-5 on GPUs of different sizes, with the same early stop as the fast walk."""
         reserved = self._reserved
-        kept = dict(reserved) if self._easy else {}
         reserved.clear()
         free, totals = self._free, self._totals
         grants: list[Grant] = []
@@ -642,21 +750,11 @@ class Scheduler:
         reserving = True
         seen: tuple[dict[int, int], dict[int, int]] | None = None
         visited = 0
-        # Under easy, past the head: the smallest fraction and whole count that did not fit.
-        # Free units only fall during the walk, so no later demand as large fits either.
-        failed_units, failed_count = self.units_per_gpu + 1, self.num_gpus + 1
-        easy = self._easy
         for ticket, demand in self._queue.items():
             if not open_gpus:
                 break
             visited += 1
             if seen is not None:
-                whole = demand.whole or demand.count > 1
-                if easy and (
-                    demand.count >= failed_count if whole else demand.units >= failed_units
-                ):
-                    self._tally(seen, demand)
-                    continue
                 if not self._could_serve_rest_general(open_gpus, seen):
                     break
                 self._tally(seen, demand)
@@ -673,39 +771,22 @@ class Scheduler:
                     free[fit] -= units
                     grants.append(_grant((ticket, (fit,), units)))
                     continue
-                if seen is not None and easy:
-                    failed_units = min(failed_units, units)
                 if reserving:
-                    chosen = kept.get(ticket)  # rule 3e: a head keeps the GPU it reserved
-                    if chosen is not None and chosen[0] in open_gpus:
-                        most = chosen[0]
                     if most >= 0:
                         open_gpus.remove(most)
                         reserved[ticket] = (most,)
-                        if not easy:
-                            continue
+                        continue
                     reserving, seen = False, self._seen_upto(visited)
                 continue
             taken = self._fit_general(demand, open_gpus, take=True)
             if taken is not None:
                 grants.append(_grant((ticket, taken, self._units_of(demand, taken))))
                 continue
-            if seen is not None and easy:
-                if demand.whole or demand.count > 1:
-                    failed_count = min(failed_count, demand.count)
-                else:
-                    failed_units = min(failed_units, demand.units)
             if reserving:
-                chosen = kept.get(ticket)
-                if chosen is not None and all(gpu in open_gpus for gpu in chosen):
-                    for gpu in chosen:
-                        open_gpus.remove(gpu)
-                else:
-                    chosen = self._reserve_general(demand, open_gpus)
+                chosen = self._reserve_general(demand, open_gpus)
                 if chosen is not None:
                     reserved[ticket] = chosen
-                    if not self._easy:
-                        continue
+                    continue
                 reserving, seen = False, self._seen_upto(visited)
         self._open, self._reserving = open_gpus, reserving
         for grant in grants:
@@ -713,7 +794,7 @@ class Scheduler:
             self._index_of(done).remove(self._key_of(done))
         return grants
 
-    def restore(self, gpus: tuple[int, ...], units: int) -> Grant:
+    def restore(self, gpus: tuple[int, ...], units: int, *, now: float | None = None) -> Grant:
         """Re-create a grant that was held before a restart: ``units`` on each of ``gpus``.
 
         The host server calls this while its clients re-declare their leases, before it
@@ -733,6 +814,214 @@ class Scheduler:
                 raise ValueError(
                     f"cannot restore {units} units on GPU {gpu}: only {self._free[gpu]} free"
                 )
+        at = self._commit(self._time(now))
         for gpu in gpus:
             self._free[gpu] -= units
-        return Grant(next(self._tickets), tuple(gpus), units)
+        grant = Grant(next(self._tickets), tuple(gpus), units)
+        if self._easy:  # held from before: its start is unknown, so nothing is learned
+            self._durations.start(grant.ticket, None, dict.fromkeys(gpus, units), at)
+        return grant
+
+    # ------------------------------------------------------------ easy (rules 3e-7e)
+    def _submit_easy(
+        self, demand: Demand, now: float, hint: float | None
+    ) -> tuple[int, Grant | None]:
+        ticket = next(self._tickets)
+        gpus = self._place_new_easy(demand, hint, now)
+        if gpus is not None:
+            return ticket, self._granted(ticket, demand, gpus, now, hint)
+        self._queue[ticket] = demand
+        if hint is None:
+            self._classes.setdefault(demand, deque()).append(ticket)
+        else:
+            self._hints[ticket] = hint
+        if self._head is None:  # the queue was empty: this is its head
+            self._head = self._choose_head(ticket, demand, now)
+        return ticket, None
+
+    def _place_new_easy(
+        self, demand: Demand, hint: float | None, now: float
+    ) -> tuple[int, ...] | None:
+        """Take capacity for a new arrival: best fit anywhere if none wait, else a backfill
+        (rule 4e), never ahead of an earlier waiter of its demand without a hint."""
+        if not self._queue:
+            return self._fit_general(demand, None, take=True)
+        if hint is None and demand in self._classes:
+            return None  # an earlier one like it waits, and the same would stop it
+        return self._backfill_fit(demand, self._durations.guess(demand, hint), now)
+
+    def _granted(
+        self, ticket: int, demand: Demand, gpus: tuple[int, ...], now: float, hint: float | None
+    ) -> Grant:
+        grant = _grant((ticket, gpus, self._units_of(demand, gpus)))
+        held = (
+            dict.fromkeys(gpus, grant.units)
+            if grant.units
+            else {gpu: self._totals[gpu] for gpu in gpus}
+        )
+        self._durations.start(ticket, demand, held, now, hint)
+        return grant
+
+    def _dequeue(self, ticket: int) -> Demand:
+        """Take a waiter out of the queue and out of its class (O(class) for a middle one)."""
+        demand = self._queue.pop(ticket)
+        if self._hints.pop(ticket, None) is None:
+            waiting = self._classes[demand]
+            if waiting[0] == ticket:
+                waiting.popleft()
+            else:
+                waiting.remove(ticket)
+            if not waiting:
+                del self._classes[demand]
+        return demand
+
+    def _need(self, demand: Demand, gpu: int) -> int:
+        """Units ``demand`` needs free on ``gpu``: all of it for whole GPUs."""
+        return self._totals[gpu] if demand.whole or demand.count > 1 else demand.units
+
+    def _choose_head(self, ticket: int, demand: Demand, now: float, *, moved: bool = False) -> Head:
+        """The GPUs expected to have room for ``demand`` soonest, and when (rule 3e).
+
+        Ties (as when nothing is known yet) go to the most free GPUs, then the lowest index,
+        as in rule 3; GPUs too small for the demand never qualify.
+        """
+        free, durations = self._free, self._durations
+        ranked = sorted(
+            (durations.free_at(gpu, free[gpu], self._need(demand, gpu), now), -free[gpu], gpu)
+            for gpu in range(self.num_gpus)
+            if self._totals[gpu] >= self._need(demand, gpu)
+        )
+        chosen = ranked[: demand.count]
+        return Head(ticket, tuple(sorted(g for _, _, g in chosen)), chosen[-1][0], now, moved)
+
+    def _drain(self, head: Head, demand: Demand, now: float) -> float:
+        """When the head's GPUs are expected to have room for it, as known now."""
+        free, durations = self._free, self._durations
+        return max(
+            durations.free_at(gpu, free[gpu], self._need(demand, gpu), now) for gpu in head.gpus
+        )
+
+    def _backfill_fit(
+        self, demand: Demand, guess: float | None, now: float
+    ) -> tuple[int, ...] | None:
+        """Best fit for a request behind the head, on the GPUs rule 4e lets it use."""
+        head = self._head
+        if head is None:
+            return self._fit_general(demand, None, take=True)
+        allowed = [gpu for gpu in range(self.num_gpus) if gpu not in head.gpus]
+        if now < head.shadow:
+            ends_in_time = guess is not None and now + guess <= head.shadow
+            head_demand = self._queue[head.ticket]
+            fraction = not (demand.whole or demand.count > 1)
+            slack = fraction and head_demand.count == 1 and not head_demand.whole
+            for gpu in head.gpus:
+                if ends_in_time or (
+                    slack
+                    and self._durations.free_by(gpu, self._free[gpu], head.shadow, now)
+                    - demand.units
+                    >= head_demand.units
+                ):
+                    allowed.append(gpu)
+            allowed.sort()
+        return self._fit_general(demand, allowed, take=True)
+
+    def _walk_easy(self, now: float) -> list[Grant]:
+        """Grant from the front while the first waiter fits anywhere (rule 5e), settle the
+        head (rule 3e), then backfill behind it (rule 4e)."""
+        grants: list[Grant] = []
+        queue = self._queue
+        while queue:
+            ticket, demand = next(iter(queue.items()))
+            gpus = self._fit_general(demand, None, take=True)
+            if gpus is None:
+                break
+            hint = self._hints.get(ticket)
+            self._dequeue(ticket)
+            grants.append(self._granted(ticket, demand, gpus, now, hint))
+        if not queue:
+            self._head = None
+            return grants
+        ticket, demand = next(iter(queue.items()))
+        head = self._head
+        if head is None or head.ticket != ticket:
+            head = self._choose_head(ticket, demand, now)
+        elif now >= head.shadow and not head.moved:  # overdue: move once, if sooner elsewhere
+            better = self._choose_head(ticket, demand, now, moved=True)
+            if better.gpus != head.gpus and better.shadow < self._drain(head, demand, now):
+                head = better._replace(since=head.since)
+        self._head = head
+        self._backfill(head, now, grants)
+        return grants
+
+    def _backfill(self, head: Head, now: float, grants: list[Grant]) -> None:
+        """Offer capacity to the waiters behind ``head`` in queue order (rule 4e).
+
+        Waiters without a hint are taken per demand, the earliest of each first: once one is
+        refused, the rest of its demand would be too (capacity only falls during the walk),
+        so each walk looks at one waiter per demand plus those granted and those with hints.
+        """
+        queue, free = self._queue, self._free
+        streams: list[Iterator[int]] = [iter(waiting) for waiting in self._classes.values()]
+        streams.append(iter(self._hints))
+        hinted = len(streams) - 1
+        heap: list[tuple[int, int]] = []
+        for index, stream in enumerate(streams):
+            ticket = next(stream, None)
+            if ticket == head.ticket:
+                ticket = next(stream, None)
+            if ticket is not None:
+                heap.append((ticket, index))
+        heapq.heapify(heap)
+        granted: list[tuple[int, Demand]] = []
+        while heap and any(free):
+            ticket, index = heap[0]
+            demand = queue[ticket]
+            hint = self._hints.get(ticket) if index == hinted else None
+            gpus = self._backfill_fit(demand, self._durations.guess(demand, hint), now)
+            if gpus is None and index != hinted:
+                heapq.heappop(heap)  # the rest of this demand waits too
+                continue
+            if gpus is not None:
+                grants.append(self._granted(ticket, demand, gpus, now, hint))
+                granted.append((ticket, demand))
+            following = next(streams[index], None)
+            if following is None:
+                heapq.heappop(heap)
+            else:
+                heapq.heapreplace(heap, (following, index))
+        for ticket, _ in granted:
+            self._dequeue(ticket)
+
+    # ----------------------------------------------------------------- clock and hints
+    def _time(self, now: object) -> float:
+        """``now`` checked (a finite real number), or the current clock for None."""
+        if now is None:
+            return self._now
+        if isinstance(now, bool) or not isinstance(now, (int, float)):
+            raise TypeError(f"now must be a number of seconds, got {now!r} ({type(now).__name__})")
+        if not math.isfinite(now):
+            raise ValueError(f"now must be finite, got {now!r}")
+        return float(now)
+
+    def _commit(self, clock: float) -> float:
+        """Advance the clock to ``clock`` (never back); return the time to act at."""
+        self._now = max(self._now, clock)
+        return self._now
+
+    @staticmethod
+    def _check_expected(expected: object) -> float | None:
+        if expected is None:
+            return None
+        if isinstance(expected, bool) or not isinstance(expected, (int, float)):
+            raise TypeError(
+                f"expected must be a number of seconds or None, got {expected!r} "
+                f"({type(expected).__name__})"
+            )
+        if not (math.isfinite(expected) and expected >= 0):
+            raise ValueError(f"expected must be a finite number of seconds >= 0, got {expected!r}")
+        return float(expected)
+
+    @staticmethod
+    def _check_ticket(ticket: object) -> None:
+        if ticket is not None and type(ticket) is not int:
+            raise TypeError(f"ticket must be an int or None, got {ticket!r}")
