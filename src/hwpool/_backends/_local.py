@@ -53,18 +53,28 @@ class _GaveUp(NamedTuple):
     reason: _Reason
 
 
+class _Returned(NamedTuple):
+    """A grant handed back without the lock, and when (for the core to learn its hold)."""
+
+    grant: Grant
+    at: float
+
+
 class LocalBackend:
     """Grants GPU capacity to asyncio tasks and threads of this process (see the module doc).
 
     ``gpus`` lists the logical GPUs, in index order; ``totals``, for a pool sized in memory,
     each one's capacity (MiB). The demands it receives are validated by the front
-    (``hwpool.GPUPool``).
+    (``hwpool.GPUPool``). ``policy``: the core's (``hwpool._core._scheduler.POLICIES``).
     """
 
-    def __init__(self, gpus: Sequence[GPUInfo], totals: Sequence[int] | None = None) -> None:
+    def __init__(
+        self, gpus: Sequence[GPUInfo], totals: Sequence[int] | None = None, *, policy: str = "easy"
+    ) -> None:
         self._gpus = tuple(gpus)
         self._sized = totals is not None
-        self._core = Scheduler(len(self._gpus)) if totals is None else Scheduler(tuple(totals))
+        sizes: int | tuple[int, ...] = len(self._gpus) if totals is None else tuple(totals)
+        self._core = Scheduler(sizes, policy=policy)
         self._totals = (
             (self._core.units_per_gpu,) * len(self._gpus) if totals is None else tuple(totals)
         )
@@ -72,7 +82,7 @@ class LocalBackend:
         self._owner = 0  # the thread that last entered a section (meaningful while locked)
         self._waiters: dict[int, Waiter] = {}  # ticket -> the request parked on it
         self._live: dict[int, Grant] = {}  # ticket -> what that grant still holds
-        self._returns: deque[Grant | _GaveUp] = deque()  # handed in, applied by _drain
+        self._returns: deque[_Returned | _GaveUp] = deque()  # handed in, applied by _drain
         self._wake: deque[Waiter] = deque()  # granted (or closed), to be woken by _settle
         self._dirty = False
         self._closed = False
@@ -89,15 +99,21 @@ class LocalBackend:
         return self._gpus
 
     # ----------------------------------------------------------------- acquiring
-    def acquire_now(self, demand: Demand) -> Grant | None:
-        """Grant at once where that jumps no waiter, else None."""
+    @property
+    def policy(self) -> str:
+        """The scheduling policy's name."""
+        return self._core.policy
+
+    def acquire_now(self, demand: Demand, expected: float | None = None) -> Grant | None:
+        """Grant at once where that jumps no waiter, else None; ``expected``: the caller's
+        guess of the hold time in seconds, or None to let the core learn it."""
         with self._lock:
             self._owner = get_ident()
             if self._closed:
                 raise PoolClosedError("the GPU pool is closed")
             if self._returns or self._dirty:
                 self._drain()
-            grant = self._core.grant_now(demand)
+            grant = self._core.grant_now(demand, now=time.monotonic(), expected=expected)
             if grant is not None:
                 self._live[grant.ticket] = grant
         if self._wake or self._returns:
@@ -137,7 +153,9 @@ class LocalBackend:
             self._abandon(waiter, _Reason.CANCELLED)
             raise
 
-    def _enqueue(self, demand: Demand, waiter: Waiter) -> Grant | None:
+    def _enqueue(
+        self, demand: Demand, waiter: Waiter, expected: float | None = None
+    ) -> Grant | None:
         """Grant ``demand`` at once (also recorded on ``waiter``), or park ``waiter`` for it."""
         with self._lock:
             self._owner = get_ident()
@@ -146,7 +164,7 @@ class LocalBackend:
             if self._returns or self._dirty:
                 self._drain()
             self._dirty = True  # until the core and self._waiters agree again
-            ticket, grant = self._core.submit(demand)
+            ticket, grant = self._core.submit(demand, now=time.monotonic(), expected=expected)
             if grant is None:
                 waiter.ticket = ticket
                 self._waiters[ticket] = waiter
@@ -167,7 +185,7 @@ class LocalBackend:
             withdrawn = waiter.grant is None and self._waiters.pop(waiter.ticket, None) is not None
             if withdrawn:
                 self._timed_out += 1
-                self._collect(self._core.cancel(waiter.ticket))
+                self._collect(self._core.cancel(waiter.ticket, now=time.monotonic()))
         self._settle()
         if withdrawn:
             raise TimeoutError(f"no GPU capacity granted within timeout={timeout}s")
@@ -183,18 +201,15 @@ class LocalBackend:
         held = self._live.pop(grant.ticket, None)
         if held is grant or held == grant:
             if not self._waiters or (self._owner == get_ident() and self._lock.locked()):
-                self._returns.append(held)  # applied by the next section (or the enclosing one)
+                # Applied by the next section (or the enclosing one), dated now.
+                self._returns.append(_Returned(held, time.monotonic()))
                 return
             with self._lock:  # someone may be waiting for exactly this: apply it now
                 self._owner = get_ident()
                 if self._returns or self._dirty:
                     self._drain()
                 self._released += 1
-                gpus = held.gpus
-                if len(gpus) == 1 and held.units:
-                    grants = self._core.release(gpus[0], held.units)
-                else:
-                    grants = self._release_in_core(held)
+                grants = self._release_in_core(held, time.monotonic())
                 if grants:
                     self._collect(grants)
             if self._wake or self._returns:
@@ -228,7 +243,9 @@ class LocalBackend:
             else:
                 del self._live[part.ticket]
                 self._released += 1
-            self._collect(self._core.release_many([(g, each[g]) for g in part.gpus]))
+            parts = [(g, each[g]) for g in part.gpus]
+            now = time.monotonic()
+            self._collect(self._core.release_many(parts, ticket=part.ticket, now=now))
         self._settle()
 
     def _abandon(self, waiter: Waiter, reason: _Reason) -> None:
@@ -271,21 +288,24 @@ class LocalBackend:
         returns, core = self._returns, self._core
         while returns:
             item = returns.popleft()
-            if type(item) is not Grant:
+            if isinstance(item, _GaveUp):
                 grants = self._give_up(*item)
-            elif len(item.gpus) == 1 and item.units:
-                self._released += 1
-                grants = core.release(item.gpus[0], item.units)
             else:
                 self._released += 1
-                grants = self._release_in_core(item)
+                grant, at = item
+                if len(grant.gpus) == 1 and grant.units:
+                    grants = core.release(grant.gpus[0], grant.units, ticket=grant.ticket, now=at)
+                else:
+                    grants = self._release_in_core(grant, at)
             if grants:
                 self._collect(grants)
 
-    def _release_in_core(self, grant: Grant) -> list[Grant]:
+    def _release_in_core(self, grant: Grant, now: float | None = None) -> list[Grant]:
+        ticket, core = grant.ticket, self._core
         if len(grant.gpus) == 1 and grant.units:
-            return self._core.release(grant.gpus[0], grant.units)
-        return self._core.release_many(self._core.held(grant))  # units 0: whole GPUs, mixed
+            return core.release(grant.gpus[0], grant.units, ticket=ticket, now=now)
+        # held(): whole GPUs of mixed sizes have units 0
+        return core.release_many(core.held(grant), ticket=ticket, now=now)
 
     def _collect(self, grants: list[Grant]) -> None:
         """Hand each grant to its waiter, to be woken by ``_settle``; a grant whose waiter is
@@ -309,13 +329,13 @@ class LocalBackend:
             if self._waiters.pop(waiter.ticket, None) is None:
                 return []  # never queued, or already withdrawn or closed
             self._count(reason)
-            return self._core.cancel(waiter.ticket)
+            return self._core.cancel(waiter.ticket, now=time.monotonic())
         if waiter.returned or self._live.pop(grant.ticket, None) is None:
             return []  # given back already
         waiter.returned = True
         self._count(reason)
         self._released += 1
-        grants = self._release_in_core(grant)
+        grants = self._release_in_core(grant, time.monotonic())
         if reason is _Reason.LOST and isinstance(waiter, AsyncWaiter):
             grants += self._purge(waiter.loop)
         return grants
@@ -346,7 +366,8 @@ class LocalBackend:
                 self._cancelled += 1
                 self._collect(self._core.cancel(entry.ticket))
         held = [0] * len(self._gpus)
-        for grant in [*self._live.values(), *(g for g in self._returns if type(g) is Grant)]:
+        returned = (item.grant for item in self._returns if type(item) is _Returned)
+        for grant in [*self._live.values(), *returned]:
             for gpu, units in self._core.held(grant):
                 held[gpu] += units
         totals = self._totals  # free + held == total

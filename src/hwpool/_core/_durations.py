@@ -58,18 +58,25 @@ class Durations:
     def finish(self, ticket: int | None, gpu: int, units: int, now: float) -> None:
         """Record ``units`` given back on ``gpu`` at ``now``, by ``ticket`` if known.
 
-        Without a ticket the oldest run holding exactly ``units`` there is taken to have
-        ended, and nothing is learned (the guess may be wrong). A run whose every part is back
-        teaches its class its hold time.
+        Without a ticket (or with one not running there) the units are taken from a run
+        holding exactly that much there, else from the oldest ones, and nothing is learned
+        from those (the guess may be wrong). A run whose every part is back teaches its class
+        its hold time.
         """
         on_gpu = self._on_gpu[gpu]
-        if ticket is None or ticket not in on_gpu:
-            ticket = next((t for t, held in on_gpu.items() if held == units), None)
-            if ticket is None:
-                return
-            self._runs[ticket].key = None
+        if ticket is not None and ticket in on_gpu:
+            self._take(ticket, gpu, units, now)
+            return
+        while units > 0 and on_gpu:  # unknown: exactly that much if one holds it, else oldest
+            guess = next((t for t, held in on_gpu.items() if held == units), next(iter(on_gpu)))
+            self._runs[guess].key = None
+            taken = min(units, on_gpu[guess])
+            self._take(guess, gpu, taken, now)
+            units -= taken
+
+    def _take(self, ticket: int, gpu: int, units: int, now: float) -> None:
+        on_gpu, run = self._on_gpu[gpu], self._runs[ticket]
         left = on_gpu[ticket] - units
-        run = self._runs[ticket]
         if left > 0:
             on_gpu[ticket] = run.held[gpu] = left
             return

@@ -46,6 +46,9 @@ class GPUPool:
     then give ``memory=`` (see ``hwpool._gpu._sizing``). Such a pool is always in-process.
     On GPUs of different sizes, whole GPUs are completely free ones of any size and a fraction
     below 1 is a ValueError (it would mean a different amount on each GPU).
+
+    ``policy`` picks the core's scheduling policy for an in-process pool: ``"easy"`` (the
+    default) or ``"reserve-all"`` (every waiter reserves; the policy hwpool started from).
     """
 
     def __init__(
@@ -55,18 +58,22 @@ class GPUPool:
         backend: Backend | None = None,
         memory: bool = False,
         gpu_memory: Sequence[int | str] | None = None,
+        policy: str | None = None,
     ) -> None:
         sized = sized_gpus(num_gpus, memory, gpu_memory)
         self._totals = None if sized is None else totals_of(sized)
         self._memo: dict[object, Demand] = {}  # memory amount -> its validated demand
+        if backend is not None and policy is not None:
+            raise TypeError(f"give backend or policy, not both (policy={policy!r})")
+        rule = "easy" if policy is None else policy
         if sized is not None:
             if backend is not None:
                 raise TypeError("give backend or a memory size (memory=, gpu_memory=), not both")
-            backend = LocalBackend(sized, totals=self._totals)
-        elif backend is None and num_gpus is None and os.environ.get(SOCKET_VAR):
+            backend = LocalBackend(sized, totals=self._totals, policy=rule)
+        elif backend is None and num_gpus is None and policy is None and os.environ.get(SOCKET_VAR):
             backend = UnixBackend()  # the host-wide queue, with no change to the code
         elif backend is None:
-            backend = LocalBackend(_pool_gpus(num_gpus))
+            backend = LocalBackend(_pool_gpus(num_gpus), policy=rule)
         elif num_gpus is not None:
             raise TypeError(f"give num_gpus or backend, not both (num_gpus={num_gpus!r})")
         self._backend = backend

@@ -77,6 +77,7 @@ class Entry:
     command: str | None = None
     ticket: int | None = None
     held: dict[int, int] | None = None
+    granted_as: int | None = None  # the core's ticket of its grant, for learning hold times
 
 
 Delivery = tuple[Client, ServerMessage]
@@ -173,7 +174,7 @@ class HostState:
         demand = self._demand(msg.count, msg.units, msg.req)
         self._fresh_req(client, msg.req)
         if not msg.wait:
-            grant = None if self.recovery else self.core.grant_now(demand)
+            grant = None if self.recovery else self.core.grant_now(demand, now=now)
             if grant is None:
                 return [(client, Busy(msg.req))]
             entry = self._add(client, msg, demand, now)
@@ -196,7 +197,7 @@ class HostState:
 
     def _submit(self, entry: Entry, now: float) -> Delivery | None:
         """Put ``entry`` in the core: its grant if granted at once, else None (it waits)."""
-        ticket, grant = self.core.submit(entry.demand)
+        ticket, grant = self.core.submit(entry.demand, now=now)
         if grant is not None:
             return self._granted(entry, grant, now)
         entry.ticket = ticket
@@ -224,6 +225,7 @@ class HostState:
         waited = now - entry.since
         entry.held = dict.fromkeys(grant.gpus, grant.units)
         entry.ticket = None
+        entry.granted_as = grant.ticket
         entry.since = now
         self.granted += 1
         self.changes += 1
@@ -257,10 +259,11 @@ class HostState:
         self._drop(entry)
         if entry.held is not None:
             self.released += 1
-            return self._deliver(self.core.release_many(entry.held.items()), now)
+            grants = self.core.release_many(entry.held.items(), ticket=entry.granted_as, now=now)
+            return self._deliver(grants, now)
         if entry.ticket is not None:
             del self._by_ticket[entry.ticket]
-            return self._deliver(self.core.cancel(entry.ticket), now)
+            return self._deliver(self.core.cancel(entry.ticket, now=now), now)
         self._held_back.remove(entry)
         return []
 
@@ -281,7 +284,7 @@ class HostState:
                     msg.req,
                 )
             parts = {msg.gpu: msg.units}
-        grants = self.core.release_many(parts.items())
+        grants = self.core.release_many(parts.items(), ticket=entry.granted_as, now=now)
         for gpu, units in parts.items():
             entry.held[gpu] -= units
             if not entry.held[gpu]:
@@ -346,7 +349,7 @@ class HostState:
             + (f" ({self._what(freed)})" if freed else "")
             + f", withdrew {_count(waiting, 'waiter')}"
         )
-        return out + self._deliver(self.core.release_many(freed.items()), now)
+        return out + self._deliver(self.core.release_many(freed.items(), now=now), now)
 
     # ----------------------------------------------------------------- recovery
     def start_recovery(

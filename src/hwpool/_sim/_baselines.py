@@ -49,12 +49,12 @@ class _Baseline:
         self.free = list(self.totals)
         self.held: dict[int, tuple[tuple[int, ...], int]] = {}
 
-    def submit(self, task: int, demand: Demand) -> list[Start]:
+    def submit(self, task: int, demand: Demand, now: float = 0.0) -> list[Start]:
         """``task`` arrives wanting ``demand``; return the tasks started as a result."""
         self.enqueue(task, demand)
         return self.dispatch()
 
-    def finish(self, task: int) -> list[Start]:
+    def finish(self, task: int, now: float = 0.0) -> list[Start]:
         """``task`` finished; free what it held and return the tasks started as a result."""
         gpus, units = self.held.pop(task)
         for gpu in gpus:
@@ -202,7 +202,7 @@ class ShortestQueuePolicy(_Baseline):
             self.load[gpu] += 1
         self._touched.update(gpus)
 
-    def finish(self, task: int) -> list[Start]:
+    def finish(self, task: int, now: float = 0.0) -> list[Start]:
         gpus = self.held[task][0]
         for gpu in gpus:
             self.load[gpu] -= 1

@@ -40,32 +40,33 @@ _COMPLETION, _ARRIVAL = 0, 1  # event order at one instant
 class Policy(Protocol):
     """A scheduling rule, as the event loop sees it."""
 
-    def submit(self, task: int, demand: Demand) -> list[Start]: ...
+    def submit(self, task: int, demand: Demand, now: float = 0.0) -> list[Start]: ...
 
-    def finish(self, task: int) -> list[Start]: ...
+    def finish(self, task: int, now: float = 0.0) -> list[Start]: ...
 
 
 class HwpoolPolicy:
     """The hwpool scheduler core, with tickets mapped to task indices; ``core_policy`` is the
-    core's policy (``hwpool-easy`` is ``"easy"``, experimental, on the core's own per-GPU
-    totals: the padded adapter would let a head keep a GPU too small for it)."""
+    core's policy (``hwpool`` is ``"easy"``, ``hwpool-reserve-all`` is ``"reserve-all"``).
+    Virtual time is the core's ``now``, so easy learns hold times as it would in real time."""
 
     def __init__(
-        self, num_gpus: int, totals: Sequence[int] | None = None, core_policy: str = "reserve-all"
+        self, num_gpus: int, totals: Sequence[int] | None = None, core_policy: str = "easy"
     ) -> None:
         gpus: int | tuple[int, ...] = num_gpus if totals is None else tuple(totals)
         self.core = Scheduler(gpus, policy=core_policy)
         self._task_of: dict[int, int] = {}
         self._held: dict[int, Grant] = {}
 
-    def submit(self, task: int, demand: Demand) -> list[Start]:
-        ticket, grant = self.core.submit(demand)
+    def submit(self, task: int, demand: Demand, now: float = 0.0) -> list[Start]:
+        ticket, grant = self.core.submit(demand, now=now)
         self._task_of[ticket] = task
         return self._started([] if grant is None else [grant])
 
-    def finish(self, task: int) -> list[Start]:
+    def finish(self, task: int, now: float = 0.0) -> list[Start]:
         grant = self._held.pop(task)
-        return self._started(self.core.release_many(self.core.held(grant)))
+        held = self.core.held(grant)
+        return self._started(self.core.release_many(held, ticket=grant.ticket, now=now))
 
     def _started(self, grants: list[Grant]) -> list[Start]:
         started = []
@@ -174,7 +175,10 @@ def simulate(
     report = step if progress is not None else len(tasks) + 1
     while events:
         now, kind, index = heapq.heappop(events)
-        starts = rule.submit(index, demands[index]) if kind == _ARRIVAL else rule.finish(index)
+        if kind == _ARRIVAL:
+            starts = rule.submit(index, demands[index], now)
+        else:
+            starts = rule.finish(index, now)
         for begun, gpus in starts:
             started[begun] = (now, gpus)
             heapq.heappush(events, (now + tasks[begun].duration, _COMPLETION, begun))

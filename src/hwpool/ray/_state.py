@@ -29,7 +29,6 @@ request is waiting, leased or gone; every lease lies on one node.
 
 from __future__ import annotations
 
-import inspect
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -53,8 +52,6 @@ Key = tuple[str, int]
 """A request's identity: the name of the client that asked and its number there."""
 
 _FULL = Demand(1, UNITS_PER_GPU)
-# A core that learns hold times takes the time of each input; pass it where it is taken.
-_TAKES_NOW = "now" in inspect.signature(Scheduler.submit).parameters
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,7 +249,7 @@ class ClusterState:
         if placement is not None:
             assert self._core is not None
             pairs = [(self._logical[placement.node_id, g], placement.units) for g in placement.gpus]
-            self._absorb(self._core.release_many(pairs, **self._at()), out)
+            self._absorb(self._core.release_many(pairs, now=self._now), out)
         return out
 
     def cancel(self, key: Key, *, now: float | None = None) -> Outcome:
@@ -265,7 +262,7 @@ class ClusterState:
             assert self._core is not None
             ticket = self._ticket_of.pop(key)
             del self._tickets[ticket], self._demands[key]
-            self._absorb(self._core.cancel(ticket, **self._at()), out)
+            self._absorb(self._core.cancel(ticket, now=self._now), out)
         elif key in self._unplaced:
             self._unplaced.remove(key)
             del self._demands[key]
@@ -344,10 +341,6 @@ class ClusterState:
         self._absorb(grants, out)
         return out
 
-    def _at(self) -> dict[str, float]:
-        """The ``now`` argument for the core's inputs, where the core takes one."""
-        return {"now": self._now} if _TAKES_NOW and self._now is not None else {}
-
     def _restore_lease(self, placement: Placement) -> bool:
         """Hold ``placement`` again on its GPUs; False if it cannot be (it is then lost)."""
         if self._core is None or placement.key in self._leases:
@@ -364,7 +357,7 @@ class ClusterState:
         """Queue ``demand`` in the core; its grant, if it was granted at once."""
         assert self._core is not None
         self._demands[key] = demand
-        ticket, grant = self._core.submit(demand, **self._at())
+        ticket, grant = self._core.submit(demand, now=self._now)
         self._tickets[ticket] = key
         self._ticket_of[key] = ticket
         return [] if grant is None else [grant]
@@ -419,12 +412,12 @@ class ClusterState:
         grants: list[Grant] = []
         wanted = self._phantoms_wanted()
         while len(self._phantoms) > wanted:
-            grants += self._core.cancel(self._phantoms.pop(), **self._at())
+            grants += self._core.cancel(self._phantoms.pop(), now=self._now)
         if len(self._phantoms) < wanted:
             grants += self._ask_for_more(wanted - len(self._phantoms))
         if not self._unplaced and self._hoard:
             hoard, self._hoard = self._hoard, []
-            grants += self._core.release_many([(g, UNITS_PER_GPU) for g in hoard], **self._at())
+            grants += self._core.release_many([(g, UNITS_PER_GPU) for g in hoard], now=self._now)
         return grants
 
     def _phantoms_wanted(self) -> int:
@@ -490,11 +483,11 @@ class ClusterState:
         granted: set[int] = set()
         for ticket, _ in reversed(waiting):
             if ticket not in granted:
-                step = self._core.cancel(ticket, **self._at())
+                step = self._core.cancel(ticket, now=self._now)
                 grants += step
                 granted.update(g.ticket for g in step)
         for _ in range(count):
-            ticket, grant = self._core.submit(_FULL, **self._at())
+            ticket, grant = self._core.submit(_FULL, now=self._now)
             self._phantoms.append(ticket)
             if grant is not None:
                 grants.append(grant)
@@ -502,7 +495,7 @@ class ClusterState:
             if ticket in granted:
                 continue
             key = self._tickets.pop(ticket)
-            new, now = self._core.submit(demand, **self._at())
+            new, now = self._core.submit(demand, now=self._now)
             self._tickets[new] = key
             self._ticket_of[key] = new
             if now is not None:
