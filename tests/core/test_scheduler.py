@@ -291,7 +291,7 @@ def test_release_of_a_wrong_type_is_a_type_error(gpu: object, units: object) -> 
     [(0, ValueError), (-1, ValueError), (True, TypeError), (1.0, TypeError), ("2", TypeError)],
 )
 def test_scheduler_rejects_bad_gpu_count(num_gpus: object, error: type[Exception]) -> None:
-    # A wrong type is a TypeError, as everywhere else (Scheduler('2', policy="reserve-all") was a ValueError).
+    # A wrong type is a TypeError, as everywhere else (Scheduler('2') was a ValueError).
     with pytest.raises(error, match="gpus"):
         Scheduler(num_gpus, policy="reserve-all")  # type: ignore[arg-type]
 

@@ -103,7 +103,10 @@ def test_whole_waiter_reserves_gpus_with_fewest_units_in_use() -> None:
 
 def test_equal_totals_as_a_sequence_schedule_as_an_int() -> None:
     rng = random.Random(5)
-    a, b = Scheduler(3, 1000, policy="reserve-all"), Scheduler([1000, 1000, 1000], policy="reserve-all")
+    a, b = (
+        Scheduler(3, 1000, policy="reserve-all"),
+        Scheduler([1000, 1000, 1000], policy="reserve-all"),
+    )
     held: list[Grant] = []
     for _ in range(400):
         if held and rng.random() < 0.45:

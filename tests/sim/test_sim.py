@@ -41,9 +41,15 @@ BACKFILL = [
 # first-fit: s goes on the first GPU that fits (0) at once; w starts at 3 as above.
 # shortest-queue: loads 1, 1, 1 when w arrives: w joins GPUs 0 and 1; s joins GPU 2 (load 1)
 #   and fits there at once. w needs GPU 0 whole: x ends at 4.
-# hwpool: as hwpool (w is the head and the only waiter, so it reserves the same GPUs).
+# hwpool: as hwpool-reserve-all (w is the head and the only waiter, so it reserves the same GPUs).
 HAND_WORKED = {
-    "hwpool-reserve-all": {"x": (0, (0,)), "y": (0, (1,)), "z": (0, (2,)), "w": (3, (1, 2)), "s": (1.5, (0,))},
+    "hwpool-reserve-all": {
+        "x": (0, (0,)),
+        "y": (0, (1,)),
+        "z": (0, (2,)),
+        "w": (3, (1, 2)),
+        "s": (1.5, (0,)),
+    },
     "hwpool": {
         "x": (0, (0,)),
         "y": (0, (1,)),

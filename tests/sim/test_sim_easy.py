@@ -71,9 +71,7 @@ def test_head_reserves_a_gpu_that_can_hold_it_on_gpus_of_different_sizes() -> No
         Task("head", 0.5, 1, 0, 1, memory_mib=72 * gib),
     ] + [Task(f"s{i}", 1 + i / 2, 1, 0, 1, memory_mib=10 * gib) for i in range(40)]
     machine = [80 * gib, 24 * gib]
-    runs = {
-        run.task.name: run for run in simulate(tasks, 2, "hwpool", gpu_memory=machine).runs
-    }
+    runs = {run.task.name: run for run in simulate(tasks, 2, "hwpool", gpu_memory=machine).runs}
     head = runs["head"]
     assert (head.start, head.gpus) == (5.0, (0,))
     before = [run for name, run in runs.items() if name.startswith("s") and run.start < head.start]
