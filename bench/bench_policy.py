@@ -23,8 +23,8 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:  # `hwpool bench` and `python bench/...` put it there; an import may not
@@ -49,9 +49,9 @@ MAX_CLASSES = 6  # more distinct demands than this are shown in ranges
 _RANGES = ((0.1, "0-0.1"), (0.25, "0.1-0.25"), (0.5, "0.25-0.5"))  # (top, label); then 0.5-1
 
 
-@dataclass(frozen=True, slots=True)
-class Result:
-    """One trace under one policy."""
+class Result(NamedTuple):
+    """One trace under one policy (not a dataclass: ``hwpool bench`` loads this file as a
+    module that is not in ``sys.modules``, where a dataclass cannot be made)."""
 
     outcome: Outcome
     classes: tuple[ClassStats, ...]

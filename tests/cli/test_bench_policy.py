@@ -4,6 +4,7 @@ a benchmark reports, and the policy is being rewritten)."""
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -106,3 +107,15 @@ def test_an_unknown_trace_is_refused_by_name() -> None:
     done = bench("--trace", "no-such")
     assert done.returncode != 0
     assert "unknown trace 'no-such'" in done.stderr
+
+
+@pytest.mark.timeout(60)
+def test_it_loads_as_hwpool_bench_loads_it(capsys: pytest.CaptureFixture[str]) -> None:
+    # `hwpool bench` execs the file as a module that is not in sys.modules (see _cli/_bench.py)
+    spec = importlib.util.spec_from_file_location("_hwpool_bench_bench_policy", BENCH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    text = module.main(["--quick", "--trace", "pack-0.6", "--policy", "hwpool"])
+    assert [row.policy for row in tables(text)["pack-0.6"][1]] == ["hwpool"]
+    assert text in capsys.readouterr().out
