@@ -20,6 +20,7 @@ flaws of issue 9) and the bundled examples ``batch`` and ``embedding``.
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from collections.abc import Callable
@@ -137,9 +138,9 @@ def checked_in() -> dict[str, Callable[[], list[Task]]]:
     for name in FLAWS:
         path = FLAW_DIR / f"{name}.csv"
         if path.is_file():
-            traces[name] = lambda path=path: load_trace(str(path), max_gpus=GPUS)
+            traces[name] = functools.partial(load_trace, str(path), max_gpus=GPUS)
     for name in EXAMPLES:
-        traces[name] = lambda name=name: load_trace(name, max_gpus=GPUS)
+        traces[name] = functools.partial(load_trace, name, max_gpus=GPUS)
     return traces
 
 

@@ -13,7 +13,7 @@ per aim of the new ``hwpool`` policy and per trace, "met" or "missed":
 (c) the 4-GPU task of each ``stream-*`` trace starts while the stream still runs.
 
 A benchmark prints; it never fails on a figure. Virtual time: the figures are the same on
-every machine for one seed. Run: ``python bench/bench_policy.py`` (about a minute on 2 vCPUs),
+every machine for one seed. Run: ``python bench/bench_policy.py`` (about 10 s on 2 vCPUs),
 ``--quick`` for traces a tenth the size, ``--trace P1,stream-70``, ``--policy fifo,hwpool``,
 ``--seed N``.
 """
