@@ -16,7 +16,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from hwpool._core._durations import SMOOTHING, SPREADS, Durations
+from hwpool._core._durations import SMOOTHING, Durations
 from hwpool._core._scheduler import Demand, Grant, Scheduler
 
 U = 1_000
@@ -97,20 +97,21 @@ def test_nothing_is_expected_before_any_release() -> None:
     assert core.expected(frac(0.5)) == 10.0  # one sample: no spread yet
 
 
-def test_a_class_learns_a_smoothed_mean_and_spread() -> None:
+def test_a_class_learns_a_smoothed_mean() -> None:
     core = Scheduler(2, U)
     learn(core, frac(0.5), 10.0)
     learn(core, frac(0.5), 20.0)
-    mean = 10.0 + SMOOTHING * 10.0
-    deviation = SMOOTHING * 10.0
-    assert core.expected(frac(0.5)) == pytest.approx(mean + SPREADS * deviation)
+    assert core.expected(frac(0.5)) == pytest.approx(10.0 + SMOOTHING * 10.0)
+    learn(core, frac(0.5), 0.0)
+    assert core.expected(frac(0.5)) == pytest.approx(13.0 * (1 - SMOOTHING))
 
 
 def test_an_unseen_class_is_judged_by_the_mean_over_all() -> None:
     core = Scheduler(2, U)
     learn(core, frac(0.5), 10.0)
     learn(core, Demand(2, U), 30.0)
-    assert core.expected(frac(0.25)) == pytest.approx(20.0 + SPREADS * 10.0)
+    assert core.expected(frac(0.25)) == pytest.approx(20.0)
+    assert core.expected(Demand(2, U)) == 30.0
 
 
 def test_a_release_without_a_ticket_teaches_nothing() -> None:
@@ -134,10 +135,15 @@ def test_a_grant_given_back_in_parts_is_learned_once_all_is_back() -> None:
 def test_an_overdue_run_is_expected_to_go_on_as_long_again() -> None:
     durations = Durations(1)
     durations.start(1, "a", {0: 10}, now=0.0)
-    assert durations.end_of(1, now=5.0) == 5.0 + 5.0  # nothing learned: as long again
+    assert durations.end_of(1, now=5.0) == 5.0  # nothing known at all: nothing promised
     durations.start(2, "b", {0: 10}, now=0.0, hint=20.0)
     assert durations.end_of(2, now=5.0) == 20.0  # its hint, not yet past
     assert durations.end_of(2, now=30.0) == 60.0  # past it: as long again
+    durations.start(3, "c", {0: 10}, now=30.0)
+    durations.finish(3, 0, 10, now=34.0)  # "c" takes 4 s: the mean over all is 4
+    assert durations.end_of(1, now=35.0) == 35.0 + 35.0  # "a" unknown, overdue on that mean
+    durations.start(4, "a", {0: 10}, now=35.0)
+    assert durations.end_of(4, now=36.0) == 39.0  # start + the mean over all
 
 
 # ----------------------------------------------------------------- rule 3e: the head's GPUs

@@ -227,22 +227,24 @@ def test_nowait_after_release_does_not_oversubscribe(make_pool: MakePool) -> Non
 
 
 # ----------------------------------------------------------------- the cases via the pool
-def test_three_busy_gpus_serve_whole_request_first_then_fraction(make_pool: MakePool) -> None:
+def test_three_busy_gpus_the_whole_request_keeps_its_gpus_and_a_fraction_backfills(
+    make_pool: MakePool,
+) -> None:
     pool = make_pool(3)
 
     async def main() -> None:
         for _ in range(3):
             pool.acquire_nowait(1.0)
-        t1 = asyncio.create_task(pool.acquire_full(2))
+        t1 = asyncio.create_task(pool.acquire_full(2))  # the head: reserves GPUs 0-1
         await until_queued(pool, 1)
         t2 = asyncio.create_task(pool.acquire(0.5))
         await until_queued(pool, 2)
-        pool.release(2)
+        pool.release(2)  # not the head's: the fraction behind it takes it
+        assert await t2 == 2
         pool.release(1)
-        assert sorted(await t1) == [1, 2]
-        assert not t2.done()
+        assert not t1.done()
         pool.release(0)
-        assert await t2 == 0
+        assert sorted(await t1) == [0, 1]
 
     run(main)
 

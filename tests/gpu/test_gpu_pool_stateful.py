@@ -1,8 +1,10 @@
 """A hypothesis state machine drives a real GPUPool with asyncio tasks.
 
 Random acquires (fractional and whole), releases, cancellations and zero timeouts; after every
-step the pool must account for every unit, never over-grant, never hand a grant to a cancelled
-or timed-out waiter, and keep the head waiter's reservation on the most-free GPUs.
+step the pool must account for every unit, never over-grant, and never hand a grant to a
+cancelled or timed-out waiter. Under ``reserve-all`` the head waiter reserves the most-free
+GPUs; under ``easy`` (on a frozen clock, so that its choices do not depend on how fast this
+machine runs) only the head reserves, and it keeps its GPUs while it is the head.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from hwpool import GPUPool
+from hwpool._backends._local import LocalBackend
 
 NUM_GPUS = 3
 FRACTIONS = st.sampled_from([0.1, 0.25, 0.3, 0.5, 0.6, 0.75, 1.0])
@@ -23,7 +26,7 @@ class PoolMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.loop = asyncio.new_event_loop()
-        self.pool = GPUPool(NUM_GPUS)
+        self.pool = GPUPool(NUM_GPUS, policy="reserve-all")
         self.pending: dict[asyncio.Task[list[int]], float] = {}  # task -> fraction per GPU
         self.held: list[tuple[int, float]] = []  # (gpu, fraction) granted and not released
         self.abandoned: list[asyncio.Task[list[int]]] = []
@@ -110,3 +113,30 @@ class PoolMachine(RuleBasedStateMachine):
 
 PoolMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
 TestPoolMachine = PoolMachine.TestCase
+
+
+class EasyPoolMachine(PoolMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.backend = LocalBackend(self.pool.gpus, clock=lambda: 0.0)
+        self.pool = GPUPool(backend=self.backend)
+        self.head: tuple[int, tuple[int, ...]] | None = None  # (core ticket, its GPUs)
+
+    @invariant()
+    def head_reserves_the_most_free_gpus(self) -> None:
+        """Replaced: only the head reserves, and it keeps what it reserved."""
+        snap = self.pool.snapshot()
+        assert all(not w.reserved for w in snap.waiting[1:])
+        if not snap.waiting:
+            self.head = None
+            return
+        head, core_head = snap.waiting[0], self.backend._core.head
+        assert core_head is not None and core_head.gpus == head.reserved
+        assert len(head.reserved) == head.count == len(set(head.reserved))
+        if self.head is not None and self.head[0] == core_head.ticket:
+            assert head.reserved == self.head[1], "the head's reservation hopped"
+        self.head = (core_head.ticket, head.reserved)
+
+
+EasyPoolMachine.TestCase.settings = PoolMachine.TestCase.settings
+TestEasyPoolMachine = EasyPoolMachine.TestCase

@@ -145,9 +145,9 @@ def test_collecting_an_abandoned_waiter_inside_a_locked_section_does_not_deadloc
         core = core_of(pool)
         grant_now = core.grant_now
 
-        def grant_now_collecting(demand: Demand) -> object:
+        def grant_now_collecting(demand: Demand, **when: float | None) -> object:
             gc.collect()  # as an allocation inside the locked section may trigger it
-            return grant_now(demand)
+            return grant_now(demand, **when)
 
         monkeypatch.setattr(core, "grant_now", grant_now_collecting)
         assert run_in_thread(lambda: pool.acquire_nowait(0.25))
@@ -187,9 +187,9 @@ def test_collecting_a_task_inside_a_lease_during_a_locked_section_does_not_deadl
         core = core_of(pool)
         grant_now = core.grant_now
 
-        def grant_now_collecting(demand: Demand) -> object:
+        def grant_now_collecting(demand: Demand, **when: float | None) -> object:
             gc.collect()
-            return grant_now(demand)
+            return grant_now(demand, **when)
 
         monkeypatch.setattr(core, "grant_now", grant_now_collecting)
 

@@ -3,8 +3,7 @@
 For each of P1, P2 and P3 (see that folder's README.md): the old policy
 (``hwpool-reserve-all``) shows the flaw, with the figures the trace was built for, a baseline
 shows that the flaw is the policy's and not the trace's, and the new policy (``hwpool``) does
-not show it. The new policy is being rewritten (a time-aware EASY core); the asserts it does
-not meet yet are marked ``xfail(strict=True)``, so that they fail loudly once it does.
+not show it.
 
 Everything runs in the simulator's virtual time: deterministic, no sleeping. Each test relies
 on the suite's default timeout (``timeout = 60`` in pyproject.toml).
@@ -24,7 +23,6 @@ from hwpool._sim._trace import Task, load_trace
 
 TRACES = Path(__file__).resolve().parent / "traces"
 GPUS = 4
-NEEDS_EASY = pytest.mark.xfail(strict=True, reason="needs the time-aware easy core")
 
 
 @functools.cache
@@ -107,7 +105,6 @@ def test_p2_fifo_starts_the_head_once_the_short_tasks_drain() -> None:
     assert fifo.wait <= 2.5  # 1.56: the stream's tasks last under 2 s
 
 
-@NEEDS_EASY
 def test_p2_new_policy_starts_the_head_soon() -> None:
     assert head("P2", "hwpool").wait <= 10.0
 

@@ -27,7 +27,7 @@ import enum
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from threading import get_ident
 from typing import NamedTuple
 
@@ -65,13 +65,20 @@ class LocalBackend:
 
     ``gpus`` lists the logical GPUs, in index order; ``totals``, for a pool sized in memory,
     each one's capacity (MiB). The demands it receives are validated by the front
-    (``hwpool.GPUPool``). ``policy``: the core's (``hwpool._core._scheduler.POLICIES``).
+    (``hwpool.GPUPool``). ``policy``: the core's (``hwpool._core._scheduler.POLICIES``);
+    ``clock``: seconds for the core (a test may freeze it to make ``easy`` deterministic).
     """
 
     def __init__(
-        self, gpus: Sequence[GPUInfo], totals: Sequence[int] | None = None, *, policy: str = "easy"
+        self,
+        gpus: Sequence[GPUInfo],
+        totals: Sequence[int] | None = None,
+        *,
+        policy: str = "easy",
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._gpus = tuple(gpus)
+        self._clock = clock  # the core's time, from which it learns hold times
         self._sized = totals is not None
         sizes: int | tuple[int, ...] = len(self._gpus) if totals is None else tuple(totals)
         self._core = Scheduler(sizes, policy=policy)
@@ -113,7 +120,7 @@ class LocalBackend:
                 raise PoolClosedError("the GPU pool is closed")
             if self._returns or self._dirty:
                 self._drain()
-            grant = self._core.grant_now(demand, now=time.monotonic(), expected=expected)
+            grant = self._core.grant_now(demand, now=self._clock(), expected=expected)
             if grant is not None:
                 self._live[grant.ticket] = grant
         if self._wake or self._returns:
@@ -164,7 +171,7 @@ class LocalBackend:
             if self._returns or self._dirty:
                 self._drain()
             self._dirty = True  # until the core and self._waiters agree again
-            ticket, grant = self._core.submit(demand, now=time.monotonic(), expected=expected)
+            ticket, grant = self._core.submit(demand, now=self._clock(), expected=expected)
             if grant is None:
                 waiter.ticket = ticket
                 self._waiters[ticket] = waiter
@@ -185,7 +192,7 @@ class LocalBackend:
             withdrawn = waiter.grant is None and self._waiters.pop(waiter.ticket, None) is not None
             if withdrawn:
                 self._timed_out += 1
-                self._collect(self._core.cancel(waiter.ticket, now=time.monotonic()))
+                self._collect(self._core.cancel(waiter.ticket, now=self._clock()))
         self._settle()
         if withdrawn:
             raise TimeoutError(f"no GPU capacity granted within timeout={timeout}s")
@@ -202,14 +209,14 @@ class LocalBackend:
         if held is grant or held == grant:
             if not self._waiters or (self._owner == get_ident() and self._lock.locked()):
                 # Applied by the next section (or the enclosing one), dated now.
-                self._returns.append(_Returned(held, time.monotonic()))
+                self._returns.append(_Returned(held, self._clock()))
                 return
             with self._lock:  # someone may be waiting for exactly this: apply it now
                 self._owner = get_ident()
                 if self._returns or self._dirty:
                     self._drain()
                 self._released += 1
-                grants = self._release_in_core(held, time.monotonic())
+                grants = self._release_in_core(held, self._clock())
                 if grants:
                     self._collect(grants)
             if self._wake or self._returns:
@@ -244,7 +251,7 @@ class LocalBackend:
                 del self._live[part.ticket]
                 self._released += 1
             parts = [(g, each[g]) for g in part.gpus]
-            now = time.monotonic()
+            now = self._clock()
             self._collect(self._core.release_many(parts, ticket=part.ticket, now=now))
         self._settle()
 
@@ -329,13 +336,13 @@ class LocalBackend:
             if self._waiters.pop(waiter.ticket, None) is None:
                 return []  # never queued, or already withdrawn or closed
             self._count(reason)
-            return self._core.cancel(waiter.ticket, now=time.monotonic())
+            return self._core.cancel(waiter.ticket, now=self._clock())
         if waiter.returned or self._live.pop(grant.ticket, None) is None:
             return []  # given back already
         waiter.returned = True
         self._count(reason)
         self._released += 1
-        grants = self._release_in_core(grant, time.monotonic())
+        grants = self._release_in_core(grant, self._clock())
         if reason is _Reason.LOST and isinstance(waiter, AsyncWaiter):
             grants += self._purge(waiter.loop)
         return grants

@@ -1,24 +1,20 @@
 """Hold times the scheduling core has observed, and when each running grant should end.
 
 The pool is never told how long work runs; it sees each grant's start and release. This
-learns, per demand class, a smoothed mean of the hold times and of their spread, and from
-them estimates when every running grant (and so every GPU) will have room again. Pure: time
+learns, per demand class, a smoothed mean of the hold times, and from it estimates when
+every running grant (and so every GPU) will have room again. Pure: time
 comes in as an argument, from the core's caller.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Hashable
 from dataclasses import dataclass
 
-__all__ = ["SMOOTHING", "SPREADS", "Durations"]
+__all__ = ["SMOOTHING", "Durations"]
 
 SMOOTHING = 0.3
-"""Weight of the newest hold time in a class's moving averages (exponential smoothing)."""
-
-SPREADS = 2.0
-"""A candidate for backfill is judged by its class's mean plus this many mean deviations."""
+"""Weight of the newest hold time in a class's moving average (exponential smoothing)."""
 
 
 @dataclass(slots=True)
@@ -32,11 +28,11 @@ class _Run:
 class Durations:
     """Per-class hold-time averages and the running grants, per GPU."""
 
-    __slots__ = ("_classes", "_count", "_on_gpu", "_runs", "_squares", "_total")
+    __slots__ = ("_classes", "_count", "_on_gpu", "_runs", "_total")
 
     def __init__(self, num_gpus: int) -> None:
-        self._classes: dict[Hashable, list[float]] = {}  # key -> [mean, mean deviation]
-        self._total = self._squares = 0.0  # over every class: for the mean and its spread
+        self._classes: dict[Hashable, float] = {}  # key -> smoothed mean hold time
+        self._total = 0.0  # over every class, for the plain mean
         self._count = 0
         self._runs: dict[int, _Run] = {}
         self._on_gpu: list[dict[int, int]] = [{} for _ in range(num_gpus)]
@@ -88,50 +84,37 @@ class Durations:
                 self._learn(run.key, max(0.0, now - run.start))
 
     def _learn(self, key: Hashable, seconds: float) -> None:
-        stats = self._classes.get(key)
-        if stats is None:
-            self._classes[key] = [seconds, 0.0]
-        else:
-            error = seconds - stats[0]
-            stats[0] += SMOOTHING * error
-            stats[1] += SMOOTHING * (abs(error) - stats[1])
+        mean = self._classes.get(key)
+        self._classes[key] = seconds if mean is None else mean + SMOOTHING * (seconds - mean)
         self._total += seconds
-        self._squares += seconds * seconds
         self._count += 1
 
     # ----------------------------------------------------------------- estimates
     def mean(self, key: Hashable | None = None) -> float | None:
         """The smoothed hold time of ``key``'s class, else the mean over all; None if none."""
-        stats = self._classes.get(key) if key is not None else None
-        if stats is not None:
-            return stats[0]
+        mean = self._classes.get(key) if key is not None else None
+        if mean is not None:
+            return mean
         return self._total / self._count if self._count else None
 
     def guess(self, key: Hashable, hint: float | None = None) -> float | None:
-        """A cautious hold time for a request not yet granted: ``hint`` if given, else its
-        class's mean plus :data:`SPREADS` mean deviations, else the mean over all plus as
-        many standard deviations; None while nothing has been seen."""
-        if hint is not None:
-            return hint
-        stats = self._classes.get(key)
-        if stats is not None:
-            return stats[0] + SPREADS * stats[1]
-        if not self._count:
-            return None
-        mean = self._total / self._count
-        spread = math.sqrt(max(0.0, self._squares / self._count - mean * mean))
-        return mean + SPREADS * spread
+        """The hold time to assume for a request not yet granted: ``hint`` if given, else
+        :meth:`mean`."""
+        return hint if hint is not None else self.mean(key)
 
     def end_of(self, ticket: int, now: float) -> float:
         """When the running grant ``ticket`` is expected to end (never before ``now``).
 
-        Expected: its start plus its hint or its class's mean. A run with no estimate, or past
-        it, is expected to run as long again as it has (at least the mean over all): the
-        longer work has run, the longer it tends to go on.
+        Expected: its start plus its hint or its class's mean. One past that is expected to
+        run as long again as it has (at least the mean over all): the longer work has run,
+        the longer it tends to go on. Before any hold time is known at all, ``now``: nothing
+        is promised, so a head's shadow is now and nothing backfills onto its GPUs.
         """
         run = self._runs[ticket]
         expected = run.hint if run.hint is not None else self.mean(run.key)
-        if expected is not None and run.start + expected > now:
+        if expected is None:
+            return now
+        if run.start + expected > now:
             return run.start + expected
         return now + max(now - run.start, self.mean() or 0.0)
 

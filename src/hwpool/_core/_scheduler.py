@@ -33,10 +33,11 @@ hold under both policies:
     GPUs, and it starts when the grants there at its shadow have ended (those running when it
     became head, and backfills placed before the shadow, expected to end by it).
 7e. A request's expected hold is its ``expected`` hint, else the smoothed mean (weight
-    ``SMOOTHING``) of its demand's past hold times plus two mean deviations, else the mean
-    over all demands plus two standard deviations; none is known before any release. A
-    running grant is expected to end at its start plus its hint or its demand's mean; one
-    past that (or with none) is expected to run as long again as it has, at least the mean.
+    ``SMOOTHING``) of its demand's past hold times, else the mean over all demands; none is
+    known before the first release. A running grant is expected to end at its start plus
+    that; one past it (or with none) is expected to run as long again as it has, and at
+    least the mean over all. Rule 3e compares expected times in steps of ``GRAIN`` times
+    the head's own expected hold: closer ones are a tie.
 
 ``reserve-all`` (the policy hwpool started from; rules 3-5 replace 3e-7e):
 
@@ -77,6 +78,10 @@ __all__ = ["POLICIES", "Demand", "Grant", "Head", "Scheduler", "Waiter"]
 POLICIES = ("easy", "reserve-all")
 """The core's policies by name: ``easy`` (the default: only the head reserves, and others
 backfill around it by learned hold times) and ``reserve-all`` (every waiter reserves)."""
+
+
+GRAIN = 2.0
+"""Rule 3e: expected times closer than this many of the head's expected holds are a tie."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,8 +354,8 @@ class Scheduler:
         return self._now
 
     def expected(self, demand: Demand) -> float | None:
-        """The hold time in seconds the core would assume for ``demand`` without a hint
-        (cautious: its class's mean plus two mean deviations), or None before any is known."""
+        """The hold time in seconds the core would assume for ``demand`` without a hint (the
+        smoothed mean of its demand's, else of all, hold times), or None before any is known."""
         return self._durations.guess(self._admit(demand))
 
     # ----------------------------------------------------------------- inputs
@@ -882,17 +887,23 @@ class Scheduler:
     def _choose_head(self, ticket: int, demand: Demand, now: float, *, moved: bool = False) -> Head:
         """The GPUs expected to have room for ``demand`` soonest, and when (rule 3e).
 
-        Ties (as when nothing is known yet) go to the most free GPUs, then the lowest index,
-        as in rule 3; GPUs too small for the demand never qualify.
+        Expected times are compared in steps of ``GRAIN`` times the demand's own expected
+        hold (estimates are no finer than that); ties go to the most free GPUs, then the
+        lowest index, as in rule 3, so with nothing known yet this is rule 3's choice. GPUs
+        too small never qualify.
         """
         free, durations = self._free, self._durations
-        ranked = sorted(
-            (durations.free_at(gpu, free[gpu], self._need(demand, gpu), now), -free[gpu], gpu)
-            for gpu in range(self.num_gpus)
-            if self._totals[gpu] >= self._need(demand, gpu)
-        )
+        grain = GRAIN * (durations.mean(demand) or 0.0)
+        ranked = []
+        for gpu in range(self.num_gpus):
+            need = self._need(demand, gpu)
+            if self._totals[gpu] >= need:
+                at = durations.free_at(gpu, free[gpu], need, now)
+                ranked.append(((at - now) // grain if grain > 0 else at, -free[gpu], gpu, at))
+        ranked.sort()
         chosen = ranked[: demand.count]
-        return Head(ticket, tuple(sorted(g for _, _, g in chosen)), chosen[-1][0], now, moved)
+        gpus = tuple(sorted(gpu for _, _, gpu, _ in chosen))
+        return Head(ticket, gpus, max(at for _, _, _, at in chosen), now, moved)
 
     def _drain(self, head: Head, demand: Demand, now: float) -> float:
         """When the head's GPUs are expected to have room for it, as known now."""
