@@ -69,17 +69,24 @@ def demo_workload(seconds: float = DEMO_SECONDS, seed: int = 7) -> list[Task]:
 
 
 def run_gpu_stage(
-    tasks: list[Task], num_gpus: int, on_done: Callable[[], None] = lambda: None
+    tasks: list[Task],
+    num_gpus: int,
+    on_done: Callable[[], None] = lambda: None,
+    *,
+    policy: str | None = None,
 ) -> list[TaskRun]:
     """Run ``tasks`` in real time through a fresh GPUPool; return when and where each ran.
 
     ``on_done`` is called (on the event loop) as each task finishes, for a progress bar.
+    ``policy``: the pool's scheduling policy (None: the default).
     """
-    return asyncio.run(_run_all(tasks, num_gpus, on_done))
+    return asyncio.run(_run_all(tasks, num_gpus, on_done, policy))
 
 
-async def _run_all(tasks: list[Task], num_gpus: int, on_done: Callable[[], None]) -> list[TaskRun]:
-    pool = GPUPool(num_gpus)
+async def _run_all(
+    tasks: list[Task], num_gpus: int, on_done: Callable[[], None], policy: str | None
+) -> list[TaskRun]:
+    pool = GPUPool(num_gpus, policy=policy)
     loop = asyncio.get_running_loop()
     origin = loop.time()
 

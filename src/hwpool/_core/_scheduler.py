@@ -958,7 +958,8 @@ class Scheduler:
             head = self._choose_head(ticket, demand, now)
         elif now >= head.shadow and not head.moved:  # overdue: move once, if sooner elsewhere
             better = self._choose_head(ticket, demand, now, moved=True)
-            if better.gpus != head.gpus and better.shadow < self._drain(head, demand, now):
+            step = GRAIN * (self._durations.mean(demand) or 0.0)
+            if better.gpus != head.gpus and better.shadow + step < self._drain(head, demand, now):
                 head = better._replace(since=head.since)
         self._head = head
         self._backfill(head, now, grants)
