@@ -53,11 +53,8 @@ class _GaveUp(NamedTuple):
     reason: _Reason
 
 
-class _Returned(NamedTuple):
-    """A grant handed back without the lock, and when (for the core to learn its hold)."""
-
-    grant: Grant
-    at: float
+_Returned = tuple[Grant, float]
+"""A grant handed back without the lock, and when (for the core to learn its hold time)."""
 
 
 class LocalBackend:
@@ -209,7 +206,7 @@ class LocalBackend:
         if held is grant or held == grant:
             if not self._waiters or (self._owner == get_ident() and self._lock.locked()):
                 # Applied by the next section (or the enclosing one), dated now.
-                self._returns.append(_Returned(held, self._clock()))
+                self._returns.append((held, self._clock()))
                 return
             with self._lock:  # someone may be waiting for exactly this: apply it now
                 self._owner = get_ident()
@@ -373,7 +370,7 @@ class LocalBackend:
                 self._cancelled += 1
                 self._collect(self._core.cancel(entry.ticket))
         held = [0] * len(self._gpus)
-        returned = (item.grant for item in self._returns if type(item) is _Returned)
+        returned = (item[0] for item in self._returns if not isinstance(item, _GaveUp))
         for grant in [*self._live.values(), *returned]:
             for gpu, units in self._core.held(grant):
                 held[gpu] += units

@@ -9,7 +9,7 @@ comes in as an argument, from the core's caller.
 from __future__ import annotations
 
 from collections.abc import Hashable
-from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["SMOOTHING", "Durations"]
 
@@ -17,12 +17,11 @@ SMOOTHING = 0.3
 """Weight of the newest hold time in a class's moving average (exponential smoothing)."""
 
 
-@dataclass(slots=True)
-class _Run:
-    start: float
-    key: Hashable | None  # None: not learned from (a restored grant)
-    hint: float | None
-    held: dict[int, int]  # GPU -> units still held
+# A running grant: [start, key, hint, held], a list for speed (it is made on every grant).
+# key None: not learned from (a restored grant, a guessed release); held: GPU -> units still
+# held (the caller's dict, not copied).
+_Run = list[Any]
+_START, _KEY, _HINT, _HELD = range(4)
 
 
 class Durations:
@@ -46,8 +45,8 @@ class Durations:
         now: float,
         hint: float | None = None,
     ) -> None:
-        """Record a grant that starts at ``now`` holding ``held`` (GPU -> units)."""
-        self._runs[ticket] = _Run(now, key, hint, dict(held))
+        """Record a grant that starts at ``now`` holding ``held`` (GPU -> units; kept)."""
+        self._runs[ticket] = [now, key, hint, held]
         for gpu, units in held.items():
             self._on_gpu[gpu][ticket] = units
 
@@ -61,27 +60,40 @@ class Durations:
         """
         on_gpu = self._on_gpu[gpu]
         if ticket is not None and ticket in on_gpu:
-            self._take(ticket, gpu, units, now)
+            run = self._runs[ticket]
+            if on_gpu[ticket] == units and len(run[_HELD]) == 1:  # the common case, inline
+                del on_gpu[ticket], self._runs[ticket]
+                key = run[_KEY]
+                if key is not None:
+                    seconds = now - run[_START]
+                    mean = self._classes.get(key)
+                    self._classes[key] = (
+                        seconds if mean is None else mean + SMOOTHING * (seconds - mean)
+                    )
+                    self._total += seconds
+                    self._count += 1
+            else:
+                self._take(ticket, gpu, units, now)
             return
         while units > 0 and on_gpu:  # unknown: exactly that much if one holds it, else oldest
             guess = next((t for t, held in on_gpu.items() if held == units), next(iter(on_gpu)))
-            self._runs[guess].key = None
+            self._runs[guess][_KEY] = None
             taken = min(units, on_gpu[guess])
             self._take(guess, gpu, taken, now)
             units -= taken
 
     def _take(self, ticket: int, gpu: int, units: int, now: float) -> None:
         on_gpu, run = self._on_gpu[gpu], self._runs[ticket]
+        held = run[_HELD]
         left = on_gpu[ticket] - units
         if left > 0:
-            on_gpu[ticket] = run.held[gpu] = left
+            on_gpu[ticket] = held[gpu] = left
             return
-        del on_gpu[ticket]
-        del run.held[gpu]
-        if not run.held:
+        del on_gpu[ticket], held[gpu]
+        if not held:
             del self._runs[ticket]
-            if run.key is not None:
-                self._learn(run.key, max(0.0, now - run.start))
+            if run[_KEY] is not None:
+                self._learn(run[_KEY], max(0.0, now - run[_START]))
 
     def _learn(self, key: Hashable, seconds: float) -> None:
         mean = self._classes.get(key)
@@ -111,12 +123,14 @@ class Durations:
         is promised, so a head's shadow is now and nothing backfills onto its GPUs.
         """
         run = self._runs[ticket]
-        expected = run.hint if run.hint is not None else self.mean(run.key)
+        start: float = run[_START]
+        expected = run[_HINT] if run[_HINT] is not None else self.mean(run[_KEY])
         if expected is None:
             return now
-        if run.start + expected > now:
-            return run.start + expected
-        return now + max(now - run.start, self.mean() or 0.0)
+        if start + expected > now:
+            end: float = start + expected
+            return end
+        return now + max(now - start, self.mean() or 0.0)
 
     def held_on(self, gpu: int) -> dict[int, int]:
         """The running grants on ``gpu``: ticket -> units held there."""

@@ -125,6 +125,11 @@ class Head(NamedTuple):
     moved: bool = False
 
 
+def _class_of(demand: Demand) -> tuple[int, int, bool]:
+    """The key hold times are learned under: a tuple hashes faster than a Demand."""
+    return (demand.count, demand.units, demand.whole)
+
+
 class Waiter(NamedTuple):
     """A waiting request as the core sees it: its ticket, demand and current reservation."""
 
@@ -356,7 +361,7 @@ class Scheduler:
     def expected(self, demand: Demand) -> float | None:
         """The hold time in seconds the core would assume for ``demand`` without a hint (the
         smoothed mean of its demand's, else of all, hold times), or None before any is known."""
-        return self._durations.guess(self._admit(demand))
+        return self._durations.guess(_class_of(self._admit(demand)))
 
     # ----------------------------------------------------------------- inputs
     def grant_now(
@@ -370,14 +375,23 @@ class Scheduler:
         changing nothing, for a demand that could never fit or a bad ``now`` or ``expected``.
         """
         demand = self._admit(demand)
-        clock, hint = self._time(now), self._check_expected(expected)
+        clock = now if type(now) is float and now - now == 0.0 else self._time(now)
+        hint = None if expected is None else self._check_expected(expected)
+        self._now = max(self._now, clock)
         if self._easy:
-            at = self._commit(clock)
-            gpus = self._place_new_easy(demand, hint, at)
+            at = self._now
+            if self._queue or not self._uniform or hint is not None:
+                gpus = self._place_new_easy(demand, hint, at)
+                if gpus is None:
+                    return None
+                return self._granted(next(self._tickets), demand, gpus, at, hint)
+            gpus = self._take_new(demand)  # nobody waits: the fast path, inline
             if gpus is None:
                 return None
-            return self._granted(next(self._tickets), demand, gpus, at, hint)
-        self._commit(clock)
+            ticket, units = next(self._tickets), demand.units
+            key = (demand.count, units, False)  # _class_of(demand), inline
+            self._durations.start(ticket, key, dict.fromkeys(gpus, units), at)
+            return _grant((ticket, gpus, units))
         gpus = self._take_new(demand)
         if gpus is None:
             return None
@@ -434,12 +448,14 @@ class Scheduler:
         ):  # the checks again, slowly, for the error message (and NumPy ints made ints)
             gpu = self._check_gpu(gpu)
             units = self._check_release(gpu, units)
-        clock = self._time(now)
-        self._check_ticket(ticket)
-        at = self._commit(clock)
+        clock = now if type(now) is float and now - now == 0.0 else self._time(now)
+        if ticket is not None and type(ticket) is not int:
+            self._check_ticket(ticket)
+        self._now = max(self._now, clock)
         free[gpu] += units
         if not self._easy:
             return self._walk() if self._queue else []
+        at = self._now
         self._durations.finish(ticket, gpu, units, at)
         return self._walk_easy(at) if self._queue else []
 
@@ -849,22 +865,26 @@ class Scheduler:
     ) -> tuple[int, ...] | None:
         """Take capacity for a new arrival: best fit anywhere if none wait, else a backfill
         (rule 4e), never ahead of an earlier waiter of its demand without a hint."""
-        if not self._queue:
-            return self._fit_general(demand, None, take=True)
+        if not self._queue:  # best fit over every GPU (the fast path on GPUs of one size)
+            return (
+                self._take_new(demand)
+                if self._uniform
+                else self._fit_general(demand, None, take=True)
+            )
         if hint is None and demand in self._classes:
             return None  # an earlier one like it waits, and the same would stop it
-        return self._backfill_fit(demand, self._durations.guess(demand, hint), now)
+        return self._backfill_fit(demand, self._durations.guess(_class_of(demand), hint), now)
 
     def _granted(
         self, ticket: int, demand: Demand, gpus: tuple[int, ...], now: float, hint: float | None
     ) -> Grant:
-        grant = _grant((ticket, gpus, self._units_of(demand, gpus)))
-        held = (
-            dict.fromkeys(gpus, grant.units)
-            if grant.units
-            else {gpu: self._totals[gpu] for gpu in gpus}
-        )
-        self._durations.start(ticket, demand, held, now, hint)
+        units = demand.units if not demand.whole else self._units_of(demand, gpus)
+        grant = _grant((ticket, gpus, units))
+        if len(gpus) == 1 and units:
+            held = {gpus[0]: units}
+        else:
+            held = dict.fromkeys(gpus, units) if units else {g: self._totals[g] for g in gpus}
+        self._durations.start(ticket, _class_of(demand), held, now, hint)
         return grant
 
     def _dequeue(self, ticket: int) -> Demand:
@@ -893,7 +913,7 @@ class Scheduler:
         too small never qualify.
         """
         free, durations = self._free, self._durations
-        grain = GRAIN * (durations.mean(demand) or 0.0)
+        grain = GRAIN * (durations.mean(_class_of(demand)) or 0.0)
         ranked = []
         for gpu in range(self.num_gpus):
             need = self._need(demand, gpu)
@@ -958,7 +978,7 @@ class Scheduler:
             head = self._choose_head(ticket, demand, now)
         elif now >= head.shadow and not head.moved:  # overdue: move once, if sooner elsewhere
             better = self._choose_head(ticket, demand, now, moved=True)
-            step = GRAIN * (self._durations.mean(demand) or 0.0)
+            step = GRAIN * (self._durations.mean(_class_of(demand)) or 0.0)
             if better.gpus != head.gpus and better.shadow + step < self._drain(head, demand, now):
                 head = better._replace(since=head.since)
         self._head = head
@@ -989,7 +1009,7 @@ class Scheduler:
             ticket, index = heap[0]
             demand = queue[ticket]
             hint = self._hints.get(ticket) if index == hinted else None
-            gpus = self._backfill_fit(demand, self._durations.guess(demand, hint), now)
+            gpus = self._backfill_fit(demand, self._durations.guess(_class_of(demand), hint), now)
             if gpus is None and index != hinted:
                 heapq.heappop(heap)  # the rest of this demand waits too
                 continue
