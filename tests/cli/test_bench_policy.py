@@ -1,6 +1,6 @@
 """The policy benchmark runs end to end as a script: a table per trace with a row per policy,
 makespans never below the packing bound, and a verdict per aim (its figures are not judged:
-a benchmark reports, and the policy is being rewritten)."""
+a benchmark reports). The real-time one likewise, on one short workload."""
 
 from __future__ import annotations
 
@@ -119,3 +119,29 @@ def test_it_loads_as_hwpool_bench_loads_it(capsys: pytest.CaptureFixture[str]) -
     text = module.main(["--quick", "--trace", "pack-0.6", "--policy", "hwpool"])
     assert [row.policy for row in tables(text)["pack-0.6"][1]] == ["hwpool"]
     assert text in capsys.readouterr().out
+
+
+REALTIME = BENCH.with_name("bench_policy_realtime.py")
+
+
+@pytest.mark.timeout(120)
+def test_the_real_time_benchmark_prints_a_ratio_per_policy_never_above_one() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(REALTIME), "--seeds", "1", "--seconds", "0.5"],
+        capture_output=True,
+        text=True,
+        timeout=100,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    rows = {}
+    for line in proc.stdout.splitlines():
+        for policy in ("easy", "reserve-all", "first-fit toy"):
+            if line.startswith(policy + " "):
+                rows[policy] = [float(x) for x in line[len(policy) :].split()]
+    assert set(rows) == {"easy", "reserve-all", "first-fit toy"}
+    for mean, worst, seed7, wide in rows.values():
+        assert 0.0 < worst <= mean <= 1.0 + 1e-9  # a schedule never beats its bound
+        assert seed7 == mean  # one seed: 7
+        assert wide >= 0.0
+    assert "aim: easy's mean at least 0.95" in proc.stdout

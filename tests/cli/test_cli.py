@@ -74,6 +74,7 @@ def test_version_comes_from_the_package() -> None:
         (("simulate", "batch", "--gpus", "4097"), "got 4097"),
         (("simulate", "batch", "--gpus", "9" * 5000), "between 1 and 4096"),
         (("simulate", "batch", "--policy", "random"), "random"),
+        (("serve", "--policy", "fifo"), "'fifo'"),
         (("demo", "--seconds", "-1"), "--seconds"),
         (("demo", "--seconds", "1e308"), "--seconds"),
         (("demo", "--seconds", "nan"), "--seconds"),

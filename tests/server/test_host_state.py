@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hwpool._core._capacity import UNITS_PER_GPU
+from hwpool._core._scheduler import Demand
 from hwpool._server import _protocol as p
 from hwpool._server._host_state import ID_BLOCK, Client, Delivery, HostState
 from hwpool._server._journal import Journal, JournalEntry
@@ -62,6 +63,25 @@ def test_reservations_keep_small_work_off_what_a_whole_gpu_waiter_needs() -> Non
     assert state.release(a, p.Release(3, 1), 1.0) == []
     out = state.release(a, p.Release(4, 2), 1.0)
     assert out == [(b, p.Granted(1, 3, (0, 1), FULL))]
+
+
+@pytest.mark.parametrize(("policy", "reserved"), [("easy", 1), ("reserve-all", 2)])
+def test_the_policy_decides_how_many_waiters_reserve(policy: str, reserved: int) -> None:
+    state = HostState(2, admins={0}, policy=policy)
+    a, b = client(pid=1), client(pid=2, number=2)
+    acquire(state, a, 1, 0.6)
+    acquire(state, a, 2, 0.6)
+    acquire(state, b, 1, 0.7)
+    acquire(state, b, 2, 0.7)
+    assert state.core.policy == policy
+    assert len(state.core.reservations()) == reserved  # easy: the head only
+
+
+def test_a_release_teaches_the_core_the_hold_time() -> None:
+    state, a = host(1), client(pid=1)
+    state.acquire(a, p.Acquire(1, 1, HALF, True), 10.0)
+    state.release(a, p.Release(2, 1), 16.5)
+    assert state.core.expected(Demand(1, HALF)) == 6.5
 
 
 def test_withdraw_of_a_waiter_and_of_a_grant_that_raced_it() -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from .._backends._wire import Wire
 from .._check import int_from_text
+from .._core._scheduler import POLICIES
 from .._host._detect import GPUInfo, detect_gpus
 from .._server import _listen
 from .._server._paths import socket_path
@@ -56,6 +57,10 @@ def register(commands: Any) -> None:
         "--idle-timeout", type=_seconds, metavar="S",
         help="stop after S s with no client connected (default: never; `hwpool run` starts "
         "its servers with 600)",
+    )  # fmt: skip
+    srv.add_argument(
+        "--policy", choices=POLICIES, default=POLICIES[0],
+        help="the scheduling policy (default easy; reserve-all: the one hwpool started from)",
     )  # fmt: skip
     srv.set_defaults(run=_guarded(_cmd_serve))
 
@@ -123,7 +128,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     config = ServeConfig(
         socket=path, gpus=_gpus(args.gpus), group=_group(args.group), grace_s=args.grace,
         hello_timeout_s=args.hello_timeout, max_connections=args.max_connections,
-        idle_timeout_s=args.idle_timeout,
+        idle_timeout_s=args.idle_timeout, policy=args.policy,
     )  # fmt: skip
     try:
         serve(config)

@@ -121,8 +121,9 @@ class HostState:
         admins: Iterable[int] = (0,),
         first_id: int = 1,
         log: Callable[[str], None] = _no_log,
+        policy: str = "easy",
     ) -> None:
-        self.core = Scheduler(num_gpus, units_per_gpu)
+        self.core = Scheduler(num_gpus, units_per_gpu, policy=policy)
         self.admins = frozenset(admins)
         self.log = log
         self.next_id = first_id

@@ -70,6 +70,7 @@ class ServeConfig:
     max_connections: int = 64  # per uid
     journal_delay_s: float = 0.05
     idle_timeout_s: float | None = None  # stop after this long with no connection (None: never)
+    policy: str = "easy"  # the core's scheduling policy
 
 
 def _alive(pid: int) -> bool:
@@ -175,7 +176,9 @@ class _Server:
         self._loop_thread = 0
         self._log: list[str] = []
         self._stamp_second, self._stamp = -1, ""
-        self.state = HostState(len(config.gpus), admins={0, self.uid}, log=self.say)
+        self.state = HostState(
+            len(config.gpus), admins={0, self.uid}, log=self.say, policy=config.policy
+        )
         self.journal_path = _journal.journal_path(config.socket)
         self.by_client: dict[Client, _Connection] = {}
         self.per_uid: dict[int, int] = {}
