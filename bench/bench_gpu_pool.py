@@ -6,6 +6,9 @@
    grant across one yield to the loop) against 10,000 tasks on ``asyncio.Semaphore(8)``.
    Aim: at least half the semaphore's rate.
 
+3. What the default policy's bookkeeping costs (``easy`` learns every grant's hold time):
+   both measures again on ``GPUPool(policy="reserve-all")``, interleaved with the others.
+
 Each figure is the best of many short rounds, the contenders interleaved round by round so
 that a busy machine slows both alike; ratios are what compare across machines.
 Run: ``python bench/bench_gpu_pool.py``.
@@ -14,6 +17,7 @@ Run: ``python bench/bench_gpu_pool.py``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import platform
 import time
@@ -29,8 +33,8 @@ ROUNDS = 9  # of the contended measures
 MIX = (0.1, 0.25, 0.5, 1.0, 0.3, 0.25, 0.1, 0.5)
 
 
-async def pool_pairs() -> float:
-    pool = GPUPool(GPUS)
+async def pool_pairs(policy: str = "easy") -> float:
+    pool = GPUPool(GPUS, policy=policy)
     start = time.perf_counter()
     for _ in range(PAIRS):
         gpu = await pool.acquire(0.5)
@@ -56,8 +60,8 @@ async def semaphore_pairs() -> float:
     return (time.perf_counter() - start) / PAIRS
 
 
-async def pool_contended() -> float:
-    pool = GPUPool(GPUS)
+async def pool_contended(policy: str = "easy") -> float:
+    pool = GPUPool(GPUS, policy=policy)
 
     async def task(fraction: float) -> None:
         gpu = await pool.acquire(fraction)
@@ -110,8 +114,13 @@ def measure() -> dict[str, float]:
         ("pool_pair_s", pool_pairs),
         ("lease_pair_s", pool_lease_pairs),
         ("semaphore_pair_s", semaphore_pairs),
+        ("reserve_all_pair_s", functools.partial(pool_pairs, "reserve-all")),
     ]
-    contended: list[Case] = [("pool_rate", pool_contended), ("semaphore_rate", semaphore_contended)]
+    contended: list[Case] = [
+        ("pool_rate", pool_contended),
+        ("semaphore_rate", semaphore_contended),
+        ("reserve_all_rate", functools.partial(pool_contended, "reserve-all")),
+    ]
     _rounds(pairs, PAIR_ROUNDS, figures)
     _rounds(contended, ROUNDS, figures)
     return {
@@ -136,6 +145,11 @@ def main() -> str:
         f"{f['semaphore_pair_s'] * 1e6:>12.2f}{lease_ratio:>8.2f}",
         f"{f'contended grants/s ({TASKS} tasks, {GPUS} GPUs)':<44}{f['pool_rate']:>12,.0f}"
         f"{f['semaphore_rate']:>12,.0f}{rate_ratio:>8.2f}  >= 0.5",
+        "the default policy (easy) against reserve-all (its cost: hold times learned):",
+        f"{'  uncontended pair, easy / reserve-all':<44}"
+        f"{f['pool_pair_s'] / f['reserve_all_pair_s']:>32.2f}",
+        f"{'  contended rate, easy / reserve-all':<44}"
+        f"{f['pool_rate'] / f['reserve_all_rate']:>32.2f}",
     ]
     return "\n".join(lines)
 

@@ -307,6 +307,8 @@ class Scheduler:
         self._now = 0.0
         self._durations = Durations(self.num_gpus)
         self._head: Head | None = None
+        self._open_of: Head | None = None  # the head self._open_easy was made for
+        self._open_easy: list[int] = []
         self._classes: dict[Demand, deque[int]] = {}
         self._hints: dict[int, float] = {}
 
@@ -939,8 +941,12 @@ class Scheduler:
         head = self._head
         if head is None:
             return self._fit_general(demand, None, take=True)
-        allowed = [gpu for gpu in range(self.num_gpus) if gpu not in head.gpus]
+        if self._open_of is not head:  # the GPUs the head does not reserve, kept per head
+            self._open_of = head
+            self._open_easy = [gpu for gpu in range(self.num_gpus) if gpu not in head.gpus]
+        allowed = self._open_easy
         if now < head.shadow:
+            allowed = list(allowed)
             ends_in_time = guess is not None and now + guess <= head.shadow
             head_demand = self._queue[head.ticket]
             fraction = not (demand.whole or demand.count > 1)
@@ -978,8 +984,7 @@ class Scheduler:
             head = self._choose_head(ticket, demand, now)
         elif now >= head.shadow and not head.moved:  # overdue: move once, if sooner elsewhere
             better = self._choose_head(ticket, demand, now, moved=True)
-            step = GRAIN * (self._durations.mean(_class_of(demand)) or 0.0)
-            if better.gpus != head.gpus and better.shadow + step < self._drain(head, demand, now):
+            if better.gpus != head.gpus and better.shadow < self._drain(head, demand, now):
                 head = better._replace(since=head.since)
         self._head = head
         self._backfill(head, now, grants)
@@ -992,8 +997,17 @@ class Scheduler:
         refused, the rest of its demand would be too (capacity only falls during the walk),
         so each walk looks at one waiter per demand plus those granted and those with hints.
         """
-        queue, free = self._queue, self._free
-        streams: list[Iterator[int]] = [iter(waiting) for waiting in self._classes.values()]
+        queue, free, totals = self._queue, self._free, self._totals
+        top = max(free)
+        if top == 0:
+            return
+        idle = sum(1 for gpu, f in enumerate(free) if f == totals[gpu])
+        # Only demands that could fit somewhere now: the others wait whatever the rules say.
+        streams: list[Iterator[int]] = [
+            iter(waiting)
+            for demand, waiting in self._classes.items()
+            if (demand.count <= idle if demand.whole or demand.count > 1 else demand.units <= top)
+        ]
         streams.append(iter(self._hints))
         hinted = len(streams) - 1
         heap: list[tuple[int, int]] = []
