@@ -238,6 +238,17 @@ def test_a_head_moves_no_more_than_once() -> None:
     assert core.head == (ticket, (2, 3), 20.0, 0.0, True)
 
 
+def test_rule_5e_the_head_takes_room_wherever_it_appears_first() -> None:
+    core = Scheduler(2, U)
+    first = core.grant_now(frac(0.6), now=0.0, expected=10.0)  # GPU 0
+    second = core.grant_now(frac(0.7), now=0.0, expected=20.0)  # GPU 1
+    assert first is not None and second is not None
+    ticket, _ = core.submit(frac(0.5), now=0.0)
+    assert core.head is not None and core.head.gpus == (0,)  # drains first
+    grants = core.release(1, 700, ticket=second.ticket, now=1.0)  # GPU 1 empties instead
+    assert grants == [(ticket, (1,), 500)] and core.head is None
+
+
 # ----------------------------------------------------------------- rule 4e: backfill by time
 def shadowed_core() -> tuple[Scheduler, int, Grant]:
     """One GPU 0.6 busy with work learned to take 10 s; a whole-GPU head with shadow 10."""

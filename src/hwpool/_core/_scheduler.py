@@ -36,8 +36,8 @@ hold under both policies:
     ``SMOOTHING``) of its demand's past hold times, else the mean over all demands; none is
     known before the first release. A running grant is expected to end at its start plus
     that; one past it (or with none) is expected to run as long again as it has, and at
-    least the mean over all. Rule 3e compares expected times in steps of ``GRAIN`` times
-    the head's own expected hold: closer ones are a tie.
+    least the mean over all. In rule 3e, GPUs expected within ``GRAIN`` times the head's
+    own expected hold of the soonest are a tie.
 
 ``reserve-all`` (the policy hwpool started from; rules 3-5 replace 3e-7e):
 
@@ -81,7 +81,8 @@ backfill around it by learned hold times) and ``reserve-all`` (every waiter rese
 
 
 GRAIN = 2.0
-"""Rule 3e: expected times closer than this many of the head's expected holds are a tie."""
+"""Rule 3e: GPUs expected to have room within this many of the head's expected holds of the
+soonest are a tie (estimates are no finer), broken by the most free."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -909,23 +910,23 @@ class Scheduler:
     def _choose_head(self, ticket: int, demand: Demand, now: float, *, moved: bool = False) -> Head:
         """The GPUs expected to have room for ``demand`` soonest, and when (rule 3e).
 
-        Expected times are compared in steps of ``GRAIN`` times the demand's own expected
-        hold (estimates are no finer than that); ties go to the most free GPUs, then the
-        lowest index, as in rule 3, so with nothing known yet this is rule 3's choice. GPUs
-        too small never qualify.
+        Estimates are no finer than ``GRAIN`` times the demand's own expected hold, so every
+        GPU expected within that of the soonest ones is as good, and among those the most
+        free win, then the lowest index, as in rule 3 (with nothing known yet, rule 3's
+        choice). GPUs too small never qualify.
         """
         free, durations = self._free, self._durations
         grain = GRAIN * (durations.mean(_class_of(demand)) or 0.0)
-        ranked = []
-        for gpu in range(self.num_gpus):
-            need = self._need(demand, gpu)
-            if self._totals[gpu] >= need:
-                at = durations.free_at(gpu, free[gpu], need, now)
-                ranked.append(((at - now) // grain if grain > 0 else at, -free[gpu], gpu, at))
-        ranked.sort()
+        timed = sorted(
+            (durations.free_at(gpu, free[gpu], need, now), gpu)
+            for gpu in range(self.num_gpus)
+            if self._totals[gpu] >= (need := self._need(demand, gpu))
+        )
+        cutoff = timed[demand.count - 1][0] + grain
+        ranked = sorted((-free[gpu], gpu, at) for at, gpu in timed if at <= cutoff)
         chosen = ranked[: demand.count]
-        gpus = tuple(sorted(gpu for _, _, gpu, _ in chosen))
-        return Head(ticket, gpus, max(at for _, _, _, at in chosen), now, moved)
+        gpus = tuple(sorted(gpu for _, gpu, _ in chosen))
+        return Head(ticket, gpus, max(at for _, _, at in chosen), now, moved)
 
     def _drain(self, head: Head, demand: Demand, now: float) -> float:
         """When the head's GPUs are expected to have room for it, as known now."""
