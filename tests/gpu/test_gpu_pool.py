@@ -16,6 +16,7 @@ import hwpool
 from hostserver import MakePool
 from hwpool import GPUPool, WouldBlock, current_gpus
 from hwpool._backends import _waiters as gpu_pool_module
+from hwpool._backends._local import LocalBackend
 
 BOUND = 5.0  # seconds: every wait in this module is bounded by this
 
@@ -585,3 +586,65 @@ def test_snapshot_reports_queue_and_counters(make_pool: MakePool) -> None:
 def test_public_names_are_exported() -> None:
     for name in hwpool.__all__:
         assert hasattr(hwpool, name), name
+
+
+# ----------------------------------------------------------------- hold-time hints
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [(-1.0, ValueError), (math.inf, ValueError), (math.nan, ValueError), ("5", TypeError)],
+)
+def test_a_bad_expected_s_is_refused_naming_it_and_changes_nothing(
+    bad: object, error: type[Exception]
+) -> None:
+    pool = GPUPool(1)
+    calls = [
+        lambda: pool.acquire_nowait(0.5, expected_s=bad),  # type: ignore[arg-type]
+        lambda: pool.acquire_full_nowait(1, expected_s=bad),  # type: ignore[arg-type]
+        lambda: pool.acquire_blocking(0.5, expected_s=bad),  # type: ignore[arg-type]
+        lambda: pool.lease(0.5, expected_s=bad),  # type: ignore[arg-type]
+        lambda: pool.lease_full(1, expected_s=bad),  # type: ignore[arg-type]
+        lambda: asyncio.run(pool.acquire(0.5, expected_s=bad)),  # type: ignore[arg-type]
+    ]
+    for call in calls:
+        with pytest.raises(error, match="expected_s"):
+            call()
+    snap = pool.snapshot()
+    assert snap.free == (1.0,) and snap.waiting == () and snap.granted == 0
+
+
+def test_a_hint_lets_short_work_backfill_onto_the_heads_gpu() -> None:
+    clock = [0.0]
+    pool = GPUPool(backend=LocalBackend(GPUPool(1).gpus, clock=lambda: clock[0]))
+
+    async def main() -> None:
+        pool.acquire_nowait(0.6, expected_s=10.0)
+        head = asyncio.create_task(pool.acquire(1.0))  # the head: its shadow is 10
+        await until_queued(pool, 1)
+        clock[0] = 1.0
+        with pytest.raises(WouldBlock):
+            pool.acquire_nowait(0.1)  # nothing learned: no promise that it ends in time
+        with pytest.raises(WouldBlock):
+            pool.acquire_nowait(0.1, expected_s=50.0)  # would end past the shadow
+        async with pool.lease(0.1, expected_s=5.0) as gpus:  # ends by 6
+            assert gpus == [0]
+        pool.release(0, 0.6)
+        assert await head == 0
+
+    run(main)
+
+
+def test_a_hint_travels_to_either_backend(make_pool: MakePool) -> None:
+    pool = make_pool(2)
+
+    async def main() -> None:
+        assert pool.acquire_nowait(0.5, expected_s=3.0) == 0
+        assert pool.acquire_full_nowait(1, expected_s=0.0) == [1]
+        async with pool.lease(0.25, expected_s=2.5) as gpus:
+            assert gpus == [0]
+        pool.release(0, 0.5)
+        pool.release(1)
+        assert await pool.acquire_full(2, expected_s=1.0) == [0, 1]
+        pool.release(0)
+        pool.release(1)
+
+    run(main)

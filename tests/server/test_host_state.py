@@ -84,6 +84,17 @@ def test_a_release_teaches_the_core_the_hold_time() -> None:
     assert state.core.expected(Demand(1, HALF)) == 6.5
 
 
+def test_a_hint_from_the_client_decides_a_backfill_onto_the_heads_gpu() -> None:
+    state, a, b = host(1), client(pid=1), client(pid=2, number=2)
+    assert isinstance(only(state.acquire(a, p.Acquire(1, 1, HALF, True, expected_s=10.0), 0.0)),
+                      p.Granted)  # fmt: skip
+    assert isinstance(only(acquire(state, b, 1)), p.Queued)  # a whole GPU: the head, shadow 10
+    short = p.Acquire(2, 1, FULL // 10, False, expected_s=5.0)
+    long = p.Acquire(3, 1, FULL // 10, False, expected_s=50.0)
+    assert only(state.acquire(b, long, 1.0)) == p.Busy(3)  # would end past the shadow
+    assert isinstance(only(state.acquire(b, short, 1.0)), p.Granted)
+
+
 def test_withdraw_of_a_waiter_and_of_a_grant_that_raced_it() -> None:
     state, a, b = host(1), client(pid=1), client(pid=2, number=2)
     acquire(state, a, 1)

@@ -15,6 +15,7 @@ CLIENT_MESSAGES: list[p.ClientMessage] = [
     p.Hello(p.PROTOCOL_VERSION, "hwpool 0.2.0"),
     p.Acquire(1, 1, 500_000, True),
     p.Acquire(2, 2, 1_000_000, False, name="train", command="python train.py"),
+    p.Acquire(3, 1, 5, True, expected_s=2.5),
     p.Withdraw(3, 1, timed_out=True),
     p.Release(4, 2),
     p.Release(5, 2, gpu=1, units=250_000),
@@ -101,6 +102,10 @@ def test_malformed_lines_are_refused_by_code(line: bytes, code: ErrorCode) -> No
         ({"wait": 1}, "wait"),
         ({"name": 5}, "name"),
         ({"name": "x" * (p.MAX_TEXT + 1)}, "name"),
+        ({"expected_s": -1}, "expected_s"),
+        ({"expected_s": "5"}, "expected_s"),
+        ({"expected_s": True}, "expected_s"),
+        ({"expected_s": 1e999}, "expected_s"),
     ],
 )
 def test_bad_acquire_fields_are_named(fields: dict[str, object], named: str) -> None:

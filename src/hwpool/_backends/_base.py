@@ -68,15 +68,20 @@ class Backend(Protocol):
         """One entry per logical GPU, in index order (what detection found, or logical ones)."""
         ...
 
-    async def acquire(self, demand: Demand, timeout: float | None) -> Grant:
-        """Wait in the queue on the running event loop; raise TimeoutError after ``timeout``."""
+    async def acquire(
+        self, demand: Demand, timeout: float | None, expected: float | None = None
+    ) -> Grant:
+        """Wait in the queue on the running event loop; raise TimeoutError after ``timeout``.
+        ``expected`` (here and below): the caller's hint of the hold time, in seconds."""
         ...
 
-    def acquire_blocking(self, demand: Demand, timeout: float | None) -> Grant:
+    def acquire_blocking(
+        self, demand: Demand, timeout: float | None, expected: float | None = None
+    ) -> Grant:
         """Block the calling thread until granted; raise TimeoutError after ``timeout``."""
         ...
 
-    def acquire_now(self, demand: Demand) -> Grant | None:
+    def acquire_now(self, demand: Demand, expected: float | None = None) -> Grant | None:
         """Grant at once where that jumps no waiter, else None (never queues). This is the
         hot path: no event loop lookup, no waiter object."""
         ...

@@ -124,11 +124,13 @@ class LocalBackend:
             self._settle()
         return grant
 
-    async def acquire(self, demand: Demand, timeout: float | None) -> Grant:
+    async def acquire(
+        self, demand: Demand, timeout: float | None, expected: float | None = None
+    ) -> Grant:
         """Wait on the running loop; TimeoutError after ``timeout`` seconds."""
         waiter = AsyncWaiter(asyncio.get_running_loop(), time.monotonic(), self._on_lost)
         try:
-            grant = self._enqueue(demand, waiter)
+            grant = self._enqueue(demand, waiter, expected)
             if grant is None:
                 if timeout is None:
                     await waiter.future
@@ -144,11 +146,13 @@ class LocalBackend:
             self._abandon(waiter, reason)
             raise
 
-    def acquire_blocking(self, demand: Demand, timeout: float | None) -> Grant:
+    def acquire_blocking(
+        self, demand: Demand, timeout: float | None, expected: float | None = None
+    ) -> Grant:
         """Block this thread until granted; TimeoutError after ``timeout`` seconds."""
         waiter = ThreadWaiter(time.monotonic())
         try:
-            grant = self._enqueue(demand, waiter)
+            grant = self._enqueue(demand, waiter, expected)
             if grant is None:
                 woken = waiter.event.wait(timeout)
                 grant = _granted_to(waiter) if woken else self._withdraw(waiter, timeout)

@@ -86,15 +86,21 @@ class _Req:
     """One request of this process, from ``acquire`` until it is released or fails."""
 
     __slots__ = (
-        "demand", "error", "event", "future", "gpus", "id", "key", "loop", "since", "state",
-        "wait",
+        "demand", "error", "event", "expected", "future", "gpus", "id", "key", "loop", "since",
+        "state", "wait",
     )  # fmt: skip
 
     def __init__(
-        self, key: int, demand: Demand, wait: bool, loop: asyncio.AbstractEventLoop | None
+        self,
+        key: int,
+        demand: Demand,
+        wait: bool,
+        loop: asyncio.AbstractEventLoop | None,
+        expected: float | None = None,
     ) -> None:
         self.key = key
         self.demand = demand
+        self.expected = expected
         self.wait = wait
         self.loop = loop
         self.future: asyncio.Future[None] | None = None if loop is None else loop.create_future()
@@ -395,7 +401,9 @@ class UnixBackend:
         for r in sorted(self._reqs.values(), key=lambda r: r.key):
             d = r.demand
             if r.id is None:
-                out.append(Acquire(r.key, d.count, d.units, r.wait, self._name, self._command))
+                out.append(
+                    Acquire(r.key, d.count, d.units, r.wait, self._name, self._command, r.expected)
+                )
             else:
                 held = tuple((g, d.units) for g in r.gpus) if r.state is _State.HELD else None
                 age = now - r.since
@@ -512,19 +520,28 @@ class UnixBackend:
         )  # fmt: skip
 
     # ----------------------------------------------------------------- acquiring
-    def _submit(self, demand: Demand, wait: bool, loop: asyncio.AbstractEventLoop | None) -> _Req:
+    def _submit(
+        self,
+        demand: Demand,
+        wait: bool,
+        loop: asyncio.AbstractEventLoop | None,
+        expected: float | None = None,
+    ) -> _Req:
         self._connected()
         with self._section():
             if self._closed:
                 raise PoolClosedError("the GPU pool is closed")
-            r = _Req(next(self._keys), demand, wait, loop)
+            r = _Req(next(self._keys), demand, wait, loop, expected)
             self._reqs[r.key] = r
-            self._post(Acquire(r.key, demand.count, demand.units, wait, self._name, self._command))
+            d = demand
+            self._post(Acquire(r.key, d.count, d.units, wait, self._name, self._command, expected))
         return r
 
-    async def acquire(self, demand: Demand, timeout: float | None) -> Grant:
+    async def acquire(
+        self, demand: Demand, timeout: float | None, expected: float | None = None
+    ) -> Grant:
         """Wait in the server's queue on the running loop; TimeoutError after ``timeout``."""
-        r = self._submit(demand, True, asyncio.get_running_loop())
+        r = self._submit(demand, True, asyncio.get_running_loop(), expected)
         assert r.future is not None
         try:
             if timeout is None:
@@ -539,9 +556,11 @@ class UnixBackend:
         assert grant is not None
         return grant
 
-    def acquire_blocking(self, demand: Demand, timeout: float | None) -> Grant:
+    def acquire_blocking(
+        self, demand: Demand, timeout: float | None, expected: float | None = None
+    ) -> Grant:
         """Block this thread until the server grants; TimeoutError after ``timeout``."""
-        r = self._submit(demand, True, None)
+        r = self._submit(demand, True, None, expected)
         assert r.event is not None
         try:
             if not r.event.wait(timeout):
@@ -563,9 +582,9 @@ class UnixBackend:
                 self._post(Withdraw(next(self._keys), r.key, timed_out=True))
         raise TimeoutError(f"no GPU capacity granted within timeout={timeout}s")
 
-    def acquire_now(self, demand: Demand) -> Grant | None:
+    def acquire_now(self, demand: Demand, expected: float | None = None) -> Grant | None:
         """Ask the server for a grant that jumps no waiter; None if it would have to wait."""
-        r = self._submit(demand, False, None)
+        r = self._submit(demand, False, None, expected)
         assert r.event is not None
         try:
             if not r.event.wait(REPLY_TIMEOUT_S):

@@ -40,12 +40,19 @@ class GPULease:
     ``.run()`` start one with it.
     """
 
-    __slots__ = ("_demand", "_grant", "_pool", "_timeout", "_token", "_used")
+    __slots__ = ("_demand", "_expected", "_grant", "_pool", "_timeout", "_token", "_used")
 
-    def __init__(self, pool: GPUPool, demand: Demand, timeout: float | None) -> None:
+    def __init__(
+        self,
+        pool: GPUPool,
+        demand: Demand,
+        timeout: float | None,
+        expected: float | None = None,
+    ) -> None:
         self._pool = pool
         self._demand = demand
         self._timeout = timeout
+        self._expected = expected
         self._grant: Grant | None = None
         self._token: contextvars.Token[tuple[int, ...]] | None = None
         self._used = False
@@ -141,9 +148,13 @@ class GPULease:
             self._start()  # raises
         self._used = True
         pool = self._pool
-        grant = pool._acquire_now(self._demand)  # no waiter, no event loop lookup
+        expected = self._expected
+        if expected is None:
+            grant = pool._acquire_now(self._demand)  # no waiter, no event loop lookup
+        else:
+            grant = pool._acquire_now(self._demand, expected)
         if grant is None:
-            grant = await pool._backend.acquire(self._demand, self._timeout)
+            grant = await pool._backend.acquire(self._demand, self._timeout, expected)
         self._grant = grant
         self._token = _current.set(grant.gpus)
         return list(grant.gpus)
@@ -158,7 +169,8 @@ class GPULease:
 
     def __enter__(self) -> list[int]:
         self._start()
-        return self._enter(self._pool._take_blocking(self._demand, self._timeout, "with lease"))
+        pool, what = self._pool, "with lease"
+        return self._enter(pool._take_blocking(self._demand, self._timeout, what, self._expected))
 
     def __exit__(
         self,

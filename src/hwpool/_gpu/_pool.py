@@ -130,12 +130,15 @@ class GPUPool:
         *,
         memory: int | str | None = None,
         timeout: float | None = None,
+        expected_s: float | None = None,
     ) -> int:
         """Wait for ``fraction`` (0 < fraction <= 1, default 1) of one GPU, or for ``memory``
         (MiB or ``"6GiB"``) on a pool sized in memory; return the GPU's index.
 
         Raises TimeoutError after ``timeout`` seconds; give it back with
-        ``release(gpu, fraction)`` (or ``release(gpu, memory=...)``).
+        ``release(gpu, fraction)`` (or ``release(gpu, memory=...)``). ``expected_s`` (every
+        ``acquire*`` and ``lease*`` takes it): how long you expect to hold it, in seconds,
+        which the policy then uses instead of what it learned of requests of this size.
         """
         last = _LAST
         if fraction is last[0] and self._totals is None and memory is None:
@@ -144,23 +147,30 @@ class GPUPool:
             demand = self._one_demand(fraction, memory)
         if timeout is not None:
             timeout = check_timeout(timeout)
-        grant = self._acquire_now(demand)
+        if expected_s is not None:
+            expected_s = check_timeout(expected_s, "expected_s")
+            grant = self._acquire_now(demand, expected_s)
+        else:
+            grant = self._acquire_now(demand)
         if grant is None:
-            grant = await self._backend.acquire(demand, timeout)
+            grant = await self._backend.acquire(demand, timeout, expected_s)
         gpu = grant.gpus[0]
         self._held[gpu].append(grant)
         return gpu
 
-    async def acquire_full(self, count: int, *, timeout: float | None = None) -> list[int]:
+    async def acquire_full(
+        self, count: int, *, timeout: float | None = None, expected_s: float | None = None
+    ) -> list[int]:
         """Wait for ``count`` completely free GPUs, granted together; return their indices.
 
         Give each back with ``release(gpu)``.
         """
         demand = self._whole_demand(count)
         timeout = check_timeout(timeout)
-        grant = self._acquire_now(demand)
+        expected_s = check_timeout(expected_s, "expected_s")
+        grant = self._acquire_now(demand, expected_s)
         if grant is None:
-            grant = await self._backend.acquire(demand, timeout)
+            grant = await self._backend.acquire(demand, timeout, expected_s)
         return self._keep(grant)
 
     # ----------------------------------------------------------------- blocking
@@ -170,6 +180,7 @@ class GPUPool:
         *,
         memory: int | str | None = None,
         timeout: float | None = None,
+        expected_s: float | None = None,
     ) -> int:
         """Like :meth:`acquire`, for threads: block until granted or ``timeout`` passes.
 
@@ -177,41 +188,55 @@ class GPUPool:
         and deadlock if the holder is a task on it): use ``await pool.acquire()`` there.
         """
         demand = self._one_demand(fraction, memory)
-        grant = self._take_blocking(demand, check_timeout(timeout), "acquire_blocking()")
+        hint = check_timeout(expected_s, "expected_s")
+        grant = self._take_blocking(demand, check_timeout(timeout), "acquire_blocking()", hint)
         return self._keep(grant)[0]
 
-    def acquire_full_blocking(self, count: int, *, timeout: float | None = None) -> list[int]:
+    def acquire_full_blocking(
+        self, count: int, *, timeout: float | None = None, expected_s: float | None = None
+    ) -> list[int]:
         """Like :meth:`acquire_full`, for threads (RuntimeError on an event loop's thread)."""
         demand = self._whole_demand(count)
-        grant = self._take_blocking(demand, check_timeout(timeout), "acquire_full_blocking()")
-        return self._keep(grant)
+        hint = check_timeout(expected_s, "expected_s")
+        what = "acquire_full_blocking()"
+        return self._keep(self._take_blocking(demand, check_timeout(timeout), what, hint))
 
-    def _take_blocking(self, demand: Demand, timeout: float | None, what: str) -> Grant:
+    def _take_blocking(
+        self, demand: Demand, timeout: float | None, what: str, expected: float | None = None
+    ) -> Grant:
         if asyncio._get_running_loop() is not None:
             raise RuntimeError(
                 f"{what} called in a thread that runs an event loop: it would block the loop "
                 "(and never return if a task of this loop holds the GPUs); use "
                 "'await pool.acquire()' or 'async with pool.lease()' there"
             )
-        grant = self._acquire_now(demand)
-        return grant if grant is not None else self._backend.acquire_blocking(demand, timeout)
+        grant = self._acquire_now(demand, expected)
+        if grant is not None:
+            return grant
+        return self._backend.acquire_blocking(demand, timeout, expected)
 
     # ----------------------------------------------------------------- nowait
     def acquire_nowait(
-        self, fraction: float | None = None, *, memory: int | str | None = None
+        self,
+        fraction: float | None = None,
+        *,
+        memory: int | str | None = None,
+        expected_s: float | None = None,
     ) -> int:
         """Take ``fraction`` of a GPU (or ``memory``) now, or raise :class:`hwpool.WouldBlock`.
 
-        Never jumps the queue: granted only on GPUs no waiter reserves.
+        Never jumps the queue: granted only where the policy lets a new arrival start.
         """
-        return self._keep(self._take_now(self._one_demand(fraction, memory)))[0]
+        demand = self._one_demand(fraction, memory)
+        return self._keep(self._take_now(demand, check_timeout(expected_s, "expected_s")))[0]
 
-    def acquire_full_nowait(self, count: int) -> list[int]:
+    def acquire_full_nowait(self, count: int, *, expected_s: float | None = None) -> list[int]:
         """Take ``count`` whole GPUs now, or raise :class:`hwpool.WouldBlock`."""
-        return self._keep(self._take_now(self._whole_demand(count)))
+        demand = self._whole_demand(count)
+        return self._keep(self._take_now(demand, check_timeout(expected_s, "expected_s")))
 
-    def _take_now(self, demand: Demand) -> Grant:
-        grant = self._acquire_now(demand)
+    def _take_now(self, demand: Demand, expected: float | None = None) -> Grant:
+        grant = self._acquire_now(demand, expected)
         if grant is None:
             sized = self._totals is not None and demand.count == 1 and not demand.whole
             what = f"{demand.units} MiB" if sized else _describe(demand)
@@ -313,6 +338,7 @@ class GPUPool:
         *,
         memory: int | str | None = None,
         timeout: float | None = None,
+        expected_s: float | None = None,
     ) -> GPULease:
         """A lease of ``fraction`` of one GPU (or of ``memory`` on a pool sized in memory),
         for ``async with`` or a plain ``with``."""
@@ -320,11 +346,15 @@ class GPUPool:
             self,
             self._one_demand(fraction, memory),
             None if timeout is None else check_timeout(timeout),
+            None if expected_s is None else check_timeout(expected_s, "expected_s"),
         )
 
-    def lease_full(self, count: int, *, timeout: float | None = None) -> GPULease:
+    def lease_full(
+        self, count: int, *, timeout: float | None = None, expected_s: float | None = None
+    ) -> GPULease:
         """A lease of ``count`` whole GPUs, for ``async with`` or a plain ``with``."""
-        return GPULease(self, self._whole_demand(count), check_timeout(timeout))
+        hint = check_timeout(expected_s, "expected_s")
+        return GPULease(self, self._whole_demand(count), check_timeout(timeout), hint)
 
     # ----------------------------------------------------------------- introspection
     def snapshot(self) -> PoolSnapshot:

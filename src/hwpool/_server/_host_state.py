@@ -78,6 +78,7 @@ class Entry:
     ticket: int | None = None
     held: dict[int, int] | None = None
     granted_as: int | None = None  # the core's ticket of its grant, for learning hold times
+    expected_s: float | None = None  # the client's hint of its hold time
 
 
 Delivery = tuple[Client, ServerMessage]
@@ -175,7 +176,11 @@ class HostState:
         demand = self._demand(msg.count, msg.units, msg.req)
         self._fresh_req(client, msg.req)
         if not msg.wait:
-            grant = None if self.recovery else self.core.grant_now(demand, now=now)
+            grant = (
+                None
+                if self.recovery
+                else self.core.grant_now(demand, now=now, expected=msg.expected_s)
+            )
             if grant is None:
                 return [(client, Busy(msg.req))]
             entry = self._add(client, msg, demand, now)
@@ -198,7 +203,7 @@ class HostState:
 
     def _submit(self, entry: Entry, now: float) -> Delivery | None:
         """Put ``entry`` in the core: its grant if granted at once, else None (it waits)."""
-        ticket, grant = self.core.submit(entry.demand, now=now)
+        ticket, grant = self.core.submit(entry.demand, now=now, expected=entry.expected_s)
         if grant is not None:
             return self._granted(entry, grant, now)
         entry.ticket = ticket
@@ -212,6 +217,8 @@ class HostState:
         entry = Entry(
             ident or self._new_id(), client, msg.req, demand, since, msg.name, msg.command
         )
+        if isinstance(msg, Acquire):
+            entry.expected_s = msg.expected_s
         client.entries[msg.req] = entry
         self._by_id[entry.id] = entry
         self.changes += 1

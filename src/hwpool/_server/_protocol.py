@@ -292,7 +292,8 @@ class Hello:
 class Acquire:
     """Ask for ``count`` GPUs with ``units`` each; ``wait=False`` is the nowait form.
 
-    ``name`` and ``command`` only label the request in ``hwpool status``.
+    ``name`` and ``command`` only label the request in ``hwpool status``; ``expected_s``
+    (optional) is how long the client expects to hold the grant, for the policy.
     """
 
     req: int
@@ -301,6 +302,7 @@ class Acquire:
     wait: bool
     name: str | None = None
     command: str | None = None
+    expected_s: float | None = None
     op: ClassVar[str] = "acquire"
 
     def wire(self) -> dict[str, object]:
@@ -309,6 +311,8 @@ class Acquire:
             "wait": self.wait,
         }  # fmt: skip
         _put_texts(out, self.name, self.command)
+        if self.expected_s is not None:
+            out["expected_s"] = self.expected_s
         return out
 
 
@@ -430,9 +434,11 @@ def _hello(f: _Fields) -> Hello:
 
 
 def _acquire(f: _Fields) -> Acquire:
+    expected = None if f.obj.get("expected_s") is None else f.age("expected_s")
     return Acquire(
-        f.num("req"), f.num("count", 1, MAX_GPUS), f.num("units", 1), f.flag("wait"), **_texts(f)
-    )
+        f.num("req"), f.num("count", 1, MAX_GPUS), f.num("units", 1), f.flag("wait"),
+        **_texts(f), expected_s=expected,
+    )  # fmt: skip
 
 
 def _withdraw(f: _Fields) -> Withdraw:
