@@ -1,4 +1,4 @@
-"""The experimental ``easy`` policy of the core: only the head reserves, and keeps its GPUs.
+"""The ``easy`` policy of the core (the default): only the head reserves, and keeps its GPUs.
 
 Each rule (3e, 4e), flaw P1 and P3 of issue 9, and the invariants of the random state machine
 that still hold under it; the simulator traces are in tests/sim/test_sim_easy.py.

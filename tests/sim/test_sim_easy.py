@@ -1,4 +1,4 @@
-"""The experimental ``hwpool`` policy in the simulator: issue 9's P1 trace, and a head
+"""The ``hwpool`` (easy) policy in the simulator: issue 9's P1 trace, and a head
 that a stream of small tasks never passes over."""
 
 from __future__ import annotations
