@@ -132,10 +132,6 @@ class Durations:
             return end
         return now + max(now - start, self.mean() or 0.0)
 
-    def held_on(self, gpu: int) -> dict[int, int]:
-        """The running grants on ``gpu``: ticket -> units held there."""
-        return self._on_gpu[gpu]
-
     def free_at(self, gpu: int, free: int, units: int, now: float) -> float:
         """When ``gpu`` (``free`` units free now) is expected to have ``units`` free."""
         if free >= units:
@@ -153,6 +149,3 @@ class Durations:
             if self.end_of(ticket, now) <= when:
                 free += held
         return free
-
-    def is_running(self, ticket: int) -> bool:
-        return ticket in self._runs
