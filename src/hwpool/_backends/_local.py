@@ -103,11 +103,6 @@ class LocalBackend:
         return self._gpus
 
     # ----------------------------------------------------------------- acquiring
-    @property
-    def policy(self) -> str:
-        """The scheduling policy's name."""
-        return self._core.policy
-
     def acquire_now(self, demand: Demand, expected: float | None = None) -> Grant | None:
         """Grant at once where that jumps no waiter, else None; ``expected``: the caller's
         guess of the hold time in seconds, or None to let the core learn it."""
