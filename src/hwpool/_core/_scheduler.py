@@ -69,7 +69,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from .._check import check_int
+from .._check import check_int, check_real, check_timeout
 from ._capacity import UNITS_PER_GPU
 from ._durations import Durations
 
@@ -379,7 +379,7 @@ class Scheduler:
         """
         demand = self._admit(demand)
         clock = now if type(now) is float and now - now == 0.0 else self._time(now)
-        hint = None if expected is None else self._check_expected(expected)
+        hint = None if expected is None else check_timeout(expected, "expected")
         self._now = max(self._now, clock)
         if self._easy:
             at = self._now
@@ -414,7 +414,7 @@ class Scheduler:
         ``expected``.
         """
         demand = self._admit(demand)
-        clock, expected = self._time(now), self._check_expected(expected)
+        clock, expected = self._time(now), check_timeout(expected, "expected")
         if self._easy:
             return self._submit_easy(demand, self._commit(clock), expected)
         self._commit(clock)
@@ -1044,29 +1044,15 @@ class Scheduler:
         """``now`` checked (a finite real number), or the current clock for None."""
         if now is None:
             return self._now
-        if isinstance(now, bool) or not isinstance(now, (int, float)):
-            raise TypeError(f"now must be a number of seconds, got {now!r} ({type(now).__name__})")
-        if not math.isfinite(now):
+        number = check_real("now", now)
+        if not math.isfinite(number):
             raise ValueError(f"now must be finite, got {now!r}")
-        return float(now)
+        return number
 
     def _commit(self, clock: float) -> float:
         """Advance the clock to ``clock`` (never back); return the time to act at."""
         self._now = max(self._now, clock)
         return self._now
-
-    @staticmethod
-    def _check_expected(expected: object) -> float | None:
-        if expected is None:
-            return None
-        if isinstance(expected, bool) or not isinstance(expected, (int, float)):
-            raise TypeError(
-                f"expected must be a number of seconds or None, got {expected!r} "
-                f"({type(expected).__name__})"
-            )
-        if not (math.isfinite(expected) and expected >= 0):
-            raise ValueError(f"expected must be a finite number of seconds >= 0, got {expected!r}")
-        return float(expected)
 
     @staticmethod
     def _check_ticket(ticket: object) -> None:
