@@ -17,7 +17,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -169,6 +169,10 @@ def _readline(proc: subprocess.Popen[str], timeout: float) -> str:
 
 MakePool = Callable[[int], GPUPool]
 """``make_pool(n)``: a GPUPool of ``n`` GPUs on the backend the test is parametrised with."""
+
+MakeSizedPool = Callable[[Sequence[int | str]], GPUPool]
+"""``sized_pool(["80GiB", "24GiB"])``: a GPUPool of GPUs of those memory sizes on the backend
+the test is parametrised with (in-process, or a fresh ``hwpool serve --gpu-memory``)."""
 
 
 class ServerFarm:

@@ -9,12 +9,15 @@ the server fails the test that made it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
 import pytest
 
 import hwpool
-from hostserver import MakePool, ServerFarm
+from hostserver import MakePool, Server, ServerFarm
 from hwpool import GPUPool
 
 
@@ -45,3 +48,36 @@ def make_pool(request: pytest.FixtureRequest, server_farm: ServerFarm) -> Iterat
             with hwpool.connect(server_farm.socket(num_gpus)) as probe:
                 snap = probe.snapshot()
             assert snap.free == (1.0,) * num_gpus and snap.waiting == (), "left on the server"
+
+
+@pytest.fixture(params=["local", "server"])
+def sized_pool(request: pytest.FixtureRequest) -> Iterator[Callable[..., GPUPool]]:
+    """``sized_pool(sizes)``: ``GPUPool(gpu_memory=sizes)``, then ``hwpool.connect()`` to a
+    fresh ``hwpool serve --gpu-memory SIZES`` (fresh, so that no hold time learned by an
+    earlier test changes what the policy lets backfill). The server must hold nothing once
+    the test has closed its pools."""
+    directory = Path(tempfile.mkdtemp(prefix="hws", dir="/tmp"))
+    made: list[tuple[GPUPool, Server | None]] = []
+
+    def make(sizes: Sequence[int | str]) -> GPUPool:
+        if request.param == "local":
+            made.append((GPUPool(gpu_memory=sizes), None))
+        else:
+            text = ",".join(f"{s}MiB" if isinstance(s, int) else s for s in sizes)
+            server = Server(directory / f"{len(made)}.sock", "--gpu-memory", text)
+            made.append((hwpool.connect(server.ready().socket, reconnect_timeout=0), server))
+        return made[-1][0]
+
+    try:
+        yield make
+        for pool, server in made:
+            pool.close()
+            if server is not None:
+                with hwpool.connect(server.socket) as probe:
+                    snap = probe.snapshot()
+                assert snap.free_mib == snap.total_mib and snap.waiting == (), "left on the server"
+    finally:
+        for _, server in made:
+            if server is not None:
+                server.kill()
+        shutil.rmtree(directory, ignore_errors=True)

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fakes.gpus import A100, H100_MIG, RTX, smi_script
-from hostserver import MakePool
+from hostserver import MakePool, MakeSizedPool
 from hwpool import GPUInfo, GPUPool, WouldBlock
 from hwpool._backends._local import LocalBackend
 from hwpool._core._scheduler import Demand, Grant
@@ -30,8 +30,8 @@ def test_logical_gpus_of_given_sizes() -> None:
     assert snap.free == (1.0, 1.0, 1.0) and snap.free_mib == snap.total_mib == pool.gpu_memory
 
 
-def test_memory_requests_best_fit_by_least_memory_left() -> None:
-    pool = GPUPool(gpu_memory=MIXED)
+def test_memory_requests_best_fit_by_least_memory_left(sized_pool: MakeSizedPool) -> None:
+    pool = sized_pool(MIXED)
     assert pool.acquire_nowait(memory="6GiB") == 1  # 18 GiB left there, against 74
     assert pool.acquire_nowait(memory="40GiB") == 0  # fits the large card only
     assert pool.acquire_nowait(memory="18GiB") == 1  # exactly what is left
@@ -46,8 +46,8 @@ def test_memory_requests_best_fit_by_least_memory_left() -> None:
     assert pool.snapshot().free_mib == (80 * GIB, 24 * GIB)
 
 
-def test_a_request_larger_than_every_gpu_fails_at_once() -> None:
-    pool = GPUPool(gpu_memory=MIXED)
+def test_a_request_larger_than_every_gpu_fails_at_once(sized_pool: MakeSizedPool) -> None:
+    pool = sized_pool(MIXED)
     with pytest.raises(
         ValueError,
         match=r"memory='81GiB' \(82944 MiB\) is more than the largest GPU of this pool "
@@ -73,8 +73,10 @@ def test_a_request_larger_than_every_gpu_fails_at_once() -> None:
         ({"fraction": 1.5}, ValueError, r"fraction must be in \(0, 1\]"),
     ],
 )
-def test_bad_requests_change_nothing(kwargs: dict[str, object], error: type, match: str) -> None:
-    pool = GPUPool(gpu_memory=MIXED)
+def test_bad_requests_change_nothing(
+    kwargs: dict[str, object], error: type, match: str, sized_pool: MakeSizedPool
+) -> None:
+    pool = sized_pool(MIXED)
     with pytest.raises(error, match=match):
         pool.acquire_nowait(**kwargs)  # type: ignore[arg-type]
     with pytest.raises(error, match=match):
@@ -91,8 +93,8 @@ def test_memory_on_a_fraction_pool_is_a_clear_error(make_pool: MakePool) -> None
     assert pool.snapshot().free == (1.0, 1.0)
 
 
-def test_a_fraction_on_gpus_of_one_size_is_that_share() -> None:
-    pool = GPUPool(gpu_memory=["80GiB", "80GiB"])
+def test_a_fraction_on_gpus_of_one_size_is_that_share(sized_pool: MakeSizedPool) -> None:
+    pool = sized_pool(["80GiB", "80GiB"])
     gpu = pool.acquire_nowait(0.5)
     assert pool.snapshot().free_mib[gpu] == 40 * GIB
     assert pool.acquire_nowait(0.3) == gpu  # best fit: the GPU with less left
@@ -102,8 +104,8 @@ def test_a_fraction_on_gpus_of_one_size_is_that_share() -> None:
     assert pool.snapshot().free_mib == (80 * GIB, 80 * GIB)
 
 
-def test_whole_gpus_of_one_size() -> None:
-    pool = GPUPool(gpu_memory=["24GiB", "24GiB"])
+def test_whole_gpus_of_one_size(sized_pool: MakeSizedPool) -> None:
+    pool = sized_pool(["24GiB", "24GiB"])
     assert pool.acquire_nowait() == 0  # fraction 1 (or nothing): one whole GPU
     assert pool.acquire_nowait(1.0) == 1
     pool.release(0)
@@ -117,8 +119,8 @@ def test_whole_gpus_of_one_size() -> None:
     assert pool.snapshot().free_mib == (24 * GIB, 24 * GIB)
 
 
-def test_whole_gpus_of_different_sizes_need_completely_free_gpus() -> None:
-    pool = GPUPool(gpu_memory=MIXED)
+def test_whole_gpus_of_different_sizes_need_completely_free_gpus(sized_pool: MakeSizedPool) -> None:
+    pool = sized_pool(MIXED)
     assert pool.acquire_nowait() == 1  # one whole GPU: the smallest completely free one
     assert pool.acquire_nowait(1.0) == 0
     assert pool.snapshot().free_mib == (0, 0)
@@ -146,8 +148,8 @@ def test_whole_gpus_of_different_sizes_need_completely_free_gpus() -> None:
     assert snap.free_mib == (80 * GIB, 24 * GIB) and snap.granted == snap.released == 5
 
 
-def test_whole_gpus_of_different_sizes_bad_counts_change_nothing() -> None:
-    pool = GPUPool(gpu_memory=MIXED)
+def test_whole_gpus_of_different_sizes_bad_counts_change_nothing(sized_pool: MakeSizedPool) -> None:
+    pool = sized_pool(MIXED)
     with pytest.raises(ValueError, match="count must be between 1 and num_gpus=2"):
         pool.acquire_full_nowait(3)
     with pytest.raises(ValueError, match="count must be between 1 and num_gpus=2"):
@@ -157,8 +159,8 @@ def test_whole_gpus_of_different_sizes_bad_counts_change_nothing() -> None:
     assert pool.snapshot().free_mib == (80 * GIB, 24 * GIB)
 
 
-def test_a_whole_gpu_waiter_on_different_sizes_reserves_both() -> None:
-    pool = GPUPool(gpu_memory=MIXED)
+def test_a_whole_gpu_waiter_on_different_sizes_reserves_both(sized_pool: MakeSizedPool) -> None:
+    pool = sized_pool(MIXED)
 
     async def main() -> None:
         assert await pool.acquire(memory="1GiB") == 1
@@ -177,8 +179,10 @@ def test_a_whole_gpu_waiter_on_different_sizes_reserves_both() -> None:
     assert pool.snapshot().free_mib == (80 * GIB, 24 * GIB)
 
 
-def test_whole_gpu_waiters_on_different_sizes_are_granted_cancelled_and_time_out() -> None:
-    pool = GPUPool(gpu_memory=MIXED)
+def test_whole_gpu_waiters_on_different_sizes_are_granted_cancelled_and_time_out(
+    sized_pool: MakeSizedPool,
+) -> None:
+    pool = sized_pool(MIXED)
 
     async def main() -> None:
         first = await pool.acquire(memory="1GiB")
@@ -207,8 +211,8 @@ def test_whole_gpu_waiters_on_different_sizes_are_granted_cancelled_and_time_out
     assert (snap.cancelled, snap.timed_out) == (1, 1)
 
 
-def test_whole_gpus_of_different_sizes_blocking() -> None:
-    pool = GPUPool(gpu_memory=MIXED)
+def test_whole_gpus_of_different_sizes_blocking(sized_pool: MakeSizedPool) -> None:
+    pool = sized_pool(MIXED)
     pool.acquire_nowait(memory="70GiB")
     got: list[list[int]] = []
     thread = threading.Thread(target=lambda: got.append(pool.acquire_full_blocking(2)))
@@ -225,8 +229,8 @@ def test_whole_gpus_of_different_sizes_blocking() -> None:
     assert pool.snapshot().free_mib == (80 * GIB, 24 * GIB)
 
 
-def test_a_whole_lease_on_different_sizes() -> None:
-    pool = GPUPool(gpu_memory=MIXED)
+def test_a_whole_lease_on_different_sizes(sized_pool: MakeSizedPool) -> None:
+    pool = sized_pool(MIXED)
     lease = pool.lease_full(2)
     with lease as gpus:
         assert gpus == [0, 1] and lease.fraction == 1.0 and lease.memory_mib == 104 * GIB
@@ -273,8 +277,8 @@ def test_whole_and_memory_grants_on_random_sizes_conserve_memory(
         assert pool.snapshot().free_mib == tuple(s - u for s, u in zip(sizes, used, strict=True))
 
 
-def test_leases_in_memory() -> None:
-    pool = GPUPool(gpu_memory=MIXED)
+def test_leases_in_memory(sized_pool: MakeSizedPool) -> None:
+    pool = sized_pool(MIXED)
 
     async def main() -> None:
         async with pool.lease(memory="12GiB") as gpus:
@@ -289,8 +293,8 @@ def test_leases_in_memory() -> None:
     assert pool.snapshot().free_mib == (80 * GIB, 24 * GIB)
 
 
-def test_a_waiter_for_memory_is_granted_when_enough_is_released() -> None:
-    pool = GPUPool(gpu_memory=MIXED)
+def test_a_waiter_for_memory_is_granted_when_enough_is_released(sized_pool: MakeSizedPool) -> None:
+    pool = sized_pool(MIXED)
 
     async def main() -> None:
         big = await pool.acquire(memory="70GiB")
@@ -309,8 +313,8 @@ def test_a_waiter_for_memory_is_granted_when_enough_is_released() -> None:
     assert pool.snapshot().free_mib == (80 * GIB, 24 * GIB)
 
 
-def test_a_blocking_waiter_for_memory() -> None:
-    pool = GPUPool(gpu_memory=["24GiB"])
+def test_a_blocking_waiter_for_memory(sized_pool: MakeSizedPool) -> None:
+    pool = sized_pool(["24GiB"])
     pool.acquire_nowait(memory="20GiB")
     got: list[int] = []
     thread = threading.Thread(target=lambda: got.append(pool.acquire_blocking(memory="8GiB")))

@@ -1,8 +1,9 @@
 """A client process for the server tests: reads commands on stdin, reports on stdout.
 
 ``python client_proc.py SOCKET``, then lines such as ``acquire a 0.5``, ``full b 2``,
-``release a``, ``exit``. Each acquire runs in its own thread, so that the process can go on
-taking commands while it waits; it prints ``granted NAME [gpus]`` or ``error NAME TYPE``.
+``mem c 6144`` (MiB, on a server sized in memory), ``release a``, ``exit``. Each acquire
+runs in its own thread, so that the process can go on taking commands while it waits; it
+prints ``granted NAME [gpus]`` or ``error NAME TYPE``.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ def main() -> None:
         words = line.split()
         if words[0] == "acquire":
             demand = Demand(1, fraction_to_units(float(words[2])))
+        elif words[0] == "mem":
+            demand = Demand(1, int(words[2]))
         elif words[0] == "full":
             demand = Demand(int(words[2]), UNITS_PER_GPU)
         elif words[0] == "release":

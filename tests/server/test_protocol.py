@@ -16,11 +16,13 @@ CLIENT_MESSAGES: list[p.ClientMessage] = [
     p.Acquire(1, 1, 500_000, True),
     p.Acquire(2, 2, 1_000_000, False, name="train", command="python train.py"),
     p.Acquire(3, 1, 5, True, expected_s=2.5),
+    p.Acquire(4, 1, 6144, True, unit="mib"),
     p.Withdraw(3, 1, timed_out=True),
     p.Release(4, 2),
     p.Release(5, 2, gpu=1, units=250_000),
     p.Reclaim(6, 17, 2, 1_000_000, ((0, 1_000_000), (1, 1_000_000)), 3.5, name="tp"),
     p.Reclaim(7, 18, 1, 100, None, 0.0),
+    p.Reclaim(7, 19, 1, 6144, ((1, 6144),), 2.0, unit="mib"),
     p.Reclaimed(8),
     p.Status(9),
     p.Cancel(10, 17),
@@ -30,7 +32,12 @@ CLIENT_MESSAGES: list[p.ClientMessage] = [
 SERVER_MESSAGES: list[p.ServerMessage] = [
     p.Welcome(1, "hwpool 0.2.0", 42, 0, 1_000_000,
               (GPUInfo(0, "0"), GPUInfo(1, "GPU-x", "GPU-x", 80)), False),
+    p.Welcome(1, "hwpool 0.2.0", 42, 0, 1_000_000,
+              (GPUInfo(0, "GPU-a", "GPU-a", 81920, "NVIDIA H100"),
+               GPUInfo(1, "MIG-b", "MIG-b", 24576, "1g.24gb", parent="GPU-c")),
+              False, (81920, 24576)),
     p.Granted(1, 5, (0, 1), 1_000_000),
+    p.Granted(1, 5, (0, 1), 0),
     p.Queued(2, 6),
     p.Busy(3),
     p.Done(4),
@@ -40,7 +47,8 @@ SERVER_MESSAGES: list[p.ServerMessage] = [
     p.StatusReply(
         7, (0, 500_000),
         (p.LeaseRecord(5, 0, 99, ((0, 1_000_000),), 1.25, name="x", command="y"),),
-        (p.WaiterRecord(6, 1000, 100, 1, 600_000, (1,), 0.5),),
+        (p.WaiterRecord(6, 1000, 100, 1, 600_000, (1,), 0.5),
+         p.WaiterRecord(8, 1000, 100, 1, 6144, (), 0.5, unit="mib")),
         3, 2, 1, 0, 0.0, 12.0,
     ),
 ]  # fmt: skip
@@ -106,6 +114,8 @@ def test_malformed_lines_are_refused_by_code(line: bytes, code: ErrorCode) -> No
         ({"expected_s": "5"}, "expected_s"),
         ({"expected_s": True}, "expected_s"),
         ({"expected_s": 1e999}, "expected_s"),
+        ({"unit": "GiB"}, "unit"),
+        ({"unit": None}, "unit"),
     ],
 )
 def test_bad_acquire_fields_are_named(fields: dict[str, object], named: str) -> None:
@@ -148,6 +158,14 @@ def test_welcome_must_list_gpus_in_order() -> None:
     good = json.loads(p.encode(SERVER_MESSAGES[0]))
     good["gpus"].reverse()
     with pytest.raises(ProtocolError, match="in order"):
+        p.decode_server(json.dumps(good).encode())
+
+
+@pytest.mark.parametrize("totals", [[81920], [81920, 0], "81920", [81920, -1]])
+def test_welcome_totals_must_size_every_gpu(totals: object) -> None:
+    good = json.loads(p.encode(SERVER_MESSAGES[1]))
+    good["totals"] = totals
+    with pytest.raises(ProtocolError, match="totals"):
         p.decode_server(json.dumps(good).encode())
 
 

@@ -68,6 +68,12 @@ class Backend(Protocol):
         """One entry per logical GPU, in index order (what detection found, or logical ones)."""
         ...
 
+    @property
+    def gpu_memory(self) -> tuple[int, ...] | None:
+        """Each GPU's capacity in MiB where the GPUs are shared by memory (the core's units
+        are then MiB), else None (units are shares of ``UNITS_PER_GPU`` per GPU)."""
+        ...
+
     async def acquire(
         self, demand: Demand, timeout: float | None, expected: float | None = None
     ) -> Grant:

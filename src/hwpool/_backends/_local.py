@@ -102,6 +102,11 @@ class LocalBackend:
         """One entry per logical GPU, in index order."""
         return self._gpus
 
+    @property
+    def gpu_memory(self) -> tuple[int, ...] | None:
+        """Each GPU's capacity in MiB on a pool sized in memory, else None."""
+        return self._totals if self._sized else None
+
     # ----------------------------------------------------------------- acquiring
     def acquire_now(self, demand: Demand, expected: float | None = None) -> Grant | None:
         """Grant at once where that jumps no waiter, else None; ``expected``: the caller's

@@ -62,6 +62,8 @@ from .._server._protocol import (
     ServerMessage,
     Status,
     StatusReply,
+    Unit,
+    WaiterRecord,
     Withdraw,
     encode,
 )
@@ -79,7 +81,7 @@ CLOSE_TIMEOUT_S = 5.0  # how long close() waits for the server to confirm it fre
 class _State(enum.Enum):
     SENT = "sent"  # sent, no answer yet
     QUEUED = "queued"  # waiting in the server's queue as ``id``
-    HELD = "held"  # granted: holds ``demand.units`` on each of ``gpus``
+    HELD = "held"  # granted: holds ``units`` on each of ``gpus``
 
 
 class _Req:
@@ -87,7 +89,7 @@ class _Req:
 
     __slots__ = (
         "demand", "error", "event", "expected", "future", "gpus", "id", "key", "loop", "since",
-        "state", "wait",
+        "state", "units", "wait",
     )  # fmt: skip
 
     def __init__(
@@ -108,6 +110,7 @@ class _Req:
         self.state = _State.SENT
         self.id: int | None = None
         self.gpus: tuple[int, ...] = ()
+        self.units = 0  # granted on each GPU (0: whole GPUs of different sizes)
         self.since = time.monotonic()
         self.error: BaseException | None = None
 
@@ -115,7 +118,7 @@ class _Req:
         """What the request holds, or None (refused nowait); raises the error it failed with."""
         if self.error is not None:
             raise self.error
-        return Grant(self.key, self.gpus, self.demand.units) if self.state is _State.HELD else None
+        return Grant(self.key, self.gpus, self.units) if self.state is _State.HELD else None
 
 
 class _Call:
@@ -211,6 +214,8 @@ class UnixBackend:
         self._reconnecting = False
         self._closed = False
         self._gpus: tuple[GPUInfo, ...] = ()
+        self._totals: tuple[int, ...] | None = None  # MiB per GPU on a server sized in memory
+        self._welcomed = False
         self._readers: set[int] = set()  # idents of this backend's reader threads
         self._granted = self._released = self._cancelled = self._timed_out = 0
         self._posted = 0  # messages queued for the server, ever (snapshots compare it)
@@ -226,6 +231,11 @@ class UnixBackend:
     def gpus(self) -> tuple[GPUInfo, ...]:
         """The server's GPUs, in index order."""
         return self._gpus
+
+    @property
+    def gpu_memory(self) -> tuple[int, ...] | None:
+        """Each GPU's capacity in MiB when the server is sized in memory, else None."""
+        return self._totals
 
     @property
     def socket(self) -> Path:
@@ -315,6 +325,13 @@ class UnixBackend:
                 f"{wire.welcome.units_per_gpu} units per GPU, this hwpool {UNITS_PER_GPU}: "
                 "run the same version of hwpool on both sides"
             )
+        if self._welcomed and wire.welcome.totals != self._totals:
+            wire.shutdown()
+            raise ConnectionError(
+                f"the hwpool server on {str(self._path)!r} came back with GPUs of other sizes "
+                f"({wire.welcome.totals} MiB, was {self._totals}): what this process holds "
+                "cannot be taken back there"
+            )
         self._opened.wires.append(wire)
         return wire
 
@@ -323,7 +340,8 @@ class UnixBackend:
         wire = self._dial()
         with self._section():
             self._wire = wire
-            self._gpus = wire.welcome.gpus
+            self._gpus, self._totals = wire.welcome.gpus, wire.welcome.totals
+            self._welcomed = True
         thread = threading.Thread(
             target=_read, args=(weakref.ref(self), wire), name="hwpool-unix-reader", daemon=True
         )
@@ -399,16 +417,17 @@ class UnixBackend:
         now = time.monotonic()
         out: list[ClientMessage] = []
         for r in sorted(self._reqs.values(), key=lambda r: r.key):
-            d = r.demand
+            count, units, unit = self._asked(r.demand)
             if r.id is None:
                 out.append(
-                    Acquire(r.key, d.count, d.units, r.wait, self._name, self._command, r.expected)
-                )
+                    Acquire(r.key, count, units, r.wait, self._name, self._command, r.expected,
+                            unit)
+                )  # fmt: skip
             else:
-                held = tuple((g, d.units) for g in r.gpus) if r.state is _State.HELD else None
+                held = self._held(r) if r.state is _State.HELD else None
                 age = now - r.since
                 out.append(
-                    Reclaim(r.key, r.id, d.count, d.units, held, age, self._name, self._command)
+                    Reclaim(r.key, r.id, count, units, held, age, self._name, self._command, unit)
                 )
         out.append(Reclaimed(next(self._keys)))
         return out
@@ -482,6 +501,7 @@ class UnixBackend:
         if r.state is _State.HELD:
             return  # a reclaimed lease, confirmed
         r.state, r.gpus, r.since = _State.HELD, message.gpus, time.monotonic()
+        r.units = message.units
         self._granted += 1
         self._to_wake.append(r)
 
@@ -533,9 +553,26 @@ class UnixBackend:
                 raise PoolClosedError("the GPU pool is closed")
             r = _Req(next(self._keys), demand, wait, loop, expected)
             self._reqs[r.key] = r
-            d = demand
-            self._post(Acquire(r.key, d.count, d.units, wait, self._name, self._command, expected))
+            count, units, unit = self._asked(demand)
+            self._post(
+                Acquire(r.key, count, units, wait, self._name, self._command, expected, unit)
+            )
         return r
+
+    def _asked(self, demand: Demand) -> tuple[int, int, Unit]:
+        """``count``, ``units`` and ``unit`` of the request for ``demand`` (see the protocol:
+        MiB for one GPU's worth of memory, else shares of a GPU)."""
+        if self._totals is None or demand.relative:
+            return demand.count, demand.units, "gpu"
+        if demand.whole or demand.count > 1:
+            return demand.count, UNITS_PER_GPU, "gpu"
+        return 1, demand.units, "mib"
+
+    def _held(self, r: _Req) -> tuple[tuple[int, int], ...]:
+        """``(gpu, units)`` that ``r`` holds on each of its GPUs (whole ones: the total)."""
+        if r.units or self._totals is None:
+            return tuple((g, r.units) for g in r.gpus)
+        return tuple((g, self._totals[g]) for g in r.gpus)
 
     async def acquire(
         self, demand: Demand, timeout: float | None, expected: float | None = None
@@ -632,8 +669,9 @@ class UnixBackend:
                 "granted by this pool"
             )
         rest = tuple(g for g in r.gpus if g not in grant.gpus)
+        each = dict(self._held(r))  # a part of whole GPUs of mixed sizes names its GPU's total
         if (
-            grant.units != r.demand.units
+            any(grant.units not in (r.units, each.get(g)) for g in grant.gpus)
             or len(set(grant.gpus)) != len(grant.gpus)
             or len(rest) + len(grant.gpus) != len(r.gpus)
         ):
@@ -648,9 +686,10 @@ class UnixBackend:
             self._released += 1
             self._post(Release(next(self._keys), r.key))
             return
+        held = dict(self._held(r))
         r.gpus = rest
         for gpu in gpus:
-            self._post(Release(next(self._keys), r.key, gpu, r.demand.units))
+            self._post(Release(next(self._keys), r.key, gpu, held[gpu]))
 
     # ----------------------------------------------------------------- the rest
     def snapshot(self) -> PoolSnapshot:
@@ -669,7 +708,7 @@ class UnixBackend:
                 break
         with self._section():
             counters = (self._granted, self._released, self._cancelled, self._timed_out)
-        return _snapshot(reply, counters)
+        return _snapshot(reply, counters, self._totals)
 
     def _status(self) -> tuple[StatusReply, bool]:
         """One status round trip, and whether nothing else was sent after its request."""
@@ -698,7 +737,8 @@ class UnixBackend:
             wire.shutdown()
         if not isinstance(reply, StatusReply):
             raise ConnectionError(f"unexpected reply to status from {str(self._path)!r}")
-        return _snapshot(reply, (self._granted, self._released, self._cancelled, self._timed_out))
+        counters = (self._granted, self._released, self._cancelled, self._timed_out)
+        return _snapshot(reply, counters, self._totals)
 
     def close(self) -> None:
         """Say goodbye: the server gives back everything this process held or waited for
@@ -742,21 +782,34 @@ def _error_for(message: ErrorReply) -> BaseException:
     return ConnectionError(f"the hwpool server refused the request: {message.message}")
 
 
-def _snapshot(reply: StatusReply, counters: tuple[int, int, int, int]) -> PoolSnapshot:
-    """The host's capacity and queue, with this pool's own counters (as a local pool's)."""
+def _snapshot(
+    reply: StatusReply, counters: tuple[int, int, int, int], totals: tuple[int, ...] | None
+) -> PoolSnapshot:
+    """The host's capacity and queue, with this pool's own counters (as a local pool's);
+    ``totals``: MiB per GPU on a server sized in memory."""
     granted, released, cancelled, timed_out = counters
+    if totals is None:
+        free = tuple(units_to_fraction(u) for u in reply.free)
+    else:
+        free = tuple(u / t for u, t in zip(reply.free, totals, strict=True))
     return PoolSnapshot(
         num_gpus=len(reply.free),
-        free=tuple(units_to_fraction(u) for u in reply.free),
-        waiting=tuple(
-            WaiterSnapshot(w.count, units_to_fraction(w.units), w.reserved, w.age_s)
-            for w in reply.waiting
-        ),
+        free=free,
+        waiting=tuple(_waiter(w, totals) for w in reply.waiting),
         granted=granted,
         released=released,
         cancelled=cancelled,
         timed_out=timed_out,
+        free_mib=None if totals is None else reply.free,
+        total_mib=totals,
     )
+
+
+def _waiter(w: WaiterRecord, totals: tuple[int, ...] | None) -> WaiterSnapshot:
+    """One waiter of a status reply as a local pool shows it."""
+    if w.unit == "mib" and totals is not None:
+        return WaiterSnapshot(w.count, w.units / max(totals), w.reserved, w.age_s, w.units)
+    return WaiterSnapshot(w.count, units_to_fraction(w.units), w.reserved, w.age_s)
 
 
 def _read(ref: weakref.ref[UnixBackend], wire: Wire | None) -> None:

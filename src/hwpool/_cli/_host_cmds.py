@@ -17,12 +17,15 @@ from typing import Any
 
 from .._backends._wire import Wire
 from .._check import int_from_text
+from .._core._memory import format_mib
 from .._core._scheduler import POLICIES
+from .._gpu._sizing import sized_gpus
 from .._host._detect import GPUInfo, detect_gpus
 from .._server import _listen
 from .._server._paths import socket_path
 from .._server._protocol import Cancel, Done, ErrorReply, Status, StatusReply, encode
 from .._server._server import ServeConfig, serve
+from ._args import gpu_memory_list
 from ._text import one_line
 
 __all__ = ["register"]
@@ -37,6 +40,16 @@ def register(commands: Any) -> None:
     srv = commands.add_parser("serve", help="share this host's GPUs among all its processes")
     _socket_option(srv)
     srv.add_argument("--gpus", type=_count, metavar="N", help="N logical GPUs (default: detect)")
+    srv.add_argument(
+        "--memory", action="store_true",
+        help="share each detected GPU by its memory, so requests may ask for MiB "
+        "(`hwpool run --mem 6GiB`); a fraction is then that share of the GPU it lands on",
+    )  # fmt: skip
+    srv.add_argument(
+        "--gpu-memory", type=gpu_memory_list, metavar="SIZE[,SIZE...]",
+        help="logical GPUs of these memory sizes, e.g. 80GiB,24GiB (as --memory, without "
+        "detection)",
+    )  # fmt: skip
     srv.add_argument(
         "--group", metavar="NAME",
         help="also serve the members of group NAME (directory 0770, socket 0660)",
@@ -125,10 +138,12 @@ def _path(args: argparse.Namespace) -> Path:
 # ----------------------------------------------------------------- serve
 def _cmd_serve(args: argparse.Namespace) -> int:
     path = _path(args)
+    gpus = _gpus(args.gpus) if args.gpu_memory is None and not args.memory else _sized(args)
     config = ServeConfig(
-        socket=path, gpus=_gpus(args.gpus), group=_group(args.group), grace_s=args.grace,
+        socket=path, gpus=gpus, group=_group(args.group), grace_s=args.grace,
         hello_timeout_s=args.hello_timeout, max_connections=args.max_connections,
         idle_timeout_s=args.idle_timeout, policy=args.policy,
+        memory=args.gpu_memory is not None or args.memory,
     )  # fmt: skip
     try:
         serve(config)
@@ -145,6 +160,21 @@ def _gpus(count: int | None) -> tuple[GPUInfo, ...]:
     except ValueError as exc:  # a malformed HWPOOL_NUM_GPUS
         raise _Usage(str(exc)) from None
     return found.gpus if found.count else (GPUInfo(0, "0"),)
+
+
+def _sized(args: argparse.Namespace) -> tuple[GPUInfo, ...]:
+    """The GPUs of a server sized in memory: ``--gpu-memory``'s, or detected (``--memory``)."""
+    if args.gpus is not None:
+        flag = "--memory" if args.memory else "--gpu-memory"
+        raise _Usage(f"give --gpus or {flag}, not both (--gpus {args.gpus})")
+    if args.memory and args.gpu_memory is not None:
+        raise _Usage("give --memory (detect the sizes) or --gpu-memory SIZES, not both")
+    try:
+        sized = sized_gpus(None, args.memory, args.gpu_memory)
+    except ValueError as exc:  # detection found no memory size for some GPU
+        raise _Usage(f"--memory: {exc}") from None
+    assert sized is not None
+    return sized
 
 
 def _group(name: str | None) -> int | None:
@@ -196,29 +226,39 @@ def _user(uid: int) -> str:
 
 
 def _report(wire: Wire, reply: StatusReply) -> dict[str, Any]:
-    """The status as plain data, fractions of a GPU instead of units (for --json and text)."""
-    welcome, full = wire.welcome, wire.welcome.units_per_gpu
-    return {
+    """The status as plain data, fractions of a GPU instead of units (for --json and text);
+    on a server sized in memory, MiB beside them."""
+    welcome, full, totals = wire.welcome, wire.welcome.units_per_gpu, wire.welcome.totals
+
+    def share(gpu: int, units: int) -> float:
+        return units / (full if totals is None else totals[gpu])
+
+    report = {
         "socket": str(wire.path),
         "server": {
             "pid": welcome.pid, "uid": welcome.uid, "user": _user(welcome.uid),
             "version": welcome.server, "uptime_s": reply.uptime_s,
             "recovering_s": reply.recovering_s,
         },
+        "sized_in_memory": totals is not None,
         "gpus": [
-            {"index": g.index, "device_id": g.device_id, "uuid": g.uuid,
-             "memory_mib": g.memory_mib, "free": free / full}
+            {"index": g.index, "device_id": g.device_id, "uuid": g.uuid, "name": g.name,
+             "parent": g.parent, "memory_mib": g.memory_mib, "free": share(g.index, free),
+             "free_mib": None if totals is None else free,
+             "total_mib": None if totals is None else totals[g.index]}
             for g, free in zip(welcome.gpus, reply.free, strict=False)
         ],
         "leases": [
             {"id": x.id, "uid": x.uid, "user": _user(x.uid), "pid": x.pid,
-             "held": [[gpu, units / full] for gpu, units in x.held], "held_s": x.age_s,
-             "name": x.name, "command": x.command}
+             "held": [[gpu, share(gpu, units)] for gpu, units in x.held],
+             "held_mib": None if totals is None else [list(p) for p in x.held],
+             "held_s": x.age_s, "name": x.name, "command": x.command}
             for x in reply.leases
         ],
         "waiting": [
             {"position": n, "id": w.id, "uid": w.uid, "user": _user(w.uid), "pid": w.pid,
-             "count": w.count, "fraction": w.units / full, "reserved": list(w.reserved),
+             "count": w.count, "fraction": None if w.unit == "mib" else w.units / full,
+             "memory_mib": w.units if w.unit == "mib" else None, "reserved": list(w.reserved),
              "waited_s": w.age_s, "name": w.name, "command": w.command}
             for n, w in enumerate(reply.waiting, 1)
         ],
@@ -227,13 +267,32 @@ def _report(wire: Wire, reply: StatusReply) -> dict[str, Any]:
             "cancelled": reply.cancelled, "timed_out": reply.timed_out,
         },
     }  # fmt: skip
+    return report
 
 
-def _held(held: list[list[float]]) -> str:
+def _held(lease: dict[str, Any]) -> str:
+    held = lease["held"]
     if all(f == 1.0 for _, f in held):
         gpus = ",".join(str(int(g)) for g, _ in held)
         return f"GPU {gpus}" if len(held) == 1 else f"GPUs {gpus}"
+    if lease["held_mib"] is not None:
+        return ", ".join(f"{format_mib(mib)} of GPU {g}" for g, mib in lease["held_mib"])
     return ", ".join(f"{f:g} of GPU {int(g)}" for g, f in held)
+
+
+def _gpu_line(gpu: dict[str, Any]) -> str:
+    if gpu["free_mib"] is None:
+        return f"{gpu['index']:>3}  {gpu['free']:.2f}  {gpu['device_id']}"
+    size = f"{format_mib(gpu['free_mib'])} of {format_mib(gpu['total_mib'])}"
+    return f"{gpu['index']:>3}  {gpu['free']:.2f}  {size:<20} {gpu['device_id']}"
+
+
+def _asked(waiter: dict[str, Any]) -> str:
+    if waiter["count"] > 1:
+        return f"{waiter['count']} whole GPUs"
+    if waiter["memory_mib"] is not None:
+        return format_mib(waiter["memory_mib"])
+    return f"{waiter['fraction']:g} of a GPU"
 
 
 def _label(item: dict[str, Any]) -> str:
@@ -252,17 +311,18 @@ def _format(report: dict[str, Any]) -> str:
             f"recovering after a restart: nothing new is granted for {server['recovering_s']:.1f}"
             " s more, while clients reclaim their leases"
         )
-    lines.append("GPU  free  device")
-    lines += [f"{g['index']:>3}  {g['free']:.2f}  {g['device_id']}" for g in report["gpus"]]
+    sized = report["sized_in_memory"]
+    lines.append("GPU  free  free of total MiB     device" if sized else "GPU  free  device")
+    lines += [_gpu_line(g) for g in report["gpus"]]
     lines.append(f"leases ({len(report['leases'])}):")
     lines += [
-        f"  #{x['id']} {x['user']} pid {x['pid']}: {_held(x['held'])}, held {x['held_s']:.1f} s"
+        f"  #{x['id']} {x['user']} pid {x['pid']}: {_held(x)}, held {x['held_s']:.1f} s"
         + _label(x)
         for x in report["leases"]
     ]
     lines.append(f"queue ({len(report['waiting'])}, in order):")
     for w in report["waiting"]:
-        what = f"{w['count']} whole GPUs" if w["count"] > 1 else f"{w['fraction']:g} of a GPU"
+        what = _asked(w)
         reserve = f", reserves GPU {','.join(map(str, w['reserved']))}" if w["reserved"] else ""
         lines.append(
             f"  {w['position']}. #{w['id']} {w['user']} pid {w['pid']}: {what}{reserve}, "

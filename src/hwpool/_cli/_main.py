@@ -18,19 +18,18 @@ from pathlib import Path
 from typing import NoReturn
 
 from .._check import int_from_text
-from .._core._memory import format_mib, parse_memory
+from .._core._memory import format_mib
 from .._sim import _simulate as _sim
 from .._sim import _trace
 from .._version import __version__
 from . import _bench, _demo, _env, _host_cmds, _info, _plot, _report, _run
+from ._args import MAX_GPUS, gpu_memory_list
 from ._progress import ProgressBar
 from ._text import one_line, plural
 
 __all__ = ["main"]
 
 
-MAX_GPUS = 4096
-"""The most GPUs ``simulate --gpus`` accepts (a bound, so that a typo cannot exhaust memory)."""
 MAX_SECONDS = 3600.0
 """The longest ``demo --seconds`` accepts."""
 PROGRESS_DELAY = 0.5
@@ -105,7 +104,7 @@ def _parser() -> argparse.ArgumentParser:
         help=f"GPUs to simulate, 1 to {MAX_GPUS} (default 4)",
     )  # fmt: skip
     sim.add_argument(
-        "--gpu-memory", type=_gpu_memory, default=None, metavar="SIZE[,SIZE...]",
+        "--gpu-memory", type=gpu_memory_list, default=None, metavar="SIZE[,SIZE...]",
         help="GPUs sized in memory instead, e.g. 80GiB,24GiB (one per GPU; tasks may then "
         "ask for 'memory')",
     )  # fmt: skip
@@ -132,18 +131,6 @@ def _gpus(text: str) -> int:
         return int_from_text("--gpus", text, minimum=1, maximum=MAX_GPUS)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc).removeprefix("--gpus ")) from None
-
-
-def _gpu_memory(text: str) -> tuple[int, ...]:
-    parts = text.split(",")
-    if len(parts) > MAX_GPUS:
-        raise argparse.ArgumentTypeError(f"at most {MAX_GPUS} GPUs, got {len(parts)}")
-    try:
-        return tuple(
-            parse_memory(part.strip(), f"GPU {i}'s memory") for i, part in enumerate(parts)
-        )
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _seconds(text: str) -> float:

@@ -43,7 +43,8 @@ class GPUPool:
 
     ``GPUPool(memory=True)`` sizes each detected GPU by its memory (one unit per MiB) and
     ``GPUPool(gpu_memory=["80GiB", "24GiB"])`` makes logical GPUs of those sizes: requests
-    then give ``memory=`` (see ``hwpool._gpu._sizing``). Such a pool is always in-process.
+    then give ``memory=`` (see ``hwpool._gpu._sizing``). ``hwpool.connect()`` to a server
+    started with ``hwpool serve --memory`` (or ``--gpu-memory``) is sized in memory the same way.
     On GPUs of different sizes, whole GPUs are completely free ones of any size and a fraction
     below 1 is a ValueError (it would mean a different amount on each GPU).
 
@@ -61,7 +62,6 @@ class GPUPool:
         policy: str | None = None,
     ) -> None:
         sized = sized_gpus(num_gpus, memory, gpu_memory)
-        self._totals = None if sized is None else totals_of(sized)
         self._memo: dict[object, Demand] = {}  # memory amount -> its validated demand
         if backend is not None and policy is not None:
             raise TypeError(f"give backend or policy, not both (policy={policy!r})")
@@ -69,7 +69,7 @@ class GPUPool:
         if sized is not None:
             if backend is not None:
                 raise TypeError("give backend or a memory size (memory=, gpu_memory=), not both")
-            backend = LocalBackend(sized, totals=self._totals, policy=rule)
+            backend = LocalBackend(sized, totals=totals_of(sized), policy=rule)
         elif backend is None and num_gpus is None and policy is None and os.environ.get(SOCKET_VAR):
             backend = UnixBackend()  # the host-wide queue, with no change to the code
         elif backend is None:
@@ -78,6 +78,7 @@ class GPUPool:
             raise TypeError(f"give num_gpus or backend, not both (num_gpus={num_gpus!r})")
         self._backend = backend
         self._gpus = backend.gpus
+        self._totals = backend.gpu_memory
         self._num_gpus = len(self._gpus)
         self._acquire_now = backend.acquire_now  # the hot paths, looked up once
         self._release = backend.release

@@ -15,7 +15,7 @@ waiters then enter the core in their original id order.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from .._core._capacity import UNITS_PER_GPU
@@ -37,6 +37,7 @@ from ._protocol import (
     Revoked,
     ServerMessage,
     StatusReply,
+    Unit,
     WaiterRecord,
     Withdraw,
 )
@@ -111,7 +112,10 @@ class HostState:
     """The leases and waiters of every client, over one :class:`Scheduler`.
 
     ``admins`` are the uids that may cancel anyone's requests (root and the server's own).
-    Methods raise :class:`ProtocolError` for a request that cannot be served, changing nothing.
+    ``totals`` sizes the GPUs in memory (MiB each; see the protocol's ``unit``); without it
+    each has ``units_per_gpu``. ``mig``: the GPUs are MIG instances, so no request may have
+    more than one. Methods raise :class:`ProtocolError` for a request that cannot be served,
+    changing nothing.
     """
 
     def __init__(
@@ -119,12 +123,23 @@ class HostState:
         num_gpus: int,
         *,
         units_per_gpu: int = UNITS_PER_GPU,
+        totals: Sequence[int] | None = None,
+        mig: bool = False,
         admins: Iterable[int] = (0,),
         first_id: int = 1,
         log: Callable[[str], None] = _no_log,
         policy: str = "easy",
     ) -> None:
-        self.core = Scheduler(num_gpus, units_per_gpu, policy=policy)
+        if totals is not None and len(totals) != num_gpus:
+            raise ValueError(f"totals must give {num_gpus} GPUs, got {list(totals)}")
+        if totals is None:
+            self.core = Scheduler(num_gpus, units_per_gpu, policy=policy)
+        else:
+            self.core = Scheduler(totals, policy=policy)
+        self.totals = None if totals is None else self.core.totals
+        # What a whole GPU is in a request that asks for a share of one (unit "gpu").
+        self.units_per_gpu = self.core.units_per_gpu if totals is None else UNITS_PER_GPU
+        self.mig = mig
         self.admins = frozenset(admins)
         self.log = log
         self.next_id = first_id
@@ -144,20 +159,51 @@ class HostState:
             self.id_limit = ident + ID_BLOCK  # the I/O layer journals this before replying
         return ident
 
-    def _demand(self, count: int, units: int, req: int) -> Demand:
-        core = self.core
+    def _demand(self, count: int, units: int, unit: Unit, req: int) -> Demand:
+        """The core's demand for a request's ``count``, ``units`` and ``unit`` (checked)."""
+        core, totals = self.core, self.totals
         if count > core.num_gpus:
-            raise ProtocolError(
-                ErrorCode.BAD_REQUEST, f"count={count} but this host has {core.num_gpus} GPUs", req
-            )
-        if units > core.units_per_gpu or (count > 1 and units != core.units_per_gpu):
-            raise ProtocolError(
-                ErrorCode.BAD_REQUEST,
-                f"units={units} for count={count}: a GPU has {core.units_per_gpu} units and "
-                "several GPUs are granted whole",
+            raise _bad(f"count={count} but this host has {core.num_gpus} GPUs", req)
+        if count > 1 and self.mig:
+            raise _bad(
+                f"count={count}: this host's GPUs are MIG instances, and a CUDA process can use "
+                "only one MIG instance",
                 req,
             )
-        return Demand(count, units)
+        if unit == "mib":
+            if totals is None:
+                raise _bad(
+                    f"{units} MiB: this server shares fractions of a GPU, not memory (start it "
+                    "with --memory or --gpu-memory to ask for memory)",
+                    req,
+                )
+            if count > 1 or units > max(totals):
+                raise _bad(
+                    f"{units} MiB on {count} GPU(s): a memory request is for one GPU, and the "
+                    f"largest GPU of this host has {max(totals)} MiB",
+                    req,
+                )
+            return Demand(1, units)
+        full = self.units_per_gpu
+        if units > full or (count > 1 and units != full):
+            raise _bad(
+                f"units={units} for count={count}: a GPU has {full} units and several GPUs are "
+                "granted whole",
+                req,
+            )
+        if totals is None:
+            return Demand(count, units)
+        if units == full:
+            return Demand(count, max(totals), whole=True)
+        return Demand(1, units, relative=True)
+
+    def _wire_demand(self, demand: Demand) -> tuple[int, int, Unit]:
+        """``count``, ``units`` and ``unit`` as a request would ask for ``demand``."""
+        if self.totals is None or demand.relative:
+            return demand.count, demand.units, "gpu"
+        if demand.whole or demand.count > 1:
+            return demand.count, self.units_per_gpu, "gpu"
+        return 1, demand.units, "mib"
 
     @staticmethod
     def _fresh_req(client: Client, req: int) -> None:
@@ -173,7 +219,7 @@ class HostState:
     # ----------------------------------------------------------------- requests
     def acquire(self, client: Client, msg: Acquire, now: float) -> list[Delivery]:
         """A new request: granted at once, queued, or (nowait) refused with ``would_block``."""
-        demand = self._demand(msg.count, msg.units, msg.req)
+        demand = self._demand(msg.count, msg.units, msg.unit, msg.req)
         self._fresh_req(client, msg.req)
         if not msg.wait:
             grant = (
@@ -195,10 +241,8 @@ class HostState:
             granted = self._submit(entry, now)
             if granted is not None:
                 return granted
-        d, full = entry.demand, self.core.units_per_gpu
-        what = f"{d.count} whole GPUs" if d.count > 1 else f"{d.units / full:g} of a GPU"
         held_back = " (held back while recovering)" if self.recovery is not None else ""
-        self.log(f"wait #{entry.id} of {entry.client}: {what}{held_back}")
+        self.log(f"wait #{entry.id} of {entry.client}: {self._asked(entry.demand)}{held_back}")
         return (entry.client, Queued(entry.req, entry.id))
 
     def _submit(self, entry: Entry, now: float) -> Delivery | None:
@@ -231,7 +275,7 @@ class HostState:
 
     def _granted(self, entry: Entry, grant: Grant, now: float) -> Delivery:
         waited = now - entry.since
-        entry.held = dict.fromkeys(grant.gpus, grant.units)
+        entry.held = dict(self.core.held(grant))
         entry.ticket = None
         entry.granted_as = grant.ticket
         entry.since = now
@@ -388,7 +432,7 @@ class HostState:
     def reclaim(self, client: Client, msg: Reclaim, now: float) -> list[Delivery]:
         """A reconnected client re-declares lease or waiter ``msg.id`` under ``msg.req``."""
         self._fresh_req(client, msg.req)
-        demand = self._demand(msg.count, msg.units, msg.req)
+        demand = self._demand(msg.count, msg.units, msg.unit, msg.req)
         ident = msg.id if msg.id not in self._by_id else None  # a clash only without a journal
         if self.recovery is not None:
             self.recovery.pending.pop(msg.id, None)
@@ -457,9 +501,10 @@ class HostState:
             (e, ()) for e in sorted(self._held_back, key=lambda e: e.id)
         ]
         records = tuple(
-            WaiterRecord(e.id, e.client.uid, e.client.pid, e.demand.count, e.demand.units,
-                         reserved, now - e.since, e.name, e.command)
+            WaiterRecord(e.id, e.client.uid, e.client.pid, count, units, reserved,
+                         now - e.since, e.name, e.command, unit)
             for e, reserved in waiting
+            for count, units, unit in [self._wire_demand(e.demand)]
         )  # fmt: skip
         left = 0.0 if self.recovery is None else max(0.0, self.recovery.deadline - now)
         return StatusReply(
@@ -481,9 +526,27 @@ class HostState:
         return Journal(self.id_limit, tuple(entries))
 
     def _what(self, parts: dict[int, int]) -> str:
-        """``0.5 of GPU 1`` or ``GPUs 0, 1``: what ``gpu -> units`` amounts to, for the log."""
-        full = self.core.units_per_gpu
-        if all(u == full for u in parts.values()):
+        """``0.5 of GPU 1``, ``6144 MiB of GPU 1`` or ``GPUs 0, 1``: what ``gpu -> units``
+        amounts to, for the log."""
+        totals = self.core.totals
+        if all(u == totals[g] for g, u in parts.items()):
             gpus = ", ".join(str(g) for g in sorted(parts))
             return f"GPU {gpus}" if len(parts) == 1 else f"GPUs {gpus}"
+        if self.totals is not None:
+            return ", ".join(f"{u} MiB of GPU {g}" for g, u in sorted(parts.items()))
+        full = self.units_per_gpu
         return ", ".join(f"{u / full:g} of GPU {g}" for g, u in sorted(parts.items()))
+
+    def _asked(self, demand: Demand) -> str:
+        """``2 whole GPUs``, ``0.5 of a GPU`` or ``6144 MiB``: what ``demand`` asks, for the log."""
+        count, units, unit = self._wire_demand(demand)
+        full = self.units_per_gpu
+        if unit == "mib":
+            return f"{units} MiB"
+        if count > 1:
+            return f"{count} whole GPUs"
+        return f"{units / full:g} of a GPU"
+
+
+def _bad(message: str, req: int) -> ProtocolError:
+    return ProtocolError(ErrorCode.BAD_REQUEST, message, req)

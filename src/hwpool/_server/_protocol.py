@@ -9,6 +9,13 @@ that waits also gets a ``queued`` first), except ``release``, ``withdraw`` and `
 which are answered only when they fail; it may push ``revoked`` at any time.
 Fields the receiver does not know are ignored, so later versions may add optional ones.
 
+Capacity is counted in the server's units. A server that shares fractions counts
+``units_per_gpu`` per GPU. A server sized in memory (``hwpool serve --memory``) says so with
+``totals`` (MiB per GPU) in its welcome; a request then says ``"unit": "mib"`` for an amount of
+memory, or leaves ``unit`` out for a share of a GPU in ``units_per_gpu`` units (that share of
+whichever GPU it lands on; a whole share, or ``count`` > 1, is whole GPUs), so a client that
+knows nothing of memory still asks for what it means.
+
 This module does no I/O: it turns bytes into validated messages and back. Decoding raises
 :class:`ProtocolError`, whose ``code`` says whether the connection can go on (``fatal``).
 ``docs/protocol.md`` documents every message.
@@ -21,7 +28,7 @@ import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from .._check import check_bool, check_int, check_real
 from .._host._detect import GPUInfo
@@ -51,6 +58,7 @@ __all__ = [
     "ServerMessage",
     "Status",
     "StatusReply",
+    "Unit",
     "WaiterRecord",
     "Welcome",
     "Withdraw",
@@ -66,6 +74,10 @@ MAX_TEXT = 4096
 """The longest ``name`` or ``command`` string a request may carry (in characters)."""
 MAX_ID = 2**53 - 1  # ids and counters stay exact in any JSON implementation
 MAX_GPUS = 4096
+
+Unit = Literal["gpu", "mib"]
+"""What a request's ``units`` count: a share of a GPU in ``units_per_gpu`` units (``gpu``, the
+default, left out on the wire), or MiB of memory on a server sized in memory (``mib``)."""
 
 
 class ErrorCode(enum.StrEnum):
@@ -275,6 +287,16 @@ def _texts(f: _Fields) -> dict[str, str | None]:
     return {"name": f.opt_text("name"), "command": f.opt_text("command")}
 
 
+def _unit(f: _Fields) -> Unit:
+    """The optional ``unit`` of a request: ``gpu`` when left out."""
+    value = f.obj.get("unit", "gpu")
+    if value == "mib":
+        return "mib"
+    if value == "gpu":
+        return "gpu"
+    raise f.fail(f"unit must be 'gpu' or 'mib', got {value!r}")
+
+
 # ----------------------------------------------------------------- client messages
 @dataclass(frozen=True, slots=True)
 class Hello:
@@ -303,6 +325,7 @@ class Acquire:
     name: str | None = None
     command: str | None = None
     expected_s: float | None = None
+    unit: Unit = "gpu"
     op: ClassVar[str] = "acquire"
 
     def wire(self) -> dict[str, object]:
@@ -313,6 +336,8 @@ class Acquire:
         _put_texts(out, self.name, self.command)
         if self.expected_s is not None:
             out["expected_s"] = self.expected_s
+        if self.unit != "gpu":
+            out["unit"] = self.unit
         return out
 
 
@@ -362,6 +387,7 @@ class Reclaim:
     age_s: float
     name: str | None = None
     command: str | None = None
+    unit: Unit = "gpu"
     op: ClassVar[str] = "reclaim"
 
     def wire(self) -> dict[str, object]:
@@ -371,6 +397,8 @@ class Reclaim:
             "held": None if self.held is None else [list(p) for p in self.held],
         }  # fmt: skip
         _put_texts(out, self.name, self.command)
+        if self.unit != "gpu":
+            out["unit"] = self.unit
         return out
 
 
@@ -437,7 +465,7 @@ def _acquire(f: _Fields) -> Acquire:
     expected = None if f.obj.get("expected_s") is None else f.age("expected_s")
     return Acquire(
         f.num("req"), f.num("count", 1, MAX_GPUS), f.num("units", 1), f.flag("wait"),
-        **_texts(f), expected_s=expected,
+        **_texts(f), expected_s=expected, unit=_unit(f),
     )  # fmt: skip
 
 
@@ -456,7 +484,7 @@ def _reclaim(f: _Fields) -> Reclaim:
     held = None if f.get("held") is None else f.pairs("held")
     return Reclaim(
         f.num("req"), f.num("id", 1), f.num("count", 1, MAX_GPUS), f.num("units", 1), held,
-        f.age("age_s"), **_texts(f),
+        f.age("age_s"), **_texts(f), unit=_unit(f),
     )  # fmt: skip
 
 
@@ -488,6 +516,8 @@ class Welcome:
     """The server's answer to hello: who it is and the GPUs it shares out.
 
     ``recovering`` is true during the grace period after a restart, while clients reclaim.
+    ``totals`` is each GPU's capacity in MiB on a server sized in memory, None on one that
+    shares fractions (its GPUs have ``units_per_gpu`` each).
     """
 
     version: int
@@ -497,24 +527,32 @@ class Welcome:
     units_per_gpu: int
     gpus: tuple[GPUInfo, ...]
     recovering: bool
+    totals: tuple[int, ...] | None = None
     op: ClassVar[str] = "welcome"
 
     def wire(self) -> dict[str, object]:
-        return {
+        out: dict[str, object] = {
             "op": self.op, "version": self.version, "server": self.server, "pid": self.pid,
             "uid": self.uid, "units_per_gpu": self.units_per_gpu,
             "gpus": [
                 {"index": g.index, "device_id": g.device_id, "uuid": g.uuid,
-                 "memory_mib": g.memory_mib}
+                 "memory_mib": g.memory_mib, "name": g.name, "parent": g.parent}
                 for g in self.gpus
             ],
             "recovering": self.recovering,
         }  # fmt: skip
+        if self.totals is not None:
+            out["totals"] = list(self.totals)
+        return out
 
 
 @dataclass(frozen=True, slots=True)
 class Granted:
-    """Request ``req`` holds ``units`` on each of ``gpus``; ``id`` names it host-wide."""
+    """Request ``req`` holds ``units`` on each of ``gpus``; ``id`` names it host-wide.
+
+    ``units`` is 0 for whole GPUs of different sizes on a server sized in memory: each GPU
+    is then held whole (its total, as the welcome's ``totals`` says).
+    """
 
     req: int
     id: int
@@ -623,6 +661,7 @@ class WaiterRecord:
     age_s: float
     name: str | None = None
     command: str | None = None
+    unit: Unit = "gpu"
 
     def wire(self) -> dict[str, object]:
         out: dict[str, object] = {
@@ -630,6 +669,8 @@ class WaiterRecord:
             "units": self.units, "reserved": list(self.reserved), "age_s": round(self.age_s, 6),
         }  # fmt: skip
         _put_texts(out, self.name, self.command)
+        if self.unit != "gpu":
+            out["unit"] = self.unit
         return out
 
 
@@ -669,14 +710,19 @@ ServerMessage = Welcome | Granted | Queued | Busy | Done | Revoked | ErrorReply 
 def _welcome(f: _Fields) -> Welcome:
     gpus = tuple(
         GPUInfo(g.num("index", 0, MAX_GPUS - 1), g.text("device_id", 256), g.opt_text("uuid"),
-                g.opt_num("memory_mib"))
+                g.opt_num("memory_mib"), g.opt_text("name"), g.opt_text("parent"))
         for g in f.objects("gpus")
     )  # fmt: skip
     if not gpus or [g.index for g in gpus] != list(range(len(gpus))):
         raise f.fail("gpus must list GPUs 0..n-1 in order")
+    totals = None
+    if f.obj.get("totals") is not None:
+        totals = f.ints("totals", MAX_ID)
+        if len(totals) != len(gpus) or 0 in totals:
+            raise f.fail(f"totals must give each of the {len(gpus)} GPUs >= 1 MiB, got {totals}")
     return Welcome(
         f.num("version"), f.text("server", 256), f.num("pid"), f.num("uid"),
-        f.num("units_per_gpu", 1), gpus, f.flag("recovering"),
+        f.num("units_per_gpu", 1), gpus, f.flag("recovering"), totals,
     )  # fmt: skip
 
 
@@ -698,7 +744,7 @@ def _lease_record(f: _Fields) -> LeaseRecord:
 def _waiter_record(f: _Fields) -> WaiterRecord:
     return WaiterRecord(
         f.num("id"), f.num("uid"), f.num("pid"), f.num("count", 1, MAX_GPUS), f.num("units", 1),
-        f.ints("reserved"), f.age("age_s"), **_texts(f),
+        f.ints("reserved"), f.age("age_s"), **_texts(f), unit=_unit(f),
     )  # fmt: skip
 
 
@@ -714,7 +760,7 @@ def _status(f: _Fields) -> StatusReply:
 
 _SERVER: dict[str, Callable[[_Fields], ServerMessage]] = {
     "welcome": _welcome,
-    "granted": lambda f: Granted(f.num("req"), f.num("id", 1), f.ints("gpus"), f.num("units", 1)),
+    "granted": lambda f: Granted(f.num("req"), f.num("id", 1), f.ints("gpus"), f.num("units")),
     "queued": lambda f: Queued(f.num("req"), f.num("id", 1)),
     "would_block": lambda f: Busy(f.num("req")),
     "ok": lambda f: Done(f.num("req")),

@@ -71,6 +71,7 @@ class ServeConfig:
     journal_delay_s: float = 0.05
     idle_timeout_s: float | None = None  # stop after this long with no connection (None: never)
     policy: str = "easy"  # the core's scheduling policy
+    memory: bool = False  # each GPU's capacity is its memory_mib (requests may ask in MiB)
 
 
 def _alive(pid: int) -> bool:
@@ -176,9 +177,11 @@ class _Server:
         self._loop_thread = 0
         self._log: list[str] = []
         self._stamp_second, self._stamp = -1, ""
+        totals = tuple(g.memory_mib or 0 for g in config.gpus) if config.memory else None
         self.state = HostState(
-            len(config.gpus), admins={0, self.uid}, log=self.say, policy=config.policy
-        )
+            len(config.gpus), totals=totals, mig=any(g.is_mig for g in config.gpus),
+            admins={0, self.uid}, log=self.say, policy=config.policy,
+        )  # fmt: skip
         self.journal_path = _journal.journal_path(config.socket)
         self.by_client: dict[Client, _Connection] = {}
         self.per_uid: dict[int, int] = {}
@@ -251,7 +254,8 @@ class _Server:
         conn.send(
             Welcome(
                 PROTOCOL_VERSION, f"hwpool {__version__}", os.getpid(), self.uid,
-                self.state.core.units_per_gpu, self.config.gpus, self.state.recovery is not None,
+                self.state.units_per_gpu, self.config.gpus, self.state.recovery is not None,
+                self.state.totals,
             )
         )  # fmt: skip
 
