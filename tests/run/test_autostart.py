@@ -7,14 +7,16 @@ XDG_RUNTIME_DIR at a fresh directory and stops the server it started.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import re
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from fakes.gpus import A100, RTX, smi_script
 from hostserver import ENV, Server, status_of
 from runproc import Run, eventually, gone
 
@@ -117,3 +119,18 @@ def test_an_idle_server_stops_and_the_next_run_starts_another(
     run = Run(sockdir / SOCKET, sockdir, "a", env=user_env)
     assert run.finish()[0] == 0
     assert "serving 1 GPUs" in (sockdir / "hwpool" / "hwpool.sock.log").read_text()
+
+
+def test_a_run_with_mem_starts_a_server_sized_in_memory(
+    sockdir: Path, user_env: dict[str, str], fake_smi: Callable[[str], Path]
+) -> None:
+    fake_smi(smi_script([A100, RTX]))  # two GPUs, with their memory
+    env = {k: v for k, v in user_env.items() if k != "HWPOOL_NUM_GPUS"}
+    run = Run(sockdir / SOCKET, sockdir, "a", options=("--mem", "10GiB"),
+              env={**env, "PATH": os.environ["PATH"]})  # fmt: skip
+    assert run.finish()[0] == 0
+    assert json.loads(run.started()["HWPOOL_LEASE"])["memory_mib"] == 10 * 1024
+    report = status_of(sockdir / SOCKET)
+    assert report["sized_in_memory"] and [g["total_mib"] for g in report["gpus"]] == [81920, 24564]
+    argv = Path(f"/proc/{report['server']['pid']}/cmdline").read_bytes().split(b"\0")
+    assert b"--memory" in argv

@@ -242,3 +242,49 @@ def test_more_gpus_than_the_server_has_is_bad_usage(one_gpu: Server) -> None:
 def test_a_command_that_cannot_run_is_refused_before_queueing(program: str, expected: int) -> None:
     code, _, err = run_cli("run", "--no-start", "--", program)
     assert code == expected and err.count("\n") == 1 and program in err
+
+
+# ----------------------------------------------------------------- memory
+def test_mem_asks_a_memory_server_for_that_much_of_one_gpu(
+    start_server: StartServer, sockdir: Path
+) -> None:
+    server = start_server("--gpu-memory", "80GiB,24GiB")
+    run = Run(server, sockdir, "a", options=("--mem", "6GiB"))
+    seen = run.started()
+    code, err = run.finish()
+    assert code == 0, err
+    assert seen["CUDA_VISIBLE_DEVICES"] == "1"  # best fit: the 24 GiB card
+    lease = json.loads(seen["HWPOOL_LEASE"])
+    assert (lease["gpus"], lease["memory_mib"], lease["fraction"]) == ([1], 6144, 0.25)
+    assert err.startswith("hwpool run: 6GiB of GPU 1 (device 1) granted after ")
+
+
+@pytest.mark.parametrize(
+    ("server_args", "mem", "fragment"),
+    [
+        (("--gpus", "1"), "6GiB", "--mem 6GiB: memory=6144: this pool shares fractions of a GPU"),
+        (("--gpu-memory", "80GiB,24GiB"), "81GiB", "is more than the largest GPU of this pool"),
+    ],
+)
+def test_mem_that_the_server_cannot_give_is_bad_usage(
+    start_server: StartServer, server_args: tuple[str, ...], mem: str, fragment: str
+) -> None:
+    server = start_server(*server_args)
+    code, _, err = run_cli("run", "--socket", str(server.socket), "--mem", mem, "--", "true")
+    assert code == 2 and fragment in err and len(err.strip().splitlines()) == 1
+    assert status_of(server.socket)["counters"]["granted"] == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (("--mem", "6gigs", "--", "true"), "argument --mem: SIZE must be an int of MiB"),
+        (("--mem", "6GB", "--", "true"), "got '6GB'"),
+        (("--mem", "0MiB", "--", "true"), "SIZE must be between 1 MiB and"),
+        (("--gpus", "0.5", "--mem", "6GiB", "--", "true"), "give --gpus or --mem, not both"),
+    ],
+)
+def test_bad_mem_arguments_are_one_line_and_exit_2(args: tuple[str, ...], fragment: str) -> None:
+    code, out, err = run_cli("run", "--no-start", *args)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert err.startswith("hwpool: error: run: ") and fragment in err

@@ -39,8 +39,11 @@ def autostart_from_env(environ: Mapping[str, str]) -> bool:
     return raw != "0"
 
 
-def connect(path: Path, *, autostart: bool, name: str | None, command: str | None) -> UnixBackend:
-    """A client of the server on ``path``; with ``autostart``, start one if none answers.
+def connect(
+    path: Path, *, autostart: bool, name: str | None, command: str | None, memory: bool = False
+) -> UnixBackend:
+    """A client of the server on ``path``; with ``autostart``, start one if none answers
+    (``memory``: one sized in memory, ``hwpool serve --memory``).
 
     Raises ConnectionError when none answers (and none could be started).
     """
@@ -58,7 +61,7 @@ def connect(path: Path, *, autostart: bool, name: str | None, command: str | Non
             return UnixBackend(path, name=name, command=command)
         except ConnectionError:
             pass
-        server = _start_server(path)
+        server = _start_server(path, memory)
         return _connect_started(path, server, name, command)
 
 
@@ -75,9 +78,9 @@ def _locked(path: Path) -> Iterator[None]:
 _started: list[subprocess.Popen[bytes]] = []  # kept, so that nothing warns about them
 
 
-def _start_server(path: Path) -> subprocess.Popen[bytes]:
+def _start_server(path: Path, memory: bool) -> subprocess.Popen[bytes]:
     argv = [sys.executable, "-m", "hwpool", "serve", "--socket", str(path)]
-    argv += ["--idle-timeout", f"{IDLE_TIMEOUT_S:g}"]
+    argv += ["--idle-timeout", f"{IDLE_TIMEOUT_S:g}", *(["--memory"] if memory else [])]
     log = os.open(log_path(path), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
     try:
         server = subprocess.Popen(

@@ -316,8 +316,7 @@ def _format(report: dict[str, Any]) -> str:
     lines += [_gpu_line(g) for g in report["gpus"]]
     lines.append(f"leases ({len(report['leases'])}):")
     lines += [
-        f"  #{x['id']} {x['user']} pid {x['pid']}: {_held(x)}, held {x['held_s']:.1f} s"
-        + _label(x)
+        f"  #{x['id']} {x['user']} pid {x['pid']}: {_held(x)}, held {x['held_s']:.1f} s" + _label(x)
         for x in report["leases"]
     ]
     lines.append(f"queue ({len(report['waiting'])}, in order):")

@@ -23,6 +23,7 @@ from types import FrameType
 from typing import Any
 
 from .._backends._unix import UnixBackend
+from .._core._memory import format_mib, parse_memory
 from .._errors import PoolClosedError, RevokedError
 from .._gpu._lease import GPULease
 from .._gpu._pool import GPUPool
@@ -57,10 +58,10 @@ def register(commands: Any) -> None:
     """Add ``run`` to the ``hwpool`` subcommands."""
     run = commands.add_parser(
         "run", help="wait for a share of the GPUs, then run a command on it",
-        usage="hwpool run [-h] [--gpus G] [--timeout S] [--name NAME] [--no-start] "
-        "[--socket PATH] [--grace S] -- CMD [ARGS...]",
-        description="Wait in the host-wide queue for G of the GPUs, then run CMD with "
-        "CUDA_VISIBLE_DEVICES set to them; exit with its status.",
+        usage="hwpool run [-h] [--gpus G | --mem SIZE] [--timeout S] [--name NAME] "
+        "[--no-start] [--socket PATH] [--grace S] -- CMD [ARGS...]",
+        description="Wait in the host-wide queue for G of the GPUs (or SIZE of one GPU's "
+        "memory), then run CMD with CUDA_VISIBLE_DEVICES set to them; exit with its status.",
     )  # fmt: skip
     run.add_argument(
         "--socket", metavar="PATH",
@@ -68,8 +69,13 @@ def register(commands: Any) -> None:
         "server is started if none runs)",
     )  # fmt: skip
     run.add_argument(
-        "--gpus", type=demand_from_text, default=Fraction(1), metavar="G",
+        "--gpus", type=demand_from_text, metavar="G",
         help="a fraction in (0, 1] of one GPU, or an integer >= 2 of whole GPUs (default 1)",
+    )  # fmt: skip
+    run.add_argument(
+        "--mem", type=_memory, metavar="SIZE",
+        help="SIZE of one GPU's memory instead (6GiB, 512MiB, 20G), on a server sized in memory "
+        "(`hwpool serve --memory`; a server this starts is)",
     )  # fmt: skip
     run.add_argument("--timeout", type=_seconds, metavar="S", help="give up waiting after S s")
     run.add_argument("--name", metavar="NAME", help="a name for the job in `hwpool status`")
@@ -102,6 +108,14 @@ def demand_from_text(text: str) -> Fraction | int:
     return value
 
 
+def _memory(text: str) -> int:
+    """``--mem``: an amount of memory (see ``hwpool._core._memory``), in MiB."""
+    try:
+        return parse_memory(text, "SIZE")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -121,6 +135,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.gpus is not None and args.mem is not None:
+        raise _Exit(2, f"give --gpus or --mem, not both (--gpus {args.gpus}, --mem {args.mem} MiB)")
     argv = _command(args.command)
     if args.name is not None and len(args.name) > MAX_TEXT:
         raise _Exit(2, f"--name: at most {MAX_TEXT} characters, got {len(args.name)}")
@@ -138,7 +154,10 @@ def _run(args: argparse.Namespace) -> int:
         label = label[: MAX_TEXT - 3] + "..."
     try:
         with _stopping():
-            backend = _autostart.connect(path, autostart=autostart, name=args.name, command=label)
+            backend = _autostart.connect(
+                path, autostart=autostart, name=args.name, command=label,
+                memory=args.mem is not None,
+            )  # fmt: skip
     except ConnectionError as exc:
         raise _Exit(125, str(exc)) from None
     except _Signalled as exc:
@@ -164,14 +183,7 @@ def _command(words: list[str]) -> list[str]:
 
 
 def _lease_and_run(pool: GPUPool, args: argparse.Namespace, argv: list[str], path: Path) -> int:
-    demand = args.gpus
-    if isinstance(demand, int) and demand > pool.num_gpus:
-        raise _Exit(2, f"--gpus {demand}: the server on {str(path)!r} has {pool.num_gpus} GPUs")
-    if isinstance(demand, int):
-        lease = pool.lease_full(demand, timeout=args.timeout)
-    else:
-        lease = pool.lease(demand, timeout=args.timeout)
-    what = plural(demand, "whole GPU") if isinstance(demand, int) else _share(demand)
+    lease, what = _lease(pool, args, path)
     started = time.monotonic()
     _wait(lease, what, path, started, args.timeout)
     try:
@@ -183,6 +195,23 @@ def _lease_and_run(pool: GPUPool, args: argparse.Namespace, argv: list[str], pat
         return _child.run_job(argv, lease.env(), args.grace, _holds(pool, lease), _LOST)
     finally:
         lease.__exit__(None, None, None)
+
+
+def _lease(pool: GPUPool, args: argparse.Namespace, path: Path) -> tuple[GPULease, str]:
+    """The lease ``--gpus`` or ``--mem`` asks for, and what it is in words."""
+    if args.mem is not None:
+        try:
+            return pool.lease(memory=args.mem, timeout=args.timeout), format_mib(args.mem)
+        except ValueError as exc:  # a server that shares fractions, or too much for every GPU
+            raise _Exit(
+                2, f"--mem {format_mib(args.mem)}: {exc} (server on {str(path)!r})"
+            ) from None
+    demand: Any = Fraction(1) if args.gpus is None else args.gpus  # exact: a Fraction or int
+    if isinstance(demand, int) and demand > pool.num_gpus:
+        raise _Exit(2, f"--gpus {demand}: the server on {str(path)!r} has {pool.num_gpus} GPUs")
+    if isinstance(demand, int):
+        return pool.lease_full(demand, timeout=args.timeout), plural(demand, "whole GPU")
+    return pool.lease(demand, timeout=args.timeout), _share(demand)
 
 
 _LOST = (
@@ -239,6 +268,9 @@ def _share(fraction: Fraction) -> str:
 
 def _granted(lease: GPULease) -> str:
     gpus, devices = lease.gpus, ",".join(lease.devices)
+    mib = lease.memory_mib
+    if mib is not None and lease.fraction < 1:
+        return f"{format_mib(mib)} of GPU {gpus[0]} (device {devices}) granted"
     if lease.fraction < 1:
         return f"{lease.fraction:g} of GPU {gpus[0]} (device {devices}) granted"
     if len(gpus) == 1:

@@ -52,11 +52,20 @@ def lease_environment(
 
 
 def describe_lease(
-    backend: object, ticket: int, gpus: Sequence[int], fraction: float, devices: Sequence[str]
+    backend: object,
+    ticket: int,
+    gpus: Sequence[int],
+    fraction: float,
+    devices: Sequence[str],
+    *,
+    memory_mib: int | None = None,
 ) -> dict[str, object]:
     """What ``HWPOOL_LEASE`` says: the pool's GPU indices, the share of each, the device ids,
-    and for a lease of the host server its id there (as ``hwpool status`` shows it) and socket."""
+    on a pool sized in memory the MiB held in all (``memory_mib``), and for a lease of the
+    host server its id there (as ``hwpool status`` shows it) and socket."""
     out: dict[str, object] = {"gpus": list(gpus), "fraction": fraction, "devices": list(devices)}
+    if memory_mib is not None:
+        out["memory_mib"] = memory_mib
     if isinstance(backend, UnixBackend):
         lease_id = backend.lease_id(ticket)
         if lease_id is not None:

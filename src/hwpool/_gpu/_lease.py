@@ -99,7 +99,8 @@ class GPULease:
         """The environment for a child process on this lease's GPUs: ``base`` (default
         ``os.environ``) with ``CUDA_VISIBLE_DEVICES`` (``.devices``),
         ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` and ``HWPOOL_LEASE`` (JSON: ``gpus``, ``fraction``,
-        ``devices``; ``id`` and ``socket`` for a lease of the host server) set, and
+        ``devices``; ``memory_mib`` on a pool sized in memory; ``id`` and ``socket`` for a
+        lease of the host server) set, and
         ``HWPOOL_SOCKET`` removed. RuntimeError when the lease holds no GPU (not entered, or
         released): a child started then would see every GPU."""
         grant = self._grant
@@ -107,8 +108,9 @@ class GPULease:
             raise RuntimeError("this GPULease holds no GPU (enter it first): no env() to give")
         devices = _env.lease_devices(self._pool.gpus, grant.gpus)
         about = _env.describe_lease(
-            self._pool._backend, grant.ticket, grant.gpus, self.fraction, devices
-        )
+            self._pool._backend, grant.ticket, grant.gpus, self.fraction, devices,
+            memory_mib=self.memory_mib,
+        )  # fmt: skip
         return _env.lease_environment(devices, about, base)
 
     def popen(self, args: Any, **kwargs: Any) -> subprocess.Popen[Any]:
