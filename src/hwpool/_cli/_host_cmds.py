@@ -312,7 +312,7 @@ def _format(report: dict[str, Any]) -> str:
             " s more, while clients reclaim their leases"
         )
     sized = report["sized_in_memory"]
-    lines.append("GPU  free  free of total MiB     device" if sized else "GPU  free  device")
+    lines.append("GPU  free  memory free          device" if sized else "GPU  free  device")
     lines += [_gpu_line(g) for g in report["gpus"]]
     lines.append(f"leases ({len(report['leases'])}):")
     lines += [
