@@ -32,8 +32,8 @@ def sized_gpus(
 ) -> tuple[GPUInfo, ...] | None:
     """The GPUs of a memory-sized pool (each with ``memory_mib``), or None for a fraction pool.
 
-    With ``reserve_in_use`` (only with ``memory=True``), each GPU also has ``memory_used_mib``
-    and some memory left beside it (see :func:`capacities_of`). TypeError for a wrong type or
+    With ``reserve_in_use`` (only with ``memory=True``), each GPU also has a known
+    ``memory_used_mib``, below its total (see :func:`capacities_of`). TypeError for a wrong type or
     a conflicting combination; ValueError for a bad amount or, with ``memory=True``, for a GPU
     whose memory detection did not find (or, reserving, whose use it did not find, or that has
     none left).
@@ -61,8 +61,8 @@ def _check_reserve(reserve: bool, memory: object, gpu_memory: object) -> None:
         )
     if reserve and not memory:
         raise TypeError(
-            "reserve_in_use=True needs memory=True: it leaves beside each detected GPU's "
-            "total the memory in use, and only a pool sized in memory counts memory"
+            "reserve_in_use=True needs memory=True: it takes the memory in use off each "
+            "detected GPU's total, and only a pool sized in memory counts memory"
         )
 
 
