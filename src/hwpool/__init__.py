@@ -7,7 +7,7 @@ from ._errors import PoolClosedError, RevokedError, WouldBlock
 from ._gpu._connect import connect
 from ._gpu._lease import GPULease, current_gpus
 from ._gpu._pool import GPUPool
-from ._host._detect import GPUDetection, GPUInfo, GPUSource, detect_gpus
+from ._host._detect import GPUDetection, GPUInfo, GPUSource, detect_gpus, gpu_memory_in_use
 from ._host._sizing import effective_threads, set_threads
 from ._host._topology import CPUTopology, NumaNode, cpu_topology
 from ._numa._bind import NumaBinder
@@ -45,6 +45,7 @@ __all__ = [
     "detect_gpus",
     "effective_threads",
     "file_page_nodes",
+    "gpu_memory_in_use",
     "page_nodes",
     "set_threads",
 ]

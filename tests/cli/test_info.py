@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from fakes.gpus import H100_MIG, RTX, smi_script
+from fakes.gpus import A100, H100_MIG, RTX, smi_script
 from hwpool._cli._info import _cpus_json, cpu_list, format_info, gather
 from hwpool._host._topology import CPUTopology, NumaNode
 
@@ -101,3 +102,14 @@ def test_info_shows_memory_names_and_mig(fake_smi) -> None:  # type: ignore[no-u
         f"MIG instance of {H100_MIG.uuid})"
     )
     assert lines[4] == f"  GPU 3: device 1 (NVIDIA GeForce RTX 4090, {RTX.uuid}, 24564 MiB)"
+
+
+def test_info_shows_memory_in_use_where_known(fake_smi) -> None:  # type: ignore[no-untyped-def]
+    fake_smi(smi_script([replace(RTX, used_mib=1536), A100]))  # A100: nvidia-smi says [N/A]
+    info = gather()
+    assert [d["memory_used_mib"] for d in info["gpus"]["devices"]] == [1536, None]
+    lines = format_info(json.loads(json.dumps(info))).splitlines()
+    assert lines[1] == (
+        f"  GPU 0: device 0 (NVIDIA GeForce RTX 4090, {RTX.uuid}, 24564 MiB, 1536 MiB in use)"
+    )
+    assert lines[2] == f"  GPU 1: device 1 (NVIDIA A100-SXM4-80GB, {A100.uuid}, 81920 MiB)"

@@ -2,7 +2,9 @@
 
 A machine is a list of :class:`FakeGPU`; both fakes describe the same machine, so a test can
 check that NVML and nvidia-smi agree (apart from what nvidia-smi cannot know exactly: the
-memory of a MIG instance, which it reads from the profile name).
+memory of a MIG instance, which it reads from the profile name, and the memory in use on one).
+``used_mib`` is the memory in use; None (the default) is a reading the driver cannot give:
+nvidia-smi prints ``[N/A]`` and NVML's memory record has no ``used``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ class FakeMIG:
     uuid: str
     profile: str
     memory_mib: int
+    used_mib: int | None = None
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,7 @@ class FakeGPU:
     memory_mib: int
     migs: list[FakeMIG | None] | None = field(default=None)
     """None: no MIG support; []: MIG-capable, disabled; None entries: empty NVML slots."""
+    used_mib: int | None = None
 
 
 A100 = FakeGPU("GPU-a100aaaa-0000-0000-0000-000000000000", "NVIDIA A100-SXM4-80GB", 81920, [])
@@ -43,11 +47,15 @@ H100_MIG = FakeGPU(
 
 
 def smi_script(machine: list[FakeGPU], *, log: str | None = None) -> str:
-    """The body of a fake ``nvidia-smi`` for ``machine``: the CSV query and ``-L``.
+    """The body of a fake ``nvidia-smi`` for ``machine``: the CSV queries and ``-L``.
 
     ``log``: a file each call appends its arguments to.
     """
-    query = "".join(f"{i}, {g.uuid}, {g.name}, {g.memory_mib}\n" for i, g in enumerate(machine))
+    query = "".join(
+        f"{i}, {g.uuid}, {g.name}, {g.memory_mib}, {_smi_mib(g.used_mib)}\n"
+        for i, g in enumerate(machine)
+    )
+    in_use = "".join(f"{g.uuid}, {_smi_mib(g.used_mib)}\n" for g in machine)
     listing = ""
     for i, gpu in enumerate(machine):
         listing += f"GPU {i}: {gpu.name} (UUID: {gpu.uuid})\n"
@@ -58,9 +66,14 @@ def smi_script(machine: list[FakeGPU], *, log: str | None = None) -> str:
     return (
         f'{logging}case "$1" in\n'
         f"  -L) cat <<'EOF'\n{listing}EOF\n  ;;\n"
+        f"  --query-gpu=uuid,memory.used) cat <<'EOF'\n{in_use}EOF\n  ;;\n"
         f"  --query-gpu=*) cat <<'EOF'\n{query}EOF\n  ;;\n"
         "  *) exit 2 ;;\nesac\n"
     )
+
+
+def _smi_mib(mib: int | None) -> str:
+    return "[N/A]" if mib is None else str(mib)
 
 
 def nvml_module(machine: list[FakeGPU], *, fail_init: str | None = None) -> str:
@@ -88,10 +101,11 @@ class NVMLError_NotFound(NVMLError):
 
 
 class _Memory:
-    def __init__(self, mib):
+    def __init__(self, mib, used_mib):
         self.total = mib * 2**20 + 4096  # not a whole MiB: floored
-        self.used = 0
-        self.free = self.total
+        if used_mib is not None:  # else no reading, as from a driver that cannot say
+            self.used = max(0, used_mib * 2**20 - 4096)  # not a whole MiB: rounded up
+            self.free = self.total - self.used
 
 
 def nvmlInit():
@@ -121,7 +135,7 @@ def nvmlDeviceGetName(h):
 
 
 def nvmlDeviceGetMemoryInfo(h):
-    return _Memory(h["memory_mib"])
+    return _Memory(h["memory_mib"], h.get("used_mib"))
 
 
 def nvmlDeviceGetMigMode(h):

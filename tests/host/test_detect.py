@@ -10,8 +10,8 @@ import pytest
 from hwpool import GPUSource, detect_gpus
 
 SMI_OUTPUT = """\
-0, GPU-1111aaaa-0000-0000-0000-000000000000, NVIDIA H100 80GB HBM3, 81559
-1, GPU-2222bbbb-0000-0000-0000-000000000000, NVIDIA H100 80GB HBM3, 81559
+0, GPU-1111aaaa-0000-0000-0000-000000000000, NVIDIA H100 80GB HBM3, 81559, 0
+1, GPU-2222bbbb-0000-0000-0000-000000000000, NVIDIA H100 80GB HBM3, 81559, 0
 """
 
 
@@ -65,10 +65,11 @@ def test_nvidia_smi_parsed(fake_smi) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_nvidia_smi_gets_the_documented_queries(fake_smi, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    fake_smi(f'echo "$@" >> {tmp_path}/args\necho "0, GPU-x, Tesla T4, 1024"\n')
+    fake_smi(f'echo "$@" >> {tmp_path}/args\necho "0, GPU-x, Tesla T4, 1024, 0"\n')
     assert detect_gpus().count == 1
     args = (tmp_path / "args").read_text().splitlines()
-    assert args == ["--query-gpu=index,uuid,name,memory.total --format=csv,noheader,nounits", "-L"]
+    query = "--query-gpu=index,uuid,name,memory.total,memory.used --format=csv,noheader,nounits"
+    assert args == [query, "-L"]
 
 
 @pytest.mark.parametrize(
@@ -130,6 +131,6 @@ def test_a_new_nvidia_smi_is_asked_afresh(fake_smi) -> None:  # type: ignore[no-
 
 
 def test_non_executable_nvidia_smi_is_ignored(fake_smi) -> None:  # type: ignore[no-untyped-def]
-    exe = fake_smi("echo '0, GPU-x, T4, 1'\n")
+    exe = fake_smi("echo '0, GPU-x, T4, 1, 0'\n")
     exe.chmod(0o644)
     assert detect_gpus().source == GPUSource.DEFAULT

@@ -65,6 +65,7 @@ def _gpus_json(found: GPUDetection) -> dict[str, Any]:
                 "device_id": gpu.device_id,
                 "uuid": gpu.uuid,
                 "memory_mib": gpu.memory_mib,
+                "memory_used_mib": gpu.memory_used_mib,
                 "name": gpu.name,
                 "parent": gpu.parent,
             }
@@ -92,6 +93,8 @@ def _gpu_lines(gpus: dict[str, Any]) -> list[str]:
         ]
         if dev["memory_mib"] is not None:
             extra.append(f"{dev['memory_mib']} MiB")
+        if dev.get("memory_used_mib") is not None:
+            extra.append(f"{dev['memory_used_mib']} MiB in use")
         if dev.get("parent"):
             extra.append(f"MIG instance of {dev['parent']}")
         suffix = f" ({', '.join(extra)})" if extra else ""

@@ -26,7 +26,14 @@ from .._core._scheduler import Demand, Grant
 from .._errors import WouldBlock
 from .._host._detect import GPUInfo, detect_gpus
 from ._lease import GPULease
-from ._sizing import check_whole, memory_demand, sized_gpus, sized_units, totals_of, whole_demand
+from ._sizing import (
+    capacities_of,
+    check_whole,
+    memory_demand,
+    sized_gpus,
+    sized_units,
+    whole_demand,
+)
 
 __all__ = ["GPUPool"]
 
@@ -47,6 +54,11 @@ class GPUPool:
     started with ``hwpool serve --memory`` (or ``--gpu-memory``) is sized in memory the same way.
     On GPUs of different sizes, whole GPUs are completely free ones of any size and a fraction
     below 1 is a ValueError (it would mean a different amount on each GPU).
+    ``GPUPool(memory=True, reserve_in_use=True)`` leaves alone the memory that was in use on
+    each GPU when the pool was made (a desktop session, another job): a GPU's capacity is its
+    total less that reading, taken once. ValueError where a GPU's use is unknown or nothing is
+    left on it; TypeError without ``memory=True`` or with ``gpu_memory``. It is admission, not
+    enforcement: a process can still allocate past its lease, or outside hwpool.
 
     ``policy`` picks the core's scheduling policy for an in-process pool: ``"easy"`` (the
     default) or ``"reserve-all"`` (every waiter reserves; the policy hwpool started from).
@@ -60,8 +72,10 @@ class GPUPool:
         memory: bool = False,
         gpu_memory: Sequence[int | str] | None = None,
         policy: str | None = None,
+        reserve_in_use: bool = False,
     ) -> None:
-        sized = sized_gpus(num_gpus, memory, gpu_memory)
+        sized = sized_gpus(num_gpus, memory, gpu_memory, reserve_in_use)
+        self._in_use = tuple(g.memory_used_mib or 0 for g in sized or ()) if reserve_in_use else ()
         self._memo: dict[object, Demand] = {}  # memory amount -> its validated demand
         if backend is not None and policy is not None:
             raise TypeError(f"give backend or policy, not both (policy={policy!r})")
@@ -69,7 +83,8 @@ class GPUPool:
         if sized is not None:
             if backend is not None:
                 raise TypeError("give backend or a memory size (memory=, gpu_memory=), not both")
-            backend = LocalBackend(sized, totals=totals_of(sized), policy=rule)
+            totals = capacities_of(sized, reserve_in_use is True)
+            backend = LocalBackend(sized, totals=totals, policy=rule)
         elif backend is None and num_gpus is None and policy is None and os.environ.get(SOCKET_VAR):
             backend = UnixBackend()  # the host-wide queue, with no change to the code
         elif backend is None:
@@ -86,6 +101,11 @@ class GPUPool:
         self._held: list[list[Grant]] = [[] for _ in range(self._num_gpus)]
 
     def __repr__(self) -> str:
+        if self._in_use:
+            return (
+                f"GPUPool(gpu_memory={[f'{t}MiB' for t in self._totals or ()]}, "
+                f"in_use_at_start={[f'{u}MiB' for u in self._in_use]})"
+            )
         if self._totals is not None:
             return f"GPUPool(gpu_memory={[f'{t}MiB' for t in self._totals]})"
         return f"GPUPool(num_gpus={self._num_gpus})"
@@ -99,12 +119,14 @@ class GPUPool:
     def gpus(self) -> tuple[GPUInfo, ...]:
         """What is known of each logical GPU, in index order: ``device_id`` (for
         ``CUDA_VISIBLE_DEVICES``), ``uuid``, ``memory_mib``, ``name`` and, for a MIG instance,
-        ``parent``, where detection found them."""
+        ``parent``, where detection found them, and ``memory_used_mib`` as it was then (the
+        totals and the use as detected, also where ``reserve_in_use`` took the use off)."""
         return self._gpus
 
     @property
     def gpu_memory(self) -> tuple[int, ...] | None:
-        """Each GPU's capacity in MiB for a pool sized in memory; None for a fraction pool."""
+        """Each GPU's capacity in MiB for a pool sized in memory (with ``reserve_in_use``,
+        its total less the memory in use at the start); None for a fraction pool."""
         return self._totals
 
     # ----------------------------------------------------------------- lifetime

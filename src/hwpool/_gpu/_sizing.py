@@ -27,22 +27,43 @@ from .._host._detect import GPUInfo, detect_gpus
 __all__ = ["check_whole", "memory_demand", "sized_gpus", "sized_units", "whole_demand"]
 
 
-def sized_gpus(num_gpus: object, memory: object, gpu_memory: object) -> tuple[GPUInfo, ...] | None:
+def sized_gpus(
+    num_gpus: object, memory: object, gpu_memory: object, reserve_in_use: object = False
+) -> tuple[GPUInfo, ...] | None:
     """The GPUs of a memory-sized pool (each with ``memory_mib``), or None for a fraction pool.
 
-    TypeError for a wrong type or a conflicting combination; ValueError for a bad amount or,
-    with ``memory=True``, for a GPU whose memory detection did not find.
+    With ``reserve_in_use`` (only with ``memory=True``), each GPU also has a known
+    ``memory_used_mib``, below its total (see :func:`capacities_of`). TypeError for a wrong type or
+    a conflicting combination; ValueError for a bad amount or, with ``memory=True``, for a GPU
+    whose memory detection did not find (or, reserving, whose use it did not find, or that has
+    none left).
     """
+    reserve = check_bool("reserve_in_use", reserve_in_use)
     if check_bool("memory", memory) and gpu_memory is not None:
         raise TypeError("give memory=True or gpu_memory=[...], not both")
+    _check_reserve(reserve, memory, gpu_memory)
     if (memory or gpu_memory is not None) and num_gpus is not None:
         what = "memory=True" if memory else "gpu_memory"
         raise TypeError(f"give num_gpus or {what}, not both (num_gpus={num_gpus!r})")
     if gpu_memory is not None:
         return _logical(gpu_memory)
     if memory:
-        return _detected()
+        return _detected(reserve)
     return None
+
+
+def _check_reserve(reserve: bool, memory: object, gpu_memory: object) -> None:
+    """TypeError for ``reserve_in_use=True`` where there is no detected memory to read."""
+    if reserve and gpu_memory is not None:
+        raise TypeError(
+            "reserve_in_use=True reads the memory in use on detected GPUs; logical GPUs "
+            f"(gpu_memory={gpu_memory!r}) have none: give them smaller sizes instead"
+        )
+    if reserve and not memory:
+        raise TypeError(
+            "reserve_in_use=True needs memory=True: it takes the memory in use off each "
+            "detected GPU's total, and only a pool sized in memory counts memory"
+        )
 
 
 def _logical(gpu_memory: object) -> tuple[GPUInfo, ...]:
@@ -56,7 +77,7 @@ def _logical(gpu_memory: object) -> tuple[GPUInfo, ...]:
     return tuple(GPUInfo(i, str(i), memory_mib=mib) for i, mib in enumerate(sizes))
 
 
-def _detected() -> tuple[GPUInfo, ...]:
+def _detected(reserve: bool) -> tuple[GPUInfo, ...]:
     found = detect_gpus(describe=True)
     unknown = [gpu.index for gpu in found.gpus if gpu.memory_mib is None]
     if unknown or not found.gpus:
@@ -65,12 +86,49 @@ def _detected() -> tuple[GPUInfo, ...]:
             f"none for GPU(s) {unknown or [0]}; give the sizes with gpu_memory=[...], or "
             "install the nvml extra (pip install 'hwpool[nvml]')"
         )
+    if reserve:
+        _check_in_use(found.gpus, found.detail)
     return found.gpus
+
+
+def _check_in_use(gpus: tuple[GPUInfo, ...], detail: str) -> None:
+    """ValueError for a GPU whose memory in use is unknown, or that has none left.
+
+    An unknown use is not taken as 0: the caller asked to leave it alone, and a guess of
+    nothing would hand out memory that is taken. A GPU with nothing left is refused rather
+    than kept at 1 MiB, where it would still count as a completely free whole GPU.
+    """
+    unknown = [gpu for gpu in gpus if gpu.memory_used_mib is None]
+    if unknown:
+        why = " (nvidia-smi gives none for a MIG instance)" if unknown[0].is_mig else ""
+        raise ValueError(
+            f"reserve_in_use=True needs every GPU's memory in use, but detection ({detail}) "
+            f"could not read it for GPU(s) {[gpu.index for gpu in unknown]}{why}; install the "
+            "nvml extra (pip install 'hwpool[nvml]'), or leave reserve_in_use off and give "
+            "smaller sizes with gpu_memory=[...]"
+        )
+    for gpu in gpus:
+        if (gpu.memory_used_mib or 0) >= (gpu.memory_mib or 0):
+            raise ValueError(
+                f"reserve_in_use=True: GPU {gpu.index} (device {gpu.device_id}) has "
+                f"{gpu.memory_used_mib} MiB in use of its {gpu.memory_mib} MiB, so nothing is "
+                "left to share; hide it with CUDA_VISIBLE_DEVICES, or leave reserve_in_use off"
+            )
 
 
 def totals_of(gpus: tuple[GPUInfo, ...]) -> tuple[int, ...]:
     """Each GPU's capacity in a memory-sized pool: its memory in MiB."""
     return tuple(gpu.memory_mib or 0 for gpu in gpus)
+
+
+def capacities_of(gpus: tuple[GPUInfo, ...], reserve_in_use: bool) -> tuple[int, ...]:
+    """Each GPU's capacity in a memory-sized pool: its memory in MiB, less, with
+    ``reserve_in_use``, the memory in use when it was detected (which :func:`sized_gpus` has
+    checked is known and smaller). Read once: what the pool's own leases use later is not
+    taken off again, and neither is what other processes take after the start."""
+    if not reserve_in_use:
+        return totals_of(gpus)
+    return tuple((gpu.memory_mib or 0) - (gpu.memory_used_mib or 0) for gpu in gpus)
 
 
 def memory_demand(totals: tuple[int, ...] | None, fraction: object, memory: object) -> Demand:

@@ -3,21 +3,22 @@
 Sources, first answer wins: ``HWPOOL_NUM_GPUS``; ``CUDA_VISIBLE_DEVICES``; NVML (when
 ``nvidia-ml-py`` is installed); ``nvidia-smi``; else one logical GPU, so that code written for
 GPUs still runs on a laptop. MIG instances are GPUs of their own size (see ``_smi``, ``_nvml``).
+:func:`gpu_memory_in_use` reads again only the memory in use, from the same sources.
 """
 
 from __future__ import annotations
 
 import enum
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .._check import env_int
+from .._check import check_timeout, env_int
 from ._devices import GPUInfo, match_visible, parse_visible_devices
-from ._nvml import query_nvml
-from ._smi import query_nvidia_smi
+from ._nvml import nvml_memory_in_use, query_nvml
+from ._smi import query_nvidia_smi, smi_memory_in_use
 
-__all__ = ["GPUDetection", "GPUInfo", "GPUSource", "detect_gpus"]
+__all__ = ["GPUDetection", "GPUInfo", "GPUSource", "detect_gpus", "gpu_memory_in_use"]
 
 NUM_GPUS_VAR = "HWPOOL_NUM_GPUS"
 VISIBLE_VAR = "CUDA_VISIBLE_DEVICES"
@@ -117,3 +118,29 @@ def _hardware(timeout: float) -> tuple[tuple[GPUInfo, ...], GPUSource, str | Non
         return found, GPUSource.NVML, None, nvml
     devices, smi = query_nvidia_smi(timeout)
     return devices, GPUSource.NVIDIA_SMI, smi, nvml
+
+
+def gpu_memory_in_use(
+    gpus: Sequence[GPUInfo], *, nvidia_smi_timeout: float = NVIDIA_SMI_TIMEOUT_S
+) -> tuple[int | None, ...]:
+    """The memory in use now on each of ``gpus`` (MiB, rounded up, by any process), read anew.
+
+    NVML where it imports and initialises, else nvidia-smi (``memory.used``); a GPU is found by
+    its ``uuid``, so that ``CUDA_VISIBLE_DEVICES`` renumbering does not matter. None for a GPU
+    without a UUID (a logical one), one neither source could read (nvidia-smi: any MIG
+    instance) or when neither works: this never raises for want of a source, so that a status
+    line can always be printed. Nothing is cached. TypeError if ``gpus`` holds other than
+    :class:`GPUInfo`; ValueError unless ``nvidia_smi_timeout`` is a finite number > 0.
+    """
+    listed = tuple(gpus)
+    for i, gpu in enumerate(listed):
+        if not isinstance(gpu, GPUInfo):
+            raise TypeError(f"gpus[{i}] must be a GPUInfo (from detect_gpus), got {gpu!r}")
+    timeout = check_timeout(nvidia_smi_timeout, "nvidia_smi_timeout")
+    if not timeout:  # None or 0: a status line must not hang, nor give up before asking
+        raise ValueError(f"nvidia_smi_timeout must be a number > 0, got {nvidia_smi_timeout!r}")
+    readings = nvml_memory_in_use()
+    if readings is None:
+        readings = smi_memory_in_use(timeout)
+    found = readings or {}
+    return tuple(None if gpu.uuid is None else found.get(gpu.uuid) for gpu in listed)

@@ -20,6 +20,10 @@ class GPUInfo:
     index, a UUID or a MIG id); ``uuid``, ``memory_mib`` (the total, in MiB) and ``name`` come
     from NVML or nvidia-smi when one ran. A MIG instance is a GPU of its own size whose
     ``parent`` is the UUID of the physical GPU it is carved from (None for a whole GPU).
+    ``memory_used_mib`` is the memory in use on the device when it was detected (by any
+    process, in MiB rounded up); None where the source could not say (nvidia-smi knows none
+    for a MIG instance). It is a reading, not a reservation: see
+    :func:`hwpool.gpu_memory_in_use` for a new one.
     """
 
     index: int
@@ -28,6 +32,7 @@ class GPUInfo:
     memory_mib: int | None = None
     name: str | None = None
     parent: str | None = None
+    memory_used_mib: int | None = None
 
     @property
     def is_mig(self) -> bool:

@@ -4,6 +4,9 @@ NVML is the library nvidia-smi itself uses: it gives exact memory totals, MIG in
 UUIDs in-process, without a subprocess. It is optional (``pip install 'hwpool[nvml]'``); when
 it is missing or fails (no driver, a container without the library), detection falls back to
 nvidia-smi and says why. A MIG-enabled GPU is replaced by its MIG instances, as in CUDA.
+
+Memory in use is read from the same record as the total (``nvmlDeviceGetMemoryInfo``), on the
+MIG device handle for an instance; :func:`nvml_memory_in_use` reads it again, uncached.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any
 
 from ._devices import GPUInfo
 
-__all__ = ["query_nvml"]
+__all__ = ["nvml_memory_in_use", "query_nvml"]
 
 _MIB = 2**20
 _MIG_ENABLED = 1  # NVML_DEVICE_MIG_ENABLE
@@ -82,8 +85,52 @@ def _devices(nvml: Any) -> tuple[int, tuple[GPUInfo, ...]]:
 def _info(nvml: Any, handle: object, index: str, parent: str | None) -> GPUInfo:
     uuid = _text(nvml.nvmlDeviceGetUUID(handle))
     name = _text(nvml.nvmlDeviceGetName(handle))
-    memory = int(nvml.nvmlDeviceGetMemoryInfo(handle).total) // _MIB
-    return GPUInfo(0, index or uuid, uuid, memory, name, parent)
+    memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+    total = int(memory.total) // _MIB  # rounded down: never more than the device has
+    return GPUInfo(0, index or uuid, uuid, total, name, parent, _used_mib(memory))
+
+
+def _used_mib(memory: object) -> int | None:
+    """``memory.used`` (bytes) in MiB rounded up: never less than is in use; None if absent."""
+    used = getattr(memory, "used", None)
+    if not isinstance(used, int) or isinstance(used, bool) or used < 0:
+        return None
+    return -(-used // _MIB)
+
+
+def nvml_memory_in_use() -> dict[str, int | None] | None:
+    """The memory in use now (MiB, rounded up) on every device NVML lists, GPUs and MIG
+    instances, by UUID; None when NVML is missing or fails. Not cached: each call reads anew.
+    """
+    try:
+        nvml = importlib.import_module("pynvml")
+        nvml.nvmlInit()
+    except Exception:  # ImportError, or no driver: the caller asks nvidia-smi
+        return None
+    try:
+        return _in_use(nvml)
+    except Exception:
+        return None
+    finally:
+        with contextlib.suppress(Exception):
+            nvml.nvmlShutdown()
+
+
+def _in_use(nvml: Any) -> dict[str, int | None]:
+    used: dict[str, int | None] = {}
+    for i in range(int(nvml.nvmlDeviceGetCount())):
+        handle = nvml.nvmlDeviceGetHandleByIndex(i)
+        for device in [handle, *_mig_handles(nvml, handle)]:
+            used[_text(nvml.nvmlDeviceGetUUID(device))] = _read_used(nvml, device)
+    return used
+
+
+def _read_used(nvml: Any, handle: object) -> int | None:
+    """One device's memory in use; None where NVML will not say (an instance, say)."""
+    try:
+        return _used_mib(nvml.nvmlDeviceGetMemoryInfo(handle))
+    except Exception:
+        return None
 
 
 def _mig_handles(nvml: Any, handle: object) -> list[object]:

@@ -5,6 +5,10 @@ each, with their UUIDs and profiles (``3g.40gb``). A GPU with MIG instances is r
 them, each a GPU of its own size. nvidia-smi gives no instance's exact memory: it is read from
 the profile name as GB (10**9 bytes) rounded down to MiB, which is never more than the
 instance has (a ``3g.40gb`` instance is 38,146 MiB here; NVML reports its exact total).
+
+``memory.used`` is per physical GPU: a MIG instance's use is unknown here (None). A field that
+nvidia-smi cannot fill (``[N/A]``, ``[Not Supported]``) is None; anything else that is not an
+integer makes the whole answer malformed.
 """
 
 from __future__ import annotations
@@ -19,10 +23,20 @@ from dataclasses import replace
 
 from ._devices import GPUInfo
 
-__all__ = ["NVIDIA_SMI_LIST", "NVIDIA_SMI_QUERY", "query_nvidia_smi"]
+__all__ = [
+    "NVIDIA_SMI_IN_USE",
+    "NVIDIA_SMI_LIST",
+    "NVIDIA_SMI_QUERY",
+    "query_nvidia_smi",
+    "smi_memory_in_use",
+]
 
-NVIDIA_SMI_QUERY = ("--query-gpu=index,uuid,name,memory.total", "--format=csv,noheader,nounits")
+NVIDIA_SMI_QUERY = (
+    "--query-gpu=index,uuid,name,memory.total,memory.used",
+    "--format=csv,noheader,nounits",
+)
 NVIDIA_SMI_LIST = ("-L",)
+NVIDIA_SMI_IN_USE = ("--query-gpu=uuid,memory.used", "--format=csv,noheader,nounits")
 
 _lock = threading.Lock()
 _answers: dict[tuple[object, ...], tuple[tuple[GPUInfo, ...], str]] = {}
@@ -117,24 +131,60 @@ def _run_with_timeout(argv: list[str], timeout: float) -> tuple[int, str] | None
 
 
 _ASCII_INDEX = re.compile(r"[0-9]+")
+_NOT_AVAILABLE = re.compile(r"\[[A-Za-z][A-Za-z /]*\]")  # [N/A], [Not Supported], [Unknown Error]
+_MALFORMED = -1
 
 
 def _parse_query(output: str) -> tuple[GPUInfo, ...] | None:
-    """Parse ``index, uuid, name, memory.total`` lines; None if any line is malformed.
+    """Parse ``index, uuid, name, memory.total, memory.used`` lines; None if any is malformed.
 
-    A name may hold commas: it is everything between the UUID and the last field.
+    A name may hold commas: it is everything between the UUID and the two memory fields.
     """
     gpus: list[GPUInfo] = []
     for line in output.splitlines():
         if not line.strip():
             continue
         fields = [f.strip() for f in line.split(",")]
-        if len(fields) < 4 or not _ASCII_INDEX.fullmatch(fields[0]) or not fields[1]:
+        if len(fields) < 5 or not _ASCII_INDEX.fullmatch(fields[0]) or not fields[1]:
             return None
-        memory = int(fields[-1]) if _ASCII_INDEX.fullmatch(fields[-1]) else None
-        name = ", ".join(fields[2:-1]) or None
-        gpus.append(GPUInfo(len(gpus), fields[0], fields[1], memory, name))
+        total, used = _mib(fields[-2]), _mib(fields[-1])
+        if _MALFORMED in (total, used):
+            return None
+        name = ", ".join(fields[2:-2]) or None
+        gpus.append(GPUInfo(len(gpus), fields[0], fields[1], total, name, None, used))
     return tuple(gpus)
+
+
+def _mib(field: str) -> int | None:
+    """A MiB field: its value, None for a marker such as ``[N/A]``, else ``_MALFORMED``."""
+    if _ASCII_INDEX.fullmatch(field):
+        return int(field)
+    return None if _NOT_AVAILABLE.fullmatch(field) else _MALFORMED
+
+
+def smi_memory_in_use(timeout: float) -> dict[str, int | None] | None:
+    """The memory in use now (MiB) on each physical GPU nvidia-smi lists, by UUID; None on
+    any failure (missing, exit status, timeout, output other than the queried CSV).
+
+    Not cached: each call runs nvidia-smi anew. MIG instances are not listed (see above).
+    """
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    output, _failure = _run(exe, NVIDIA_SMI_IN_USE, timeout)
+    return None if output is None else _parse_in_use(output)
+
+
+def _parse_in_use(output: str) -> dict[str, int | None] | None:
+    """Parse ``uuid, memory.used`` lines; None if any line is malformed."""
+    used: dict[str, int | None] = {}
+    for line in filter(str.strip, output.splitlines()):
+        fields = [f.strip() for f in line.split(",")]
+        mib = _mib(fields[-1])
+        if len(fields) != 2 or not fields[0] or mib == _MALFORMED:
+            return None
+        used[fields[0]] = mib
+    return used
 
 
 _GPU_LINE = re.compile(r"GPU\s+([0-9]+):.*\(UUID:\s*(GPU-[^\s)]+)\)\s*")
