@@ -9,6 +9,7 @@ import json
 import os
 import signal
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -212,3 +213,39 @@ def test_status_json_on_a_fraction_server_has_no_mib(start_server: StartServer) 
     report = json.loads(out)
     assert code == 0 and report["sized_in_memory"] is False
     assert report["gpus"][0]["free_mib"] is None and report["gpus"][0]["free"] == 1.0
+
+
+def test_a_server_leaves_alone_the_memory_in_use_at_its_start(
+    sockdir: Path, fake_smi: Callable[..., object]
+) -> None:
+    fake_smi(smi_script([replace(A100, used_mib=2048), replace(RTX, used_mib=500)]))
+    env = {**os.environ, "PYTHONPATH": SRC, "PYTHONUNBUFFERED": "1"}
+    server = Server(sockdir / "s.sock", "--memory", "--reserve-in-use", env=env)
+    try:
+        with hwpool.connect(server.ready().socket) as pool:
+            assert pool.gpu_memory == (A100.memory_mib - 2048, RTX.memory_mib - 500)
+            with pytest.raises(ValueError, match="more than the largest GPU of this pool"):
+                pool.acquire_nowait(memory=A100.memory_mib - 2047)
+        report = status_of(server.socket)  # reads the use again, here from the fake
+        assert [g["in_use_mib"] for g in report["gpus"]] == [2048, 500]
+        assert [g["total_mib"] for g in report["gpus"]] == list(pool.gpu_memory)
+        _, text, _ = run_cli("status", "--socket", str(server.socket))
+        assert "(2GiB in use now, all processes)" in text
+    finally:
+        server.kill()
+
+
+@pytest.mark.parametrize(
+    ("args", "used", "match"),
+    [
+        (("--reserve-in-use",), 100, "--reserve-in-use reads the memory in use on detected"),
+        (("--memory", "--reserve-in-use"), None, "reserve_in_use=True needs every GPU's memory"),
+        (("--memory", "--reserve-in-use"), 81920, "nothing is left to share"),
+    ],
+)
+def test_bad_reserve_in_use_is_a_usage_error(
+    fake_smi: Callable[..., object], args: tuple[str, ...], used: int | None, match: str
+) -> None:
+    fake_smi(smi_script([replace(A100, used_mib=used)]))
+    code, _, err = run_cli("serve", "--socket", "/tmp/hwpool-never/s.sock", *args)
+    assert code == 2 and match in err

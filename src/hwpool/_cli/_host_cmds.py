@@ -19,8 +19,8 @@ from .._backends._wire import Wire
 from .._check import int_from_text
 from .._core._memory import format_mib
 from .._core._scheduler import POLICIES
-from .._gpu._sizing import sized_gpus
-from .._host._detect import GPUInfo, detect_gpus
+from .._gpu._sizing import capacities_of, sized_gpus
+from .._host._detect import GPUInfo, detect_gpus, gpu_memory_in_use
 from .._server import _listen
 from .._server._paths import socket_path
 from .._server._protocol import Cancel, Done, ErrorReply, Status, StatusReply, encode
@@ -49,6 +49,11 @@ def register(commands: Any) -> None:
         "--gpu-memory", type=gpu_memory_list, metavar="SIZE[,SIZE...]",
         help="logical GPUs of these memory sizes, e.g. 80GiB,24GiB (as --memory, without "
         "detection)",
+    )  # fmt: skip
+    srv.add_argument(
+        "--reserve-in-use", action="store_true",
+        help="with --memory: leave alone the memory other processes use on each GPU when the "
+        "server starts (each GPU's share is its total less that)",
     )  # fmt: skip
     srv.add_argument(
         "--group", metavar="NAME",
@@ -138,12 +143,15 @@ def _path(args: argparse.Namespace) -> Path:
 # ----------------------------------------------------------------- serve
 def _cmd_serve(args: argparse.Namespace) -> int:
     path = _path(args)
-    gpus = _gpus(args.gpus) if args.gpu_memory is None and not args.memory else _sized(args)
+    if args.gpu_memory is None and not args.memory and not args.reserve_in_use:
+        gpus, totals = _gpus(args.gpus), None
+    else:
+        gpus = _sized(args)
+        totals = capacities_of(gpus, args.reserve_in_use)
     config = ServeConfig(
         socket=path, gpus=gpus, group=_group(args.group), grace_s=args.grace,
         hello_timeout_s=args.hello_timeout, max_connections=args.max_connections,
-        idle_timeout_s=args.idle_timeout, policy=args.policy,
-        memory=args.gpu_memory is not None or args.memory,
+        idle_timeout_s=args.idle_timeout, policy=args.policy, totals=totals,
     )  # fmt: skip
     try:
         serve(config)
@@ -169,9 +177,11 @@ def _sized(args: argparse.Namespace) -> tuple[GPUInfo, ...]:
         raise _Usage(f"give --gpus or {flag}, not both (--gpus {args.gpus})")
     if args.memory and args.gpu_memory is not None:
         raise _Usage("give --memory (detect the sizes) or --gpu-memory SIZES, not both")
+    if args.reserve_in_use and not args.memory:
+        raise _Usage("--reserve-in-use reads the memory in use on detected GPUs: give --memory")
     try:
-        sized = sized_gpus(None, args.memory, args.gpu_memory)
-    except ValueError as exc:  # detection found no memory size for some GPU
+        sized = sized_gpus(None, args.memory, args.gpu_memory, args.reserve_in_use)
+    except ValueError as exc:  # detection found no memory size (or use) for some GPU
         raise _Usage(f"--memory: {exc}") from None
     assert sized is not None
     return sized
@@ -233,6 +243,8 @@ def _report(wire: Wire, reply: StatusReply) -> dict[str, Any]:
     def share(gpu: int, units: int) -> float:
         return units / (full if totals is None else totals[gpu])
 
+    in_use = _in_use_now(welcome.gpus) if totals is not None else (None,) * len(welcome.gpus)
+
     report = {
         "socket": str(wire.path),
         "server": {
@@ -245,7 +257,8 @@ def _report(wire: Wire, reply: StatusReply) -> dict[str, Any]:
             {"index": g.index, "device_id": g.device_id, "uuid": g.uuid, "name": g.name,
              "parent": g.parent, "memory_mib": g.memory_mib, "free": share(g.index, free),
              "free_mib": None if totals is None else free,
-             "total_mib": None if totals is None else totals[g.index]}
+             "total_mib": None if totals is None else totals[g.index],
+             "in_use_mib": in_use[g.index]}
             for g, free in zip(welcome.gpus, reply.free, strict=False)
         ],
         "leases": [
@@ -270,6 +283,14 @@ def _report(wire: Wire, reply: StatusReply) -> dict[str, Any]:
     return report
 
 
+def _in_use_now(gpus: tuple[GPUInfo, ...]) -> tuple[int | None, ...]:
+    """The memory in use on each GPU now, by any process (NVML, else nvidia-smi), for a server
+    sized in memory; None where it cannot be read (logical GPUs are not asked about)."""
+    if all(g.uuid is None for g in gpus):
+        return (None,) * len(gpus)
+    return gpu_memory_in_use(gpus)
+
+
 def _held(lease: dict[str, Any]) -> str:
     held = lease["held"]
     if all(f == 1.0 for _, f in held):
@@ -284,7 +305,9 @@ def _gpu_line(gpu: dict[str, Any]) -> str:
     if gpu["free_mib"] is None:
         return f"{gpu['index']:>3}  {gpu['free']:.2f}  {gpu['device_id']}"
     size = f"{format_mib(gpu['free_mib'])} of {format_mib(gpu['total_mib'])}"
-    return f"{gpu['index']:>3}  {gpu['free']:.2f}  {size:<20} {gpu['device_id']}"
+    line = f"{gpu['index']:>3}  {gpu['free']:.2f}  {size:<20} {gpu['device_id']}"
+    used = gpu["in_use_mib"]
+    return line if used is None else f"{line}  ({format_mib(used)} in use now, all processes)"
 
 
 def _asked(waiter: dict[str, Any]) -> str:

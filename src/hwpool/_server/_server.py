@@ -71,7 +71,7 @@ class ServeConfig:
     journal_delay_s: float = 0.05
     idle_timeout_s: float | None = None  # stop after this long with no connection (None: never)
     policy: str = "easy"  # the core's scheduling policy
-    memory: bool = False  # each GPU's capacity is its memory_mib (requests may ask in MiB)
+    totals: tuple[int, ...] | None = None  # MiB shared out per GPU (None: fractions)
 
 
 def _alive(pid: int) -> bool:
@@ -177,9 +177,8 @@ class _Server:
         self._loop_thread = 0
         self._log: list[str] = []
         self._stamp_second, self._stamp = -1, ""
-        totals = tuple(g.memory_mib or 0 for g in config.gpus) if config.memory else None
         self.state = HostState(
-            len(config.gpus), totals=totals, mig=any(g.is_mig for g in config.gpus),
+            len(config.gpus), totals=config.totals, mig=any(g.is_mig for g in config.gpus),
             admins={0, self.uid}, log=self.say, policy=config.policy,
         )  # fmt: skip
         self.journal_path = _journal.journal_path(config.socket)
