@@ -51,10 +51,11 @@ def main() -> None:
         if "stopped" in words:  # a SIGTERM handler runs only once the process is continued
             stop = "signal.signal(signal.SIGTERM, lambda *_: os._exit(0)); "
             stop += "os.kill(os.getpid(), signal.SIGSTOP); "
-        code = (
+        target = str(root / f"{name}.grandchild")
+        code = (  # written whole, or not at all, as write() does: the pid is never read half
             f"import os, signal, time; {ignore}"
-            f"open({str(root / (name + '.grandchild'))!r}, 'w').write(str(os.getpid())); "
-            f"{stop}time.sleep(60)"
+            f"open({target + '.tmp'!r}, 'w').write(str(os.getpid())); "
+            f"os.rename({target + '.tmp'!r}, {target!r}); {stop}time.sleep(60)"
         )
         grandchild = subprocess.Popen([sys.executable, "-c", code])
         wait_for(root / f"{name}.grandchild")
