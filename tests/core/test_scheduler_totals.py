@@ -247,6 +247,24 @@ def test_easy_head_of_a_relative_demand_ties_to_the_most_free_beyond_its_need() 
     assert core.release(1, 30) == [Grant(head, (1,), 20)]
 
 
+def test_easy_backfill_beside_a_relative_head_leaves_its_need_on_its_gpu() -> None:
+    """Rule 4e before the shadow: a backfill on the head's GPU must leave the head's need
+    *there* (75 of GPU 1's 100) free at the shadow, not its units or its need elsewhere."""
+    core = Scheduler([1000, 100], policy="easy")
+    _, learn = core.submit(Demand(1, 10), now=0.0)
+    assert learn is not None
+    core.release(learn.gpus[0], 10, ticket=learn.ticket, now=100.0)  # mean hold: 100 s
+    assert core.submit(Demand(1, 1000), now=100.0, expected=1000.0)[1] is not None
+    assert core.submit(Demand(1, 60), now=100.0, expected=50.0)[1] == Grant(3, (1,), 60)
+    head, grant = core.submit(relative(0.75), now=100.0)  # 750 on GPU 0, 75 on GPU 1
+    assert grant is None
+    assert core.head is not None and core.head.gpus == (1,) and core.head.shadow == 150.0
+    # Expected to run 100 s, past the shadow: only if 100 - units >= 75 at the shadow.
+    assert core.grant_now(Demand(1, 26), now=100.0) is None
+    assert core.grant_now(Demand(1, 25), now=100.0) == Grant(5, (1,), 25)
+    assert core.release(1, 60, now=150.0) == [Grant(head, (1,), 75)]
+
+
 @pytest.mark.parametrize("policy", ["easy", "reserve-all"])
 def test_the_walk_reaches_a_relative_waiter_that_fits_on_a_small_gpu(policy: str) -> None:
     """Reservations have stopped, so the walk stops early once no waiter further back could
