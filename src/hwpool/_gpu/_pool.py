@@ -45,7 +45,8 @@ class GPUPool:
     ``GPUPool(gpu_memory=["80GiB", "24GiB"])`` makes logical GPUs of those sizes: requests
     then give ``memory=`` (see ``hwpool._gpu._sizing``). Such a pool is always in-process.
     On GPUs of different sizes, whole GPUs are completely free ones of any size and a fraction
-    below 1 is a ValueError (it would mean a different amount on each GPU).
+    below 1 is that share of the GPU it is granted (``0.5``: 40 GiB on an 80 GiB GPU, 12 GiB
+    on a 24 GiB one); ``release(gpu, fraction)`` gives back that share of ``gpu``.
 
     ``policy`` picks the core's scheduling policy for an in-process pool: ``"easy"`` (the
     default) or ``"reserve-all"`` (every waiter reserves; the policy hwpool started from).
@@ -239,7 +240,7 @@ class GPUPool:
         grant = self._acquire_now(demand, expected)
         if grant is None:
             sized = self._totals is not None and demand.count == 1 and not demand.whole
-            what = f"{demand.units} MiB" if sized else _describe(demand)
+            what = f"{demand.units} MiB" if sized and not demand.relative else _describe(demand)
             raise WouldBlock(f"no GPU can take {what} without waiting")
         return grant
 
@@ -249,6 +250,7 @@ class GPUPool:
     ) -> None:
         """Give back a grant of ``fraction`` (default 1) or ``memory`` on GPU ``gpu_id`` from
         this pool's ``acquire*`` calls (for ``acquire_full``: ``release(gpu)`` for each GPU).
+        On a pool sized in memory, ``fraction`` is that share of GPU ``gpu_id``'s total.
 
         Raises ValueError, changing nothing, when no such grant is held: released already,
         held by a lease (a lease releases itself), or never granted. TypeError for a wrong type.
@@ -417,4 +419,5 @@ def _fraction_demand(fraction: object) -> Demand:
 def _describe(demand: Demand) -> str:
     if demand.count > 1 or demand.whole:
         return f"{demand.count} whole GPU(s)"
-    return f"fraction={units_to_fraction(demand.units)}"
+    share = f"fraction={units_to_fraction(demand.units)}"
+    return f"{share} of a GPU of any size" if demand.relative else share
