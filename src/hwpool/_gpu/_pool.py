@@ -64,6 +64,8 @@ class GPUPool:
         sized = sized_gpus(num_gpus, memory, gpu_memory)
         self._totals = None if sized is None else totals_of(sized)
         self._memo: dict[object, Demand] = {}  # memory amount -> its validated demand
+        self._shares: dict[float, Demand] = {}  # float fraction -> its demand (sized pools)
+        self._share_mib: dict[tuple[int, float], int] = {}  # (gpu, fraction) -> MiB there
         if backend is not None and policy is not None:
             raise TypeError(f"give backend or policy, not both (policy={policy!r})")
         rule = "easy" if policy is None else policy
@@ -295,6 +297,13 @@ class GPUPool:
             return self._memo[memory].units
         if fraction is not None and memory is not None:
             memory_demand(self._totals, fraction, memory)  # raises: both given
+        if memory is None and type(fraction) is float:  # validated once per GPU and share
+            mib = self._share_mib.get((gpu, fraction))
+            if mib is None:
+                mib = sized_units(self._totals, fraction, None, gpu)
+                if len(self._share_mib) < 4096:
+                    self._share_mib[gpu, fraction] = mib
+            return mib
         return sized_units(self._totals, fraction, memory, gpu)
 
     def _keep(self, grant: Grant) -> list[int]:
@@ -380,6 +389,13 @@ class GPUPool:
                 demand = memory_demand(self._totals, None, memory)
                 if len(self._memo) < 4096:
                     self._memo[memory] = demand
+            return demand
+        if memory is None and type(fraction) is float:
+            demand = self._shares.get(fraction)
+            if demand is None:  # validated once per share, as on a fraction pool
+                demand = memory_demand(self._totals, fraction, None)
+                if len(self._shares) < 4096:
+                    self._shares[fraction] = demand
             return demand
         return memory_demand(self._totals, fraction, memory)
 
