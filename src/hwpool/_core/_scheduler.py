@@ -307,6 +307,7 @@ class Scheduler:
             totals = [check_int("units_per_gpu", size, minimum=1)] * count
         self.num_gpus = len(totals)
         self.units_per_gpu = max(totals)  # every GPU's total when they are equal
+        self._smallest = min(totals)
         self._totals = totals
         self.policy = policy
         self._easy = policy == "easy"
@@ -608,7 +609,7 @@ class Scheduler:
         if demand.count > 1 or demand.whole:
             return demand.count
         if demand.relative:
-            return _share(demand.units, min(self._totals))
+            return _share(demand.units, self._smallest)
         return demand.units
 
     def _take_new(self, demand: Demand) -> tuple[int, ...] | None:
