@@ -2,9 +2,10 @@
 
 10,000 asyncio tasks contend for 8 GPUs, each holding its grant across one yield to the loop,
 with the same mix of demands: as fractions on ``GPUPool(8)``, as the same shares in MiB on
-``GPUPool(gpu_memory=["80GiB"] * 8)``, and (for information) as MiB on a mixed pool of four
-80 GiB and four 24 GiB GPUs. Aim: the memory-sized pool costs at most 1.2x the fraction pool
-(time per grant). Best of interleaved rounds, on fresh event loops, as bench_gpu_pool does.
+``GPUPool(gpu_memory=["80GiB"] * 8)``, and (for information) on a mixed pool of four 80 GiB
+and four 24 GiB GPUs, as MiB and as fractions (a share of whichever GPU each lands on). Aim:
+the memory-sized pool costs at most 1.2x the fraction pool (time per grant). Best of
+interleaved rounds, on fresh event loops, as bench_gpu_pool does.
 Run: ``python bench/bench_memory_pool.py``.
 """
 
@@ -28,8 +29,8 @@ SAME = [80 * GIB] * GPUS
 MIXED = [80 * GIB] * (GPUS // 2) + [24 * GIB] * (GPUS // 2)
 
 
-async def fraction_rate() -> float:
-    pool = GPUPool(GPUS)
+async def fraction_rate(sizes: list[int] | None = None) -> float:
+    pool = GPUPool(GPUS) if sizes is None else GPUPool(gpu_memory=sizes)
 
     async def task(fraction: float) -> None:
         gpu = await pool.acquire(fraction)
@@ -65,6 +66,7 @@ def measure() -> dict[str, float]:
         ("fraction", fraction_rate),
         ("memory", _memory_rate(SAME, 80 * GIB)),
         ("mixed", _memory_rate(MIXED, 24 * GIB)),
+        ("mixed fractions", lambda: fraction_rate(MIXED)),
     ]
     figures: dict[str, list[float]] = {}
     for i in range(ROUNDS):
@@ -86,6 +88,8 @@ def main() -> str:
         f"{'GPUPool(gpu_memory=[80GiB] * 8), MiB':<44}{f['memory']:>12,.0f}{cost:>8.2f}  <= 1.2",
         f"{'GPUPool(gpu_memory=4 x 80GiB + 4 x 24GiB), MiB':<44}{f['mixed']:>12,.0f}"
         f"{f['fraction'] / f['mixed']:>8.2f}",
+        f"{'  the same, fractions (a share of each GPU)':<44}{f['mixed fractions']:>12,.0f}"
+        f"{f['fraction'] / f['mixed fractions']:>8.2f}",
     ]
     return "\n".join(lines)
 

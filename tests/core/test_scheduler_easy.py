@@ -10,7 +10,7 @@ import pytest
 from hypothesis import settings
 from hypothesis.stateful import initialize, invariant
 from test_scheduler import SchedulerMachine
-from test_scheduler_totals import TotalsMachine, fits, totals_strategy
+from test_scheduler_totals import TotalsMachine, fits, need, totals_strategy
 
 from hwpool._core._scheduler import POLICIES, Demand, Scheduler
 
@@ -170,7 +170,7 @@ def check_head_reservation(
     gpus = res[head.ticket]
     assert len(gpus) == head.demand.count == len(set(gpus))
     if not (head.demand.whole or head.demand.count > 1):
-        assert all(core.totals[g] >= head.demand.units for g in gpus)
+        assert all(core.totals[g] >= need(core, head.demand, g) for g in gpus)
     if last is not None and last[0] == head.ticket:
         assert gpus == last[1], "the head's reservation hopped"
     return head.ticket, gpus

@@ -1,10 +1,12 @@
 """GPUs of different sizes (per-GPU totals): each rule's definition, bad totals, demands that
-can never fit, and a state machine over random totals checked against a from-scratch reference.
+can never fit, relative demands (a share of whichever GPU), and a state machine over random
+totals checked against a from-scratch reference.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 import random
 
 import pytest
@@ -125,7 +127,181 @@ def test_equal_totals_as_a_sequence_schedule_as_an_int() -> None:
         held.extend(got[0])
 
 
+# ----------------------------------------------------------------- relative demands
+HALF = Demand(1, UNITS_PER_GPU // 2, relative=True)
+GIB = 1024
+
+
+def relative(fraction: float) -> Demand:
+    return Demand(1, round(fraction * UNITS_PER_GPU), relative=True)
+
+
+@pytest.mark.parametrize("policy", ["easy", "reserve-all"])
+def test_a_relative_demand_needs_its_share_of_the_gpu_it_lands_on(policy: str) -> None:
+    core = Scheduler([80 * GIB, 24 * GIB], policy=policy)
+    # Best fit, least left after the grant: 12 GiB left on the 24 GiB GPU, 40 on the other.
+    assert core.submit(HALF)[1] == Grant(1, (1,), 12 * GIB)
+    assert core.submit(HALF)[1] == Grant(2, (1,), 12 * GIB)
+    assert core.submit(HALF)[1] == Grant(3, (0,), 40 * GIB)  # only the 80 GiB GPU has room
+    assert core.free == (40 * GIB, 0)
+    assert core.held(Grant(3, (0,), 40 * GIB)) == ((0, 40 * GIB),)
+    assert core.release(1, 12 * GIB) == []
+    assert core.release(0, 40 * GIB) == []
+    assert core.free == (80 * GIB, 12 * GIB)
+
+
+def test_relative_best_fit_is_least_left_not_fewest_free() -> None:
+    core = Scheduler([100, 40], policy="reserve-all")
+    core.restore((0,), 40)  # 60 free: half of 100 is 50, which leaves 10
+    # GPU 1 has fewer free (40), but half of it (20) leaves 20: GPU 0 is the best fit.
+    assert core.submit(HALF)[1] == Grant(2, (0,), 50)
+
+
+@pytest.mark.parametrize(("used_on_1", "expected"), [(10, (0,)), (15, (1,))])
+def test_relative_best_fit_ties_to_the_lowest_index(
+    used_on_1: int, expected: tuple[int, ...]
+) -> None:
+    core = Scheduler([100, 40], policy="reserve-all")
+    core.restore((0,), 40)  # 60 free, half is 50: 10 left
+    core.restore((1,), used_on_1)  # 30 free, half is 20: 10 left (a tie); or 25: 5 left
+    assert core.submit(HALF)[1] == Grant(3, expected, 50 if expected == (0,) else 20)
+
+
+def test_rounding_is_up_exact_and_at_least_one_unit() -> None:
+    core = Scheduler([3, 7, 1], policy="reserve-all")
+    tiny = Demand(1, 1, relative=True)  # a 63-millionth of a GPU: one unit anywhere
+    assert core.submit(tiny)[1] == Grant(1, (2,), 1)  # leaves 0 on the 1-unit GPU
+    third = Demand(1, UNITS_PER_GPU // 3, relative=True)  # 1 of 3 exactly, 3 of 7 (up)
+    assert core.submit(third)[1] == Grant(2, (0,), 1)  # 2 left on GPU 0, 4 on GPU 1
+    assert core.submit(third)[1] == Grant(3, (0,), 1)
+    assert core.submit(third)[1] == Grant(4, (0,), 1)
+    assert core.free == (0, 7, 0)
+    assert core.submit(third)[1] == Grant(5, (1,), math.ceil(7 / 3))
+
+
+@pytest.mark.parametrize("policy", ["easy", "reserve-all"])
+def test_on_gpus_of_one_size_a_relative_demand_is_the_absolute_one(policy: str) -> None:
+    core = Scheduler([80, 80], policy=policy)
+    assert core.submit(relative(0.3))[1] == Grant(1, (0,), 24)
+    assert core.submit(Demand(1, UNITS_PER_GPU, relative=True))[1] == Grant(2, (1,), 80)
+    assert core.submit(Demand(1, 50))[1] == Grant(3, (0,), 50)
+    waiting, grant = core.submit(HALF)
+    assert grant is None and core.is_waiting(waiting)
+    assert [w.demand for w in core.waiters()] == [Demand(1, 40)]  # the fast path's demand
+
+
+@pytest.mark.parametrize("policy", ["easy", "reserve-all"])
+@pytest.mark.parametrize("totals", [[80, 24], [80, 80]])
+@pytest.mark.parametrize(
+    ("demand", "match"),
+    [
+        (Demand(2, 100, relative=True), "count must be 1 and whole False, got count=2"),
+        (Demand(1, 100, whole=True, relative=True), "got count=1, whole=True"),
+        (Demand(1, 0, relative=True), f"between 1 and {UNITS_PER_GPU} .*got 0"),
+        (Demand(1, UNITS_PER_GPU + 1, relative=True), f"got {UNITS_PER_GPU + 1}"),
+        (Demand(1, -5, relative=True), "got -5"),
+    ],
+)
+def test_a_bad_relative_demand_is_refused_and_changes_nothing(
+    policy: str, totals: list[int], demand: Demand, match: str
+) -> None:
+    core = Scheduler(totals, policy=policy)
+    core.restore((0,), 70)
+    core.restore((1,), totals[1] - 5)
+    waiting, _ = core.submit(Demand(1, 20))
+    before = (core.free, core.reservations(), core.queue_length, list(core.waiters()))
+    with pytest.raises(ValueError, match=match):
+        core.submit(demand)
+    with pytest.raises(ValueError, match=match):
+        core.grant_now(demand)
+    with pytest.raises(ValueError, match=match):
+        core.expected(demand)
+    assert (core.free, core.reservations(), core.queue_length, list(core.waiters())) == before
+    assert core.is_waiting(waiting)
+
+
+def test_a_relative_waiter_reserves_the_gpu_closest_to_its_need() -> None:
+    core = Scheduler([100, 40], policy="reserve-all")
+    core.restore((0,), 60)  # 40 free, needs 50: 10 short
+    core.restore((1,), 35)  # 5 free, needs 20: 15 short
+    waiter, grant = core.submit(HALF)
+    assert grant is None
+    assert core.reservations() == {waiter: (0,)}
+    other = Scheduler([100, 40], policy="reserve-all")
+    other.restore((0,), 80)  # 20 free, 30 short
+    other.restore((1,), 30)  # 10 free, 10 short: closer, though fewer units are free
+    waiter, _ = other.submit(HALF)
+    assert other.reservations() == {waiter: (1,)}
+    assert other.release(1, 10) == [Grant(waiter, (1,), 20)]
+
+
+def test_easy_head_of_a_relative_demand_ties_to_the_most_free_beyond_its_need() -> None:
+    core = Scheduler([100, 40], policy="easy")
+    core.restore((0,), 80)  # 30 short of half
+    core.restore((1,), 30)  # 10 short of half; nothing is learned yet, so both are a tie
+    head, grant = core.submit(HALF)
+    assert grant is None
+    assert core.reservations() == {head: (1,)}
+    # Best fit for 10 would be GPU 1 (10 free, 0 left), but the head reserves it.
+    assert core.grant_now(Demand(1, 10)) == Grant(4, (0,), 10)
+    assert core.release(1, 30) == [Grant(head, (1,), 20)]
+
+
+def test_easy_backfill_beside_a_relative_head_leaves_its_need_on_its_gpu() -> None:
+    """Rule 4e before the shadow: a backfill on the head's GPU must leave the head's need
+    *there* (75 of GPU 1's 100) free at the shadow, not its units or its need elsewhere."""
+    core = Scheduler([1000, 100], policy="easy")
+    _, learn = core.submit(Demand(1, 10), now=0.0)
+    assert learn is not None
+    core.release(learn.gpus[0], 10, ticket=learn.ticket, now=100.0)  # mean hold: 100 s
+    assert core.submit(Demand(1, 1000), now=100.0, expected=1000.0)[1] is not None
+    assert core.submit(Demand(1, 60), now=100.0, expected=50.0)[1] == Grant(3, (1,), 60)
+    head, grant = core.submit(relative(0.75), now=100.0)  # 750 on GPU 0, 75 on GPU 1
+    assert grant is None
+    assert core.head is not None and core.head.gpus == (1,) and core.head.shadow == 150.0
+    # Expected to run 100 s, past the shadow: only if 100 - units >= 75 at the shadow.
+    assert core.grant_now(Demand(1, 26), now=100.0) is None
+    assert core.grant_now(Demand(1, 25), now=100.0) == Grant(5, (1,), 25)
+    assert core.release(1, 60, now=150.0) == [Grant(head, (1,), 75)]
+
+
+@pytest.mark.parametrize("policy", ["easy", "reserve-all"])
+def test_the_walk_reaches_a_relative_waiter_that_fits_on_a_small_gpu(policy: str) -> None:
+    """Reservations have stopped, so the walk stops early once no waiter further back could
+    fit: it must count a relative demand by its need on the smallest GPU (50 here), not by
+    its units nor its need on the largest (500)."""
+    core = Scheduler([1000, 100], policy=policy)
+    core.restore((0,), 1000)
+    core.restore((1,), 100)
+    big, _ = core.submit(Demand(1, 1000))  # reserves GPU 0
+    pair, _ = core.submit(Demand(2, 1, whole=True))  # cannot reserve two: reservations stop
+    half, _ = core.submit(HALF)  # 500 on GPU 0, 50 on GPU 1
+    assert core.release(1, 60) == [Grant(half, (1,), 50)]
+    assert core.is_waiting(big) and core.is_waiting(pair)
+
+
+def test_relative_and_absolute_demands_learn_apart() -> None:
+    core = Scheduler([80_000_000, 24], policy="easy")
+    absolute = Demand(1, UNITS_PER_GPU // 2)  # the same number of units, absolute
+    _, first = core.submit(absolute, now=0.0)
+    _, second = core.submit(HALF, now=0.0)
+    assert first is not None and second is not None and second.gpus == (1,)
+    core.release_many(core.held(second), ticket=second.ticket, now=2.0)
+    core.release_many(core.held(first), ticket=first.ticket, now=10.0)
+    assert core.expected(absolute) == 10.0
+    assert core.expected(HALF) == 2.0
+
+
 # ----------------------------------------------------------------- state machine
+def need(core: Scheduler, d: Demand, gpu: int) -> int:
+    """Units ``d`` needs on ``gpu``, from scratch (rule 1)."""
+    if d.count > 1 or d.whole:
+        return core.totals[gpu]
+    if d.relative:
+        return max(1, math.ceil(d.units * core.totals[gpu] / UNITS_PER_GPU))
+    return d.units
+
+
 def reference_reservations(core: Scheduler) -> dict[int, tuple[int, ...]]:
     """Rule 3 from scratch on GPUs of any sizes."""
     free, totals = core.free, core.totals
@@ -138,21 +314,42 @@ def reference_reservations(core: Scheduler) -> dict[int, tuple[int, ...]]:
                 break
             chosen = sorted(unreserved, key=lambda g: (totals[g] - free[g], g))[: d.count]
         else:
-            able = [g for g in unreserved if totals[g] >= d.units]
+            able = [g for g in unreserved if totals[g] >= need(core, d, g)]
             if not able:
                 break
-            chosen = sorted(able, key=lambda g: (-free[g], g))[:1]
+            chosen = sorted(able, key=lambda g: (need(core, d, g) - free[g], g))[:1]
         for g in chosen:
             unreserved.remove(g)
         result[w.ticket] = tuple(sorted(chosen))
     return result
 
 
+def reference_best_fit(
+    totals: list[int], free: tuple[int, ...], d: Demand
+) -> tuple[tuple[int, ...], int] | None:
+    """Rule 2 from scratch over every GPU: the GPUs and ``Grant.units``, or None."""
+    if d.count > 1 or d.whole:
+        idle = [g for g in range(len(totals)) if free[g] == totals[g]]
+        if len(idle) < d.count:
+            return None
+        chosen = tuple(sorted(sorted(idle, key=lambda g: (totals[g], g))[: d.count]))
+        sizes = {totals[g] for g in chosen}
+        return chosen, sizes.pop() if len(sizes) == 1 else 0
+    needs = [
+        max(1, math.ceil(d.units * t / UNITS_PER_GPU)) if d.relative else d.units for t in totals
+    ]
+    fitting = [g for g in range(len(totals)) if free[g] >= needs[g]]
+    if not fitting:
+        return None
+    best = min(fitting, key=lambda g: (free[g] - needs[g], g))
+    return (best,), needs[best]
+
+
 def fits(core: Scheduler, d: Demand, gpus: list[int]) -> bool:
     free, totals = core.free, core.totals
     if d.count > 1 or d.whole:
         return sum(1 for g in gpus if free[g] == totals[g]) >= d.count
-    return any(free[g] >= d.units for g in gpus)
+    return any(free[g] >= need(core, d, g) for g in gpus)
 
 
 totals_strategy = st.lists(
@@ -175,7 +372,11 @@ class TotalsMachine(RuleBasedStateMachine):
             self.held.extend(self.core.held(grant))
 
     def _submit(self, demand: Demand) -> None:
+        idle_queue, free = self.core.queue_length == 0, self.core.free
         ticket, grant = self.core.submit(demand)
+        if idle_queue:  # nobody waited: rule 2 over every GPU, under either policy
+            expected = reference_best_fit(self.totals, free, demand)
+            assert (None if grant is None else (grant.gpus, grant.units)) == expected
         self.waiting.add(ticket)
         self._absorb([grant] if grant else [])
 
@@ -184,6 +385,10 @@ class TotalsMachine(RuleBasedStateMachine):
         largest = max(self.totals)
         units = data.draw(st.one_of(st.integers(1, min(largest, 1200)), st.just(largest)))
         self._submit(Demand(1, units))
+
+    @rule(units=st.one_of(st.integers(1, UNITS_PER_GPU), st.sampled_from([1, UNITS_PER_GPU])))
+    def submit_relative(self, units: int) -> None:
+        self._submit(Demand(1, units, relative=True))
 
     @rule(data=st.data(), whole=st.booleans())
     def submit_whole(self, data: st.DataObject, whole: bool) -> None:
@@ -203,6 +408,10 @@ class TotalsMachine(RuleBasedStateMachine):
                 self.core.submit(Demand(1, units))
         with pytest.raises(ValueError):
             self.core.submit(Demand(len(self.totals) + 1, 1))
+        with pytest.raises(ValueError):
+            self.core.submit(Demand(1, units + UNITS_PER_GPU, relative=True))
+        with pytest.raises(ValueError):
+            self.core.grant_now(Demand(2, 1, relative=True))
         assert (self.core.free, self.core.reservations(), self.core.queue_length) == before
 
     @precondition(lambda self: self.held)

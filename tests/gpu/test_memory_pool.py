@@ -14,6 +14,7 @@ from fakes.gpus import A100, H100_MIG, RTX, smi_script
 from hostserver import MakePool, MakeSizedPool
 from hwpool import GPUInfo, GPUPool, WouldBlock
 from hwpool._backends._local import LocalBackend
+from hwpool._core._capacity import UNITS_PER_GPU, fraction_to_units
 from hwpool._core._scheduler import Demand, Grant
 
 GIB = 1024
@@ -65,11 +66,7 @@ def test_a_request_larger_than_every_gpu_fails_at_once(sized_pool: MakeSizedPool
         ({"memory": 0}, ValueError, "memory must be between 1 and"),
         ({"memory": 1.5}, TypeError, "memory must be an int of MiB"),
         ({"memory": True}, TypeError, "memory must be an int of MiB"),
-        (
-            {"fraction": 0.5},
-            ValueError,
-            r"fraction=0.5 on GPUs of different sizes \(80GiB, 24GiB\)",
-        ),
+        ({"fraction": 0.0}, ValueError, r"fraction must be in \(0, 1\]"),
         ({"fraction": 1.5}, ValueError, r"fraction must be in \(0, 1\]"),
     ],
 )
@@ -435,3 +432,123 @@ def test_the_backend_releases_a_whole_grant_of_different_sizes_by_parts() -> Non
         backend.release(again)
     snap = backend.snapshot()
     assert snap.free_mib == (80 * GIB, 24 * GIB) and snap.released == snap.granted == 2
+
+
+# ------------------------------------------------- fractions on GPUs of different sizes
+@pytest.mark.parametrize("policy", ["easy", "reserve-all"])
+def test_a_fraction_on_different_sizes_is_that_share_of_the_gpu_it_lands_on(policy: str) -> None:
+    pool = GPUPool(gpu_memory=MIXED, policy=policy)
+    # Best fit, the least left after the grant: 12 GiB left on the 24 GiB GPU, not 40 GiB.
+    assert pool.acquire_nowait(0.5) == 1
+    assert pool.snapshot().free_mib == (80 * GIB, 12 * GIB)
+    assert pool.acquire_nowait(0.5) == 1
+    assert pool.acquire_nowait(0.5) == 0  # 40 GiB of the 80 GiB GPU
+    assert pool.snapshot().free_mib == (40 * GIB, 0)
+    with pytest.raises(WouldBlock, match=r"fraction=0\.75 of a GPU of any size"):
+        pool.acquire_nowait(0.75)  # 60 GiB on GPU 0, 18 on GPU 1: neither has it
+    pool.release(0, 0.5)  # half of the 80 GiB GPU
+    assert pool.snapshot().free_mib == (80 * GIB, 0)
+    pool.release(1, 0.5)  # half of the 24 GiB GPU
+    assert pool.snapshot().free_mib == (80 * GIB, 12 * GIB)
+    with pytest.raises(ValueError, match="no grant of 40960 MiB on GPU 0"):
+        pool.release(0, 0.5)
+    pool.release(1, memory="12GiB")  # the same grant, named in MiB
+    assert pool.snapshot().free_mib == (80 * GIB, 24 * GIB)
+
+
+def test_a_fractional_lease_on_different_sizes_holds_its_gpus_share() -> None:
+    pool = GPUPool(gpu_memory=MIXED)
+    lease = pool.lease(0.5)
+    assert lease.fraction == 0.5 and lease.memory_mib is None  # depends on the GPU
+    with lease as gpus:
+        assert gpus == [1] and lease.memory_mib == 12 * GIB and lease.fraction == 0.5
+        assert pool.snapshot().free_mib == (80 * GIB, 12 * GIB)
+        with pool.lease(0.5) as more:  # the other half of the small GPU
+            assert more == [1]
+            with pool.lease(0.5) as big:
+                assert big == [0] and pool.snapshot().free_mib == (40 * GIB, 0)
+    assert pool.snapshot().free_mib == (80 * GIB, 24 * GIB)
+    pool.acquire_nowait(memory="20GiB")  # GPU 1 keeps 4 GiB: half of it no longer fits
+
+    async def main() -> None:
+        lease = pool.lease(0.3)
+        async with lease as gpus:
+            assert gpus == [0] and lease.memory_mib == math.ceil(0.3 * 80 * GIB)
+
+    asyncio.run(main())
+    pool.release(1, memory="20GiB")
+    assert pool.snapshot().free_mib == (80 * GIB, 24 * GIB)
+
+
+def test_a_fractional_waiter_on_different_sizes_takes_the_share_of_the_gpu_that_frees() -> None:
+    pool = GPUPool(gpu_memory=MIXED)
+
+    async def main() -> None:
+        assert await pool.acquire(memory="70GiB") == 0
+        assert await pool.acquire(memory="20GiB") == 1
+        waiter = asyncio.create_task(pool.acquire(0.5, timeout=5))
+        await asyncio.sleep(0)  # a yield to the loop: the waiter queues
+        (entry,) = pool.snapshot().waiting
+        assert entry.fraction == 0.5 and entry.memory_mib is None and entry.count == 1
+        pool.release(1, memory="20GiB")  # 24 GiB free there: half of it fits
+        assert await asyncio.wait_for(waiter, 5) == 1
+        assert pool.snapshot().free_mib == (10 * GIB, 12 * GIB)
+        pool.release(1, 0.5)
+        pool.release(0, memory="70GiB")
+
+    asyncio.run(main())
+    assert pool.snapshot().free_mib == (80 * GIB, 24 * GIB)
+
+
+def test_a_blocking_fractional_waiter_on_different_sizes() -> None:
+    pool = GPUPool(gpu_memory=MIXED, policy="reserve-all")
+    pool.acquire_nowait(memory="50GiB")  # GPU 0: 30 GiB left, half of it (40) does not fit
+    pool.acquire_nowait(memory="20GiB")  # GPU 1: 4 GiB left, half of it (12) does not fit
+    got: list[int] = []
+    thread = threading.Thread(target=lambda: got.append(pool.acquire_blocking(0.5, timeout=10)))
+    thread.start()
+    while not pool.snapshot().waiting:  # bounded by the test timeout; no sleep stands in
+        thread.join(0.01)
+    pool.release(0, memory="50GiB")
+    thread.join(10)
+    assert got == [0] and pool.snapshot().free_mib == (40 * GIB, 4 * GIB)
+    pool.release(0, 0.5)
+    pool.release(1, memory="20GiB")
+    assert pool.snapshot().free_mib == (80 * GIB, 24 * GIB)
+
+
+@given(
+    sizes=st.lists(st.integers(1, 200_000), min_size=2, max_size=4),
+    steps=st.lists(
+        st.tuples(st.booleans(), st.fractions(0, 1).filter(lambda f: f > 0), st.integers(0, 99)),
+        max_size=40,
+    ),
+)
+@settings(max_examples=60)
+def test_fractions_on_random_sizes_conserve_memory(
+    sizes: list[int], steps: list[tuple[bool, object, int]]
+) -> None:
+    pool = GPUPool(gpu_memory=sizes)
+    held: list[tuple[int, object]] = []
+    for take, fraction, pick in steps:
+        if not take and held:
+            gpu, share = held.pop(pick % len(held))
+            pool.release(gpu, share)  # type: ignore[arg-type]
+        elif take:
+            units = fraction_to_units(fraction)
+            needs = [max(1, -(-units * size // UNITS_PER_GPU)) for size in sizes]
+            free = pool.snapshot().free_mib or ()
+            try:
+                gpu = pool.acquire_nowait(fraction)  # type: ignore[arg-type]
+            except WouldBlock:
+                assert all(f < n for f, n in zip(free, needs, strict=True))
+                continue
+            if units < UNITS_PER_GPU:
+                fitting = [g for g in range(len(sizes)) if free[g] >= needs[g]]
+                assert gpu == min(fitting, key=lambda g: (free[g] - needs[g], g))
+            held.append((gpu, fraction))
+        used = [0] * len(sizes)
+        for gpu, share in held:
+            units = fraction_to_units(share)
+            used[gpu] += max(1, -(-units * sizes[gpu] // UNITS_PER_GPU))
+        assert pool.snapshot().free_mib == tuple(s - u for s, u in zip(sizes, used, strict=True))

@@ -40,3 +40,37 @@ def test_shortest_queue_places_at_arrival_and_serves_lanes_in_order() -> None:
     assert lanes.finish(2) == [(3, (0, 1))]
     assert lanes.finish(3) == [(4, (0,))]
     assert lanes.load == [1, 0]
+
+
+# A share of whichever GPU (on GPUs of different sizes): half of 100 is 50, half of 40 is 20.
+SHARE = Demand(1, 63_000_000 // 2, relative=True)
+
+
+def test_fifo_best_fit_weighs_a_relative_demands_need_on_each_gpu() -> None:
+    fifo = FifoPolicy(2, WHOLE, [100, 40])
+    assert fifo.submit(1, Demand(1, 45)) == [(1, (0,))]  # 55 left on GPU 0 (40 on GPU 1)
+    assert fifo.submit(2, SHARE) == [(2, (0,))]  # 5 left on GPU 0, 20 on GPU 1
+    assert fifo.free == [5, 40]
+    assert fifo.submit(3, SHARE) == [(3, (1,))]
+    assert fifo.submit(4, SHARE) == [(4, (1,))]  # exactly the 20 left there
+    assert fifo.submit(5, SHARE) == []  # 5 and 0 free
+    assert fifo.finish(2) == [(5, (0,))]  # 55 free on GPU 0: its 50 fit
+    assert fifo.free == [5, 0]
+    assert fifo.finish(1) == [] and fifo.free == [50, 0]
+
+
+def test_first_fit_and_shortest_queue_hold_a_relative_demands_share() -> None:
+    greedy = FirstFitPolicy(2, WHOLE, [100, 40])
+    assert greedy.submit(1, SHARE) == [(1, (0,))]
+    assert greedy.submit(2, SHARE) == [(2, (0,))]
+    assert greedy.submit(3, SHARE) == [(3, (1,))]
+    assert greedy.submit(4, SHARE) == [(4, (1,))]
+    assert greedy.submit(5, SHARE) == [] and greedy.free == [0, 0]
+    assert greedy.finish(3) == [(5, (1,))]
+    lanes = ShortestQueuePolicy(2, WHOLE, [100, 40])
+    assert lanes.submit(1, SHARE) == [(1, (0,))]
+    assert lanes.submit(2, SHARE) == [(2, (1,))]
+    assert lanes.free == [50, 20]
+    lanes.finish(1)
+    lanes.finish(2)
+    assert lanes.free == [100, 40]

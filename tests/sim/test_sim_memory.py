@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from hwpool._cli._report import outcomes_json
+from hwpool._sim._machine import held_on, task_demand
 from hwpool._sim._simulate import POLICIES, simulate
 from hwpool._sim._trace import load_trace, parse_trace
 
@@ -55,14 +56,77 @@ def test_memory_tasks_need_a_machine_sized_in_memory() -> None:
         simulate(tasks, 3, gpu_memory=MACHINE)
 
 
-def test_fractions_on_one_size_and_refused_on_mixed_sizes() -> None:
+def test_a_fraction_is_that_share_of_the_gpu_it_runs_on() -> None:
     tasks = parse_trace('{"arrival": 0, "demand": 0.5, "duration": 1}\n', fmt="jsonl")
     same = simulate(tasks, 2, gpu_memory=(81920, 81920))
     assert same.runs[0].share == 0.5
-    with pytest.raises(ValueError, match="give it a 'memory' instead"):
-        simulate(tasks, 2, gpu_memory=MACHINE)
+    mixed = simulate(tasks, 2, gpu_memory=MACHINE)  # best fit: 12 GiB left on the small card
+    assert mixed.runs[0].gpus == (1,) and mixed.runs[0].share == 0.5
+    # Work: 12 GiB for 1 s of the machine's 104 GiB; the bound counts the smallest GPU's share.
+    assert mixed.utilization == pytest.approx(12 / 104)
+    assert mixed.lower_bound == 1.0
     whole = parse_trace('{"arrival": 0, "demand": 2, "duration": 1}\n', fmt="jsonl")
     assert simulate(whole, 2, gpu_memory=(81920, 81920)).runs[0].gpus == (0, 1)
+
+
+FRACTION_TRACE = """\
+{"name": "a", "arrival": 0, "demand": 0.5, "duration": 10}
+{"name": "b", "arrival": 0, "demand": 0.5, "duration": 10}
+{"name": "c", "arrival": 0, "demand": 0.5, "duration": 10}
+{"name": "d", "arrival": 0, "demand": 0.75, "duration": 1}
+{"name": "e", "arrival": 1, "memory": "30GiB", "duration": 2}
+{"name": "f", "arrival": 2, "demand": 0.25, "duration": 3}
+{"name": "g", "arrival": 3, "demand": 1, "duration": 1}
+"""
+
+
+def held_in_mib(runs, gpu: int, totals) -> int:  # type: ignore[no-untyped-def]
+    """The most MiB held on ``gpu`` at any instant, each run holding what the core counts."""
+    events = []
+    for run in runs:
+        if gpu in run.gpus:
+            amount = held_on(task_demand(run.task, totals), totals[gpu])
+            events += [(run.start, 1, amount), (run.end, 0, -amount)]
+    level = peak = 0
+    for _, _, change in sorted(events):
+        level += change
+        peak = max(peak, level)
+    return peak
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_every_policy_runs_fractions_on_a_mixed_machine(policy: str) -> None:
+    tasks = parse_trace(FRACTION_TRACE, fmt="jsonl")
+    result = simulate(tasks, 2, policy, gpu_memory=MACHINE)
+    runs = {run.task.name: run for run in result.runs}
+    for gpu in (0, 1):
+        assert held_in_mib(result.runs, gpu, MACHINE) <= MACHINE[gpu]
+    for name in "abcdf":  # each holds its share of the GPU it ran on
+        run = runs[name]
+        assert run.share == pytest.approx(run.task.demand, abs=1e-6)
+    # Two halves fit the small card (12 GiB each) and two the large (40 GiB each).
+    assert sorted(runs[n].gpus[0] for n in "abc") in ([0, 1, 1], [0, 0, 1])
+    assert all(runs[n].start == 0 for n in "abc")
+    assert 0 < result.utilization <= result.best_utilization <= 1
+    assert result.makespan >= result.lower_bound
+    if policy in ("hwpool", "hwpool-reserve-all", "fifo"):  # best fit, least left
+        assert [runs[n].gpus for n in "abc"] == [(1,), (1,), (0,)]
+    if policy in ("hwpool", "hwpool-reserve-all"):
+        # 0.75 needs 60 GiB on GPU 0 (40 free: 20 short), 18 on GPU 1 (none free: 18 short):
+        # it reserves GPU 1, the closer, so 30 GiB starts at once beside "c" on GPU 0.
+        assert runs["d"].gpus == (1,) and runs["d"].start == 10
+        assert runs["e"].gpus == (0,) and runs["e"].start == 1
+        assert runs["f"].gpus == (0,) and runs["f"].start == 3  # 20 GiB, once "e" ends
+    if policy == "first-fit":  # the lowest-indexed GPU that fits: two halves of 80 GiB
+        assert [runs[n].gpus for n in "abc"] == [(0,), (0,), (1,)]
+
+
+def test_simulate_command_on_a_mixed_machine_with_fractions(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    trace = tmp_path / "fractions.jsonl"
+    trace.write_text(FRACTION_TRACE)
+    proc = _hwpool("simulate", str(trace), "--gpu-memory", "80GiB,24GiB", "--policy", "all")
+    assert proc.returncode == 0, proc.stderr
+    assert "0.5 GPU x3" in proc.stdout and "0.75 GPU x1" in proc.stdout
 
 
 MIXED_TRACE = """\

@@ -26,8 +26,8 @@ class WaiterSnapshot:
     reserved: tuple[int, ...]
     waited_s: float
     memory_mib: int | None = None
-    """On a pool sized in memory: the MiB asked for on one GPU (None: whole GPUs, or a
-    fraction pool, where ``fraction`` says it)."""
+    """On a pool sized in memory: the MiB asked for on one GPU (None: whole GPUs, a fraction
+    pool, or a fraction on GPUs of different sizes, where ``fraction`` says it)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -426,6 +426,8 @@ class LocalBackend:
             )
         if demand.count > 1 or demand.whole:
             return WaiterSnapshot(demand.count, 1.0, entry.reserved, waited)
+        if demand.relative:  # a share of whichever GPU: no one amount of MiB
+            return WaiterSnapshot(1, units_to_fraction(demand.units), entry.reserved, waited)
         share = demand.units / max(self._totals)
         return WaiterSnapshot(1, share, entry.reserved, waited, demand.units)
 

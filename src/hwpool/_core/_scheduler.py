@@ -9,23 +9,29 @@ hold under both policies:
 
 1. A demand needs ``count`` GPUs, each with at least ``units`` free. A fractional demand is
    ``count == 1``; a whole-GPU demand (``count > 1``, or ``whole=True``) needs ``count`` GPUs
-   that are completely free, whatever their size. A demand that can never fit (more units
-   than the largest GPU, more whole GPUs than there are) is refused with ValueError.
-2. Placement is best fit: a fractional demand takes the fitting GPU with the fewest free
-   units, a whole-GPU demand the completely free GPUs with the smallest totals; ties to the
+   that are completely free, whatever their size. A *relative* demand (``relative=True``,
+   ``count == 1``) is a share of whichever GPU it lands on: ``units`` out of
+   ``UNITS_PER_GPU``, so on GPU ``g`` it needs ``max(1, ceil(units * totals[g] /
+   UNITS_PER_GPU))`` units (on GPUs of one size it is the equal absolute demand). A demand
+   that can never fit (more units than the largest GPU, more whole GPUs than there are) is
+   refused with ValueError.
+2. Placement is best fit: a fractional demand takes the fitting GPU with the least left free
+   after the grant (free minus its need there; for an absolute demand, the fewest free
+   units), a whole-GPU demand the completely free GPUs with the smallest totals; ties to the
    lowest index (on GPUs of one size: the lowest-indexed free GPUs).
 
 ``easy`` (the default): EASY backfilling, with hold times learned from what the core sees.
 
 3e. Waiters form one FIFO queue; its first waiter is the head, and only the head reserves:
     the GPUs expected to have room for it soonest (ties: the most free, then the lowest
-    index, as in rule 3). Its shadow is when that is expected. It keeps those GPUs until it
-    is granted or cancelled, except that once its shadow has passed it may move, once, to
-    GPUs now expected to have room strictly sooner.
+    index, as in rule 3; for a relative head, the most free beyond its need there). Its
+    shadow is when that is expected. It keeps those GPUs until it is granted or cancelled,
+    except that once its shadow has passed it may move, once, to GPUs now expected to have
+    room strictly sooner.
 4e. Every other waiter, in queue order, and every new arrival may be granted at once on the
     GPUs the head does not reserve, and on the head's GPUs only before its shadow, and only
     if its expected hold ends by the shadow or (for a fractional head) leaves the head's
-    units free at the shadow. A new arrival never passes an earlier waiter of its own demand
+    need there free at the shadow. A new arrival never passes an earlier waiter of its own demand
     that has no hint.
 5e. The head is granted as soon as it fits anywhere (best fit, rule 2); every release or
     cancellation grants what now fits from the front, then backfills (rule 4e).
@@ -43,9 +49,10 @@ hold under both policies:
 
 3. Walking the queue in order, each waiter that cannot be granted reserves, among the GPUs
    no earlier waiter reserves, the ``count`` most free ones: for a fractional demand the GPU
-   with the most free units among those whose total could ever hold it, for a whole-GPU
-   demand the GPUs with the fewest units in use (on GPUs of one size both are "most free");
-   ties to the lowest index. The first waiter that cannot get its full set stops all
+   with the most free units beyond its need there (free minus need: for an absolute demand,
+   the most free units) among those whose total could ever hold it, for a whole-GPU demand
+   the GPUs with the fewest units in use (on GPUs of one size both are "most free"); ties to
+   the lowest index. The first waiter that cannot get its full set stops all
    reservations behind it.
 4. Any request may be granted at once on GPUs that no earlier waiter reserves (backfill).
 5. Every release or cancellation walks the queue again, granting what now fits. The walk stops
@@ -90,19 +97,23 @@ class Demand:
     """What one request needs: ``count`` GPUs with ``units`` free on each.
 
     ``count > 1`` always means whole GPUs; ``whole=True`` asks for one (or ``count``) whole
-    GPUs of any size, where ``units`` is not used for fitting.
+    GPUs of any size, where ``units`` is not used for fitting. ``relative=True`` (with
+    ``count == 1``) makes ``units`` a share of one GPU in ``UNITS_PER_GPU`` units, whatever
+    its size: on GPUs of different sizes its need differs per GPU (rule 1).
     """
 
     count: int
     units: int
     whole: bool = False
+    relative: bool = False
 
 
 class Grant(NamedTuple):
     """A request that has been granted: ``units`` taken on each GPU of ``gpus``.
 
     A whole-GPU grant holds each GPU's total; where those differ, ``units`` is 0 and
-    :meth:`Scheduler.held` gives what each GPU holds.
+    :meth:`Scheduler.held` gives what each GPU holds. A relative demand's grant holds the
+    units it took on its one GPU.
     """
 
     ticket: int
@@ -126,9 +137,18 @@ class Head(NamedTuple):
     moved: bool = False
 
 
-def _class_of(demand: Demand) -> tuple[int, int, bool]:
-    """The key hold times are learned under: a tuple hashes faster than a Demand."""
+def _class_of(demand: Demand) -> tuple[int, int, bool] | tuple[int, int, bool, bool]:
+    """The key hold times are learned under: a tuple hashes faster than a Demand. A relative
+    demand's key is longer, so it never shares a class with an absolute demand of its units."""
+    if demand.relative:
+        return (demand.count, demand.units, demand.whole, True)
     return (demand.count, demand.units, demand.whole)
+
+
+def _share(units: int, total: int) -> int:
+    """Units that ``units`` out of ``UNITS_PER_GPU`` are of a GPU of ``total``, rounded up
+    (at least one): exact integer arithmetic."""
+    return max(1, -(-units * total // UNITS_PER_GPU))
 
 
 class Waiter(NamedTuple):
@@ -287,6 +307,7 @@ class Scheduler:
             totals = [check_int("units_per_gpu", size, minimum=1)] * count
         self.num_gpus = len(totals)
         self.units_per_gpu = max(totals)  # every GPU's total when they are equal
+        self._smallest = min(totals)
         self._totals = totals
         self.policy = policy
         self._easy = policy == "easy"
@@ -312,6 +333,8 @@ class Scheduler:
         self._open_easy: list[int] = []
         self._classes: dict[Demand, deque[int]] = {}
         self._hints: dict[int, float] = {}
+        # Relative demands on GPUs of different sizes: share in units -> need on each GPU.
+        self._relative_needs: dict[int, list[int]] = {}
 
     # ----------------------------------------------------------------- queries
     @property
@@ -525,10 +548,14 @@ class Scheduler:
     def _admit(self, demand: Demand) -> Demand:
         """``demand`` as the walk takes it, or ValueError if it could never fit.
 
-        On GPUs of one size a whole-GPU demand is ``units_per_gpu`` on each, so the fast
-        path sees nothing new; on GPUs of different sizes it keeps its ``whole`` mark.
+        On GPUs of one size a whole-GPU demand is ``units_per_gpu`` on each and a relative
+        demand its share of that, so the fast path sees nothing new; on GPUs of different
+        sizes both keep their mark. ValueError for a relative demand of more than one GPU,
+        of whole GPUs, or of a share outside 1..UNITS_PER_GPU units.
         """
         count, units = demand.count, demand.units
+        if demand.relative:
+            return self._admit_relative(demand)
         if count > 1 or demand.whole:
             if not 1 <= count <= self.num_gpus:
                 raise ValueError(
@@ -547,12 +574,43 @@ class Scheduler:
             )
         return demand
 
+    def _admit_relative(self, demand: Demand) -> Demand:
+        """A relative demand checked: the equal absolute one on GPUs of one size."""
+        count, units = demand.count, demand.units
+        if count != 1 or demand.whole:
+            raise ValueError(
+                f"a relative demand is a share of one GPU: count must be 1 and whole False, "
+                f"got count={count!r}, whole={demand.whole!r}"
+            )
+        if type(units) is not int or not 1 <= units <= UNITS_PER_GPU:
+            raise ValueError(
+                f"units of a relative demand must be between 1 and {UNITS_PER_GPU} "
+                f"(a whole GPU), got {units!r}"
+            )
+        if self._uniform:
+            return Demand(1, _share(units, self.units_per_gpu))
+        return demand
+
+    def _needs_of(self, demand: Demand) -> list[int]:
+        """Units a relative ``demand`` needs on each GPU (rule 1), memoised per share."""
+        needs = self._relative_needs.get(demand.units)
+        if needs is None:
+            needs = [_share(demand.units, total) for total in self._totals]
+            if len(self._relative_needs) < 4096:
+                self._relative_needs[demand.units] = needs
+        return needs
+
     def _index_of(self, demand: Demand) -> _DemandIndex:
         return self._whole_index if demand.count > 1 or demand.whole else self._fraction_index
 
-    @staticmethod
-    def _key_of(demand: Demand) -> int:
-        return demand.count if demand.count > 1 or demand.whole else demand.units
+    def _key_of(self, demand: Demand) -> int:
+        """``demand``'s key in its index: a count of whole GPUs, else the units it needs on
+        the GPU where it needs the fewest (a lower bound, which keeps the early stop safe)."""
+        if demand.count > 1 or demand.whole:
+            return demand.count
+        if demand.relative:
+            return _share(demand.units, self._smallest)
+        return demand.units
 
     def _take_new(self, demand: Demand) -> tuple[int, ...] | None:
         """Take capacity for a new arrival where it fits without jumping the queue, or None."""
@@ -610,11 +668,11 @@ class Scheduler:
         fewest = self._whole_index.min_excluding(seen[1])
         return fewest is not None and order.full_count_at_least(fewest, self.units_per_gpu)
 
-    @staticmethod
-    def _tally(seen: tuple[dict[int, int], dict[int, int]], demand: Demand) -> None:
-        whole = demand.count > 1 or demand.whole
-        counts = seen[1] if whole else seen[0]
-        key = demand.count if whole else demand.units
+    def _tally(self, seen: tuple[dict[int, int], dict[int, int]], demand: Demand) -> None:
+        if demand.count > 1 or demand.whole:
+            counts, key = seen[1], demand.count
+        else:
+            counts, key = seen[0], self._key_of(demand) if demand.relative else demand.units
         counts[key] = counts.get(key, 0) + 1
 
     def _walk(self) -> list[Grant]:
@@ -666,14 +724,21 @@ class Scheduler:
                 for passed in itertools.islice(self._queue.values(), visited):
                     self._tally(seen, passed)
         order.p = p
+        return self._dequeued(grants)
+
+    def _dequeued(self, grants: list[Grant]) -> list[Grant]:
+        """Take the waiters a walk granted out of the queue and its index; return ``grants``."""
         for grant in grants:
-            demand = self._queue.pop(grant.ticket)
-            self._index_of(demand).remove(self._key_of(demand))
+            done = self._queue.pop(grant.ticket)
+            self._index_of(done).remove(self._key_of(done))
         return grants
 
     # ------------------------------------------------- GPUs of different sizes (plain walk)
     def _units_of(self, demand: Demand, gpus: tuple[int, ...]) -> int:
-        """``Grant.units`` for ``demand`` on ``gpus``: 0 for whole GPUs of different sizes."""
+        """``Grant.units`` for ``demand`` on ``gpus``: 0 for whole GPUs of different sizes,
+        what a relative demand needs on its one GPU."""
+        if demand.relative:
+            return self._needs_of(demand)[gpus[0]]
         if not demand.whole:
             return demand.units
         sizes = {self._totals[gpu] for gpu in gpus}
@@ -694,6 +759,8 @@ class Scheduler:
                 for gpu in chosen:
                     free[gpu] = 0
             return chosen
+        if demand.relative:
+            return self._fit_relative(self._needs_of(demand), gpus, take)
         units, best, best_free = demand.units, -1, -1
         for gpu in gpus:
             f = free[gpu]
@@ -703,6 +770,23 @@ class Scheduler:
             return None
         if take:
             free[best] -= units
+        return (best,)
+
+    def _fit_relative(
+        self, needs: list[int], gpus: Iterable[int], take: bool
+    ) -> tuple[int, ...] | None:
+        """Best fit (rule 2) for a relative demand needing ``needs[g]`` on GPU ``g``: the
+        fitting GPU among ``gpus`` with the least left after the grant, ties lowest index."""
+        free = self._free
+        best, best_left = -1, -1
+        for gpu in gpus:
+            left = free[gpu] - needs[gpu]
+            if left >= 0 and (best < 0 or left < best_left or (left == best_left and gpu < best)):
+                best, best_left = gpu, left
+        if best < 0:
+            return None
+        if take:
+            free[best] -= needs[best]
         return (best,)
 
     def _reserve_general(self, demand: Demand, open_gpus: list[int]) -> tuple[int, ...] | None:
@@ -716,12 +800,16 @@ class Scheduler:
             for gpu in chosen:
                 open_gpus.remove(gpu)
             return chosen
-        units, best, best_free = demand.units, -1, -1  # the most free GPU that could hold it
-        for gpu in open_gpus:
-            if totals[gpu] >= units:
-                f = free[gpu]
-                if f > best_free or (f == best_free and gpu < best):
-                    best, best_free = gpu, f
+        if demand.relative:  # the most free beyond its need (any GPU could hold it)
+            needs = self._needs_of(demand)
+            best = min(open_gpus, key=lambda gpu: (needs[gpu] - free[gpu], gpu), default=-1)
+        else:
+            best, best_free = -1, -1  # the most free GPU that could hold it
+            for gpu in open_gpus:
+                if totals[gpu] >= demand.units:
+                    f = free[gpu]
+                    if f > best_free or (f == best_free and gpu < best):
+                        best, best_free = gpu, f
         if best < 0:
             return None
         open_gpus.remove(best)
@@ -750,12 +838,29 @@ class Scheduler:
     ) -> bool:
         """Whether any waiter not yet visited could fit on ``open_gpus``."""
         free, totals = self._free, self._totals
+        # A relative demand's key is its need on the smallest GPU: a lower bound, so this
+        # may walk on where nothing fits, but never stops where something would.
         smallest = self._fraction_index.min_excluding(seen[0])
         if smallest is not None and any(free[gpu] >= smallest for gpu in open_gpus):
             return True
         fewest = self._whole_index.min_excluding(seen[1])
         idle = sum(1 for gpu in open_gpus if free[gpu] == totals[gpu])
         return fewest is not None and idle >= fewest
+
+    def _relative_pass(self, demand: Demand, open_gpus: list[int]) -> tuple[int, int, int]:
+        """The walk's one pass for a relative demand: its best fit among ``open_gpus`` (-1:
+        none), the GPU it would reserve (the most free beyond its need; every GPU could hold
+        it), and what it needs on the best fit."""
+        free, needs = self._free, self._needs_of(demand)
+        fit, fit_left, most, most_left = -1, 0, -1, 0
+        for gpu in open_gpus:  # in index order, so ties go to the lowest index
+            left = free[gpu] - needs[gpu]
+            if left >= 0:
+                if fit < 0 or left < fit_left:
+                    fit, fit_left = gpu, left
+            elif most < 0 or left > most_left:
+                most, most_left = gpu, left
+        return fit, most, needs[fit] if fit >= 0 else 0
 
     def _seen_upto(self, visited: int) -> tuple[dict[int, int], dict[int, int]]:
         """The demands of the first ``visited`` waiters, tallied for the early stop."""
@@ -783,14 +888,17 @@ class Scheduler:
                     break
                 self._tally(seen, demand)
             if demand.count == 1 and not demand.whole:  # one pass: best fit, else the reserve
-                units, fit, fit_free, most, most_free = demand.units, -1, -1, -1, -1
-                for gpu in open_gpus:  # in index order, so ties go to the lowest index
-                    f = free[gpu]
-                    if f >= units:
-                        if fit < 0 or f < fit_free:
-                            fit, fit_free = gpu, f
-                    elif f > most_free and totals[gpu] >= units:
-                        most, most_free = gpu, f
+                if demand.relative:
+                    fit, most, units = self._relative_pass(demand, open_gpus)
+                else:
+                    units, fit, fit_free, most, most_free = demand.units, -1, -1, -1, -1
+                    for gpu in open_gpus:  # in index order, so ties go to the lowest index
+                        f = free[gpu]
+                        if f >= units:
+                            if fit < 0 or f < fit_free:
+                                fit, fit_free = gpu, f
+                        elif f > most_free and totals[gpu] >= units:
+                            most, most_free = gpu, f
                 if fit >= 0:
                     free[fit] -= units
                     grants.append(_grant((ticket, (fit,), units)))
@@ -813,10 +921,7 @@ class Scheduler:
                     continue
                 reserving, seen = False, self._seen_upto(visited)
         self._open, self._reserving = open_gpus, reserving
-        for grant in grants:
-            done = self._queue.pop(grant.ticket)
-            self._index_of(done).remove(self._key_of(done))
-        return grants
+        return self._dequeued(grants)
 
     def restore(self, gpus: tuple[int, ...], units: int, *, now: float | None = None) -> Grant:
         """Re-create a grant that was held before a restart: ``units`` on each of ``gpus``.
@@ -881,7 +986,7 @@ class Scheduler:
     def _granted(
         self, ticket: int, demand: Demand, gpus: tuple[int, ...], now: float, hint: float | None
     ) -> Grant:
-        units = demand.units if not demand.whole else self._units_of(demand, gpus)
+        units = self._units_of(demand, gpus) if demand.whole or demand.relative else demand.units
         grant = _grant((ticket, gpus, units))
         if len(gpus) == 1 and units:
             held = {gpus[0]: units}
@@ -904,8 +1009,11 @@ class Scheduler:
         return demand
 
     def _need(self, demand: Demand, gpu: int) -> int:
-        """Units ``demand`` needs free on ``gpu``: all of it for whole GPUs."""
-        return self._totals[gpu] if demand.whole or demand.count > 1 else demand.units
+        """Units ``demand`` needs free on ``gpu``: all of it for whole GPUs, its share of
+        it for a relative demand."""
+        if demand.whole or demand.count > 1:
+            return self._totals[gpu]
+        return self._needs_of(demand)[gpu] if demand.relative else demand.units
 
     def _choose_head(self, ticket: int, demand: Demand, now: float, *, moved: bool = False) -> Head:
         """The GPUs expected to have room for ``demand`` soonest, and when (rule 3e).
@@ -913,7 +1021,8 @@ class Scheduler:
         Estimates are no finer than ``GRAIN`` times the demand's own expected hold, so every
         GPU expected within that of the soonest ones is as good, and among those the most
         free win, then the lowest index, as in rule 3 (with nothing known yet, rule 3's
-        choice). GPUs too small never qualify.
+        choice). GPUs too small never qualify. A relative head ranks by what is free beyond
+        its need on each GPU, as rule 3 does (for an absolute one that is the most free).
         """
         free, durations = self._free, self._durations
         grain = GRAIN * (durations.mean(_class_of(demand)) or 0.0)
@@ -923,7 +1032,11 @@ class Scheduler:
             if self._totals[gpu] >= (need := self._need(demand, gpu))
         )
         cutoff = timed[demand.count - 1][0] + grain
-        ranked = sorted((-free[gpu], gpu, at) for at, gpu in timed if at <= cutoff)
+        ranked = sorted(
+            (self._need(demand, gpu) - free[gpu] if demand.relative else -free[gpu], gpu, at)
+            for at, gpu in timed
+            if at <= cutoff
+        )
         chosen = ranked[: demand.count]
         gpus = tuple(sorted(gpu for _, gpu, _ in chosen))
         return Head(ticket, gpus, max(at for _, _, at in chosen), now, moved)
@@ -956,8 +1069,8 @@ class Scheduler:
                 if ends_in_time or (
                     slack
                     and self._durations.free_by(gpu, self._free[gpu], head.shadow, now)
-                    - demand.units
-                    >= head_demand.units
+                    - self._need(demand, gpu)
+                    >= self._need(head_demand, gpu)
                 ):
                     allowed.append(gpu)
             allowed.sort()
@@ -1004,10 +1117,15 @@ class Scheduler:
             return
         idle = sum(1 for gpu, f in enumerate(free) if f == totals[gpu])
         # Only demands that could fit somewhere now: the others wait whatever the rules say.
+        # (A relative demand is judged by its need on the smallest GPU: a lower bound.)
         streams: list[Iterator[int]] = [
             iter(waiting)
             for demand, waiting in self._classes.items()
-            if (demand.count <= idle if demand.whole or demand.count > 1 else demand.units <= top)
+            if (
+                demand.count <= idle
+                if demand.whole or demand.count > 1
+                else self._key_of(demand) <= top
+            )
         ]
         streams.append(iter(self._hints))
         hinted = len(streams) - 1

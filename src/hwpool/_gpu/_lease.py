@@ -68,22 +68,30 @@ class GPULease:
     @property
     def fraction(self) -> float:
         """The share of each leased GPU (1.0 for whole GPUs); on a pool sized in memory, the
-        share of the GPU granted (before the grant: of the largest GPU)."""
-        totals = self._pool._totals
+        share of the GPU granted (before the grant: of the largest GPU, or for a fraction on
+        GPUs of different sizes the fraction asked for)."""
+        totals, demand, grant = self._pool._totals, self._demand, self._grant
         if totals is None:
-            return units_to_fraction(self._demand.units)
-        if self._demand.whole:
+            return units_to_fraction(demand.units)
+        if demand.whole:
             return 1.0
-        gpus = self._grant.gpus if self._grant is not None else ()
-        return self._demand.units / (totals[gpus[0]] if gpus else max(totals))
+        if demand.relative:  # the MiB taken depend on the GPU granted
+            if grant is None:
+                return units_to_fraction(demand.units)
+            return grant.units / totals[grant.gpus[0]]
+        gpus = grant.gpus if grant is not None else ()
+        return demand.units / (totals[gpus[0]] if gpus else max(totals))
 
     @property
     def memory_mib(self) -> int | None:
         """On a pool sized in memory, the MiB this lease holds (or asks for) over all its
-        GPUs; None on a fraction pool."""
+        GPUs; None on a fraction pool, and for a fraction on GPUs of different sizes until it
+        is granted (what it takes depends on the GPU)."""
         totals = self._pool._totals
         if totals is None:
             return None
+        if self._demand.relative:
+            return None if self._grant is None else self._grant.units
         if self._demand.whole and self._grant is not None:  # whole GPUs of different sizes
             return sum(totals[gpu] for gpu in self._grant.gpus)
         return self._demand.units * self._demand.count

@@ -53,7 +53,8 @@ class GPUPool:
     then give ``memory=`` (see ``hwpool._gpu._sizing``). ``hwpool.connect()`` to a server
     started with ``hwpool serve --memory`` (or ``--gpu-memory``) is sized in memory the same way.
     On GPUs of different sizes, whole GPUs are completely free ones of any size and a fraction
-    below 1 is a ValueError (it would mean a different amount on each GPU).
+    below 1 is that share of the GPU it is granted (``0.5``: 40 GiB on an 80 GiB GPU, 12 GiB
+    on a 24 GiB one); ``release(gpu, fraction)`` gives back that share of ``gpu``.
     ``GPUPool(memory=True, reserve_in_use=True)`` leaves alone the memory that was in use on
     each GPU when the pool was made (a desktop session, another job): a GPU's capacity is its
     total less that reading, taken once. ValueError where a GPU's use is unknown or nothing is
@@ -77,6 +78,8 @@ class GPUPool:
         sized = sized_gpus(num_gpus, memory, gpu_memory, reserve_in_use)
         self._in_use = tuple(g.memory_used_mib or 0 for g in sized or ()) if reserve_in_use else ()
         self._memo: dict[object, Demand] = {}  # memory amount -> its validated demand
+        self._shares: dict[float, Demand] = {}  # float fraction -> its demand (sized pools)
+        self._share_mib: dict[tuple[int, float], int] = {}  # (gpu, fraction) -> MiB there
         if backend is not None and policy is not None:
             raise TypeError(f"give backend or policy, not both (policy={policy!r})")
         rule = "easy" if policy is None else policy
@@ -262,7 +265,7 @@ class GPUPool:
         grant = self._acquire_now(demand, expected)
         if grant is None:
             sized = self._totals is not None and demand.count == 1 and not demand.whole
-            what = f"{demand.units} MiB" if sized else _describe(demand)
+            what = f"{demand.units} MiB" if sized and not demand.relative else _describe(demand)
             raise WouldBlock(f"no GPU can take {what} without waiting")
         return grant
 
@@ -272,6 +275,7 @@ class GPUPool:
     ) -> None:
         """Give back a grant of ``fraction`` (default 1) or ``memory`` on GPU ``gpu_id`` from
         this pool's ``acquire*`` calls (for ``acquire_full``: ``release(gpu)`` for each GPU).
+        On a pool sized in memory, ``fraction`` is that share of GPU ``gpu_id``'s total.
 
         Raises ValueError, changing nothing, when no such grant is held: released already,
         held by a lease (a lease releases itself), or never granted. TypeError for a wrong type.
@@ -316,6 +320,13 @@ class GPUPool:
             return self._memo[memory].units
         if fraction is not None and memory is not None:
             memory_demand(self._totals, fraction, memory)  # raises: both given
+        if memory is None and type(fraction) is float:  # validated once per GPU and share
+            mib = self._share_mib.get((gpu, fraction))
+            if mib is None:
+                mib = sized_units(self._totals, fraction, None, gpu)
+                if len(self._share_mib) < 4096:
+                    self._share_mib[gpu, fraction] = mib
+            return mib
         return sized_units(self._totals, fraction, memory, gpu)
 
     def _keep(self, grant: Grant) -> list[int]:
@@ -402,6 +413,13 @@ class GPUPool:
                 if len(self._memo) < 4096:
                     self._memo[memory] = demand
             return demand
+        if memory is None and type(fraction) is float:
+            demand = self._shares.get(fraction)
+            if demand is None:  # validated once per share, as on a fraction pool
+                demand = memory_demand(self._totals, fraction, None)
+                if len(self._shares) < 4096:
+                    self._shares[fraction] = demand
+            return demand
         return memory_demand(self._totals, fraction, memory)
 
 
@@ -440,4 +458,5 @@ def _fraction_demand(fraction: object) -> Demand:
 def _describe(demand: Demand) -> str:
     if demand.count > 1 or demand.whole:
         return f"{demand.count} whole GPU(s)"
-    return f"fraction={units_to_fraction(demand.units)}"
+    share = f"fraction={units_to_fraction(demand.units)}"
+    return f"{share} of a GPU of any size" if demand.relative else share

@@ -3,11 +3,12 @@
 A memory-sized pool gives each GPU a capacity of its memory total, one unit per MiB
 (``GPUPool(memory=True)``: the detected totals; ``GPUPool(gpu_memory=["80GiB", "24GiB"])``:
 logical GPUs of those sizes). A request then gives ``memory=`` (an amount, see
-``hwpool._core._memory``) or a ``fraction`` of a GPU; on GPUs of one size a fraction is that
-share of their total, rounded up to whole MiB. On GPUs of different sizes a fraction below 1
-would mean a different amount on each candidate GPU, which the core's best fit cannot weigh: it
-is refused there, with the sizes named (ask for ``memory=`` instead); a fraction of 1 (or
-none) is one whole GPU, of any size.
+``hwpool._core._memory``) or a ``fraction`` of a GPU: that share of the total of the GPU it
+is granted on, rounded up to whole MiB. On GPUs of one size that is one amount; on GPUs of
+different sizes it is a *relative* demand of the core (``Demand(..., relative=True)``), whose
+best fit weighs what it needs on each GPU: ``0.5`` takes 40 GiB where it lands on an 80 GiB
+GPU and 12 GiB on a 24 GiB one, and ``release(gpu, 0.5)`` gives back that share of ``gpu``.
+A fraction of 1 (or none) is one whole GPU, of any size.
 
 Whole GPUs: ``acquire_full(n)`` takes ``n`` completely free GPUs, whatever their size (the
 core prefers the smallest). On a pool with MIG instances, ``n`` must be 1: a CUDA process can
@@ -135,9 +136,10 @@ def memory_demand(totals: tuple[int, ...] | None, fraction: object, memory: obje
     """The one-GPU demand for ``fraction`` or ``memory`` (at most one given) on a pool.
 
     ``totals`` is None for a fraction pool. On a memory-sized pool, a fraction of 1 (or
-    nothing given) is one whole GPU, of any size. TypeError for both given or a wrong type,
-    ValueError for memory on a fraction pool, an amount larger than every GPU, or a fraction
-    below 1 on GPUs of different sizes.
+    nothing given) is one whole GPU, of any size, and a fraction below 1 on GPUs of different
+    sizes is a relative demand (that share of whichever GPU it is granted). TypeError for both
+    given or a wrong type, ValueError for memory on a fraction pool, an amount larger than
+    every GPU, or a fraction outside (0, 1].
     """
     if fraction is not None and memory is not None:
         raise TypeError(f"give fraction or memory, not both (fraction={fraction!r}, "
@@ -149,14 +151,19 @@ def memory_demand(totals: tuple[int, ...] | None, fraction: object, memory: obje
                 "memory is GPUPool(memory=True) or GPUPool(gpu_memory=[...])"
             )
         return Demand(1, fraction_to_units(1.0 if fraction is None else fraction))
-    if memory is None and fraction_to_units(1.0 if fraction is None else fraction) == UNITS_PER_GPU:
-        return whole_demand(totals, 1)
+    if memory is None:
+        units = fraction_to_units(1.0 if fraction is None else fraction)
+        if units == UNITS_PER_GPU:
+            return whole_demand(totals, 1)
+        if len(set(totals)) > 1:  # a share of whichever GPU it lands on
+            return Demand(1, units, relative=True)
     return Demand(1, sized_units(totals, fraction, memory, None))
 
 
 def sized_units(totals: tuple[int, ...], fraction: object, memory: object, gpu: int | None) -> int:
-    """MiB for ``memory``, or for ``fraction`` of GPU ``gpu``'s total (``gpu`` None: of the
-    one size all GPUs have; ValueError where they differ)."""
+    """MiB for ``memory``, or for ``fraction`` of GPU ``gpu``'s total, rounded up as the core
+    rounds a relative demand (``gpu`` None: of the one size all GPUs have; ValueError where
+    they differ, since the amount then depends on the GPU)."""
     if memory is not None:
         mib = parse_memory(memory, "memory")
         largest = max(totals)

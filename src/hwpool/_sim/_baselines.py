@@ -12,9 +12,11 @@ used by :class:`hwpool.GPUPool`; they exist to show what the hwpool core buys:
   unfinished tasks (ties: lowest index); each GPU serves its own queue in FIFO order.
 
 On GPUs of different sizes (``simulate --gpu-memory``) each GPU starts with its own total free
-and a task takes its units on one GPU, as in the core; a whole-GPU task takes completely free
-GPUs of any size (fifo and first-fit take the lowest-indexed ones, shortest-queue queues it
-on the least loaded).
+and a task takes its units on one GPU, as in the core; a fraction (a relative demand) takes
+that share of the GPU it runs on, rounded up as the core does (fifo's best fit weighs that
+need per GPU, as the core's does); a whole-GPU task takes completely free GPUs of any size
+(fifo and first-fit take the lowest-indexed ones, shortest-queue queues it on the least
+loaded).
 
 Every event costs about the same however long the queues grow (no policy rescans its queue),
 so a trace of n tasks is simulated in about n times the cost of one: first-fit keeps one FIFO
@@ -28,6 +30,7 @@ from collections import deque
 from collections.abc import Sequence
 
 from .._core._scheduler import Demand
+from ._machine import held_on
 
 __all__ = ["FifoPolicy", "FirstFitPolicy", "ShortestQueuePolicy", "Start"]
 
@@ -47,7 +50,7 @@ class _Baseline:
         self.units_per_gpu = units_per_gpu
         self.totals = list(totals) if totals is not None else [units_per_gpu] * num_gpus
         self.free = list(self.totals)
-        self.held: dict[int, tuple[tuple[int, ...], int]] = {}
+        self.held: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}  # gpus, units each
 
     def submit(self, task: int, demand: Demand, now: float = 0.0) -> list[Start]:
         """``task`` arrives wanting ``demand``; return the tasks started as a result."""
@@ -57,8 +60,8 @@ class _Baseline:
     def finish(self, task: int, now: float = 0.0) -> list[Start]:
         """``task`` finished; free what it held and return the tasks started as a result."""
         gpus, units = self.held.pop(task)
-        for gpu in gpus:
-            self.free[gpu] += units if units >= 0 else self.totals[gpu]
+        for gpu, taken in zip(gpus, units, strict=True):
+            self.free[gpu] += taken
         return self.dispatch()
 
     def enqueue(self, task: int, demand: Demand) -> None:
@@ -67,26 +70,28 @@ class _Baseline:
     def dispatch(self) -> list[Start]:
         raise NotImplementedError
 
-    def start(self, task: int, gpus: tuple[int, ...], units: int) -> Start:
-        """Start ``task`` on ``gpus`` with ``units`` each (-1: each GPU's total)."""
-        for gpu in gpus:
-            self.free[gpu] -= units if units >= 0 else self.totals[gpu]
+    def start(self, task: int, gpus: tuple[int, ...], demand: Demand) -> Start:
+        """Start ``task`` on ``gpus``, each holding what ``demand`` needs there."""
+        units = tuple(self.need(demand, gpu) for gpu in gpus)
+        for gpu, taken in zip(gpus, units, strict=True):
+            self.free[gpu] -= taken
         self.held[task] = (gpus, units)
         return task, gpus
 
-    @staticmethod
-    def need(demand: Demand) -> int:
-        """The units ``demand`` takes on each GPU (-1: whole GPUs of different sizes)."""
-        return -1 if demand.whole else demand.units
+    def need(self, demand: Demand, gpu: int) -> int:
+        """The units ``demand`` takes on ``gpu``: its total for whole GPUs of different
+        sizes, its share of it for a relative demand, else ``demand.units``."""
+        return held_on(demand, self.totals[gpu])
 
-    def fits(self, gpu: int, units: int) -> bool:
-        """Whether ``gpu`` has ``units`` free (-1: is completely free)."""
-        return self.free[gpu] >= units if units >= 0 else self.free[gpu] == self.totals[gpu]
+    def fits(self, gpu: int, demand: Demand) -> bool:
+        """Whether ``gpu`` has what ``demand`` needs there free."""
+        return self.free[gpu] >= self.need(demand, gpu)
 
-    def fitting(self, units: int) -> list[int]:
-        """The GPUs with at least ``units`` free (-1: completely free), lowest index first."""
-        if units < 0:
-            return [gpu for gpu, free in enumerate(self.free) if free == self.totals[gpu]]
+    def fitting(self, demand: Demand) -> list[int]:
+        """The GPUs with what ``demand`` needs there free, lowest index first."""
+        if demand.whole or demand.relative:
+            return [gpu for gpu in range(len(self.free)) if self.fits(gpu, demand)]
+        units = demand.units
         return [gpu for gpu, free in enumerate(self.free) if free >= units]
 
 
@@ -106,16 +111,16 @@ class FifoPolicy(_Baseline):
         started = []
         while self.queue:
             task, demand = self.queue[0]
-            units = self.need(demand)
-            fitting = self.fitting(units)
+            fitting = self.fitting(demand)
             if len(fitting) < demand.count:
                 break
-            if demand.count == 1 and units >= 0:  # best fit, as in the hwpool core
-                gpus: tuple[int, ...] = (min(fitting, key=lambda g: (self.free[g], g)),)
+            if demand.count == 1 and not demand.whole:  # best fit, least left, as in the core
+                left = {g: self.free[g] - self.need(demand, g) for g in fitting}
+                gpus: tuple[int, ...] = (min(fitting, key=lambda g: (left[g], g)),)
             else:
                 gpus = tuple(fitting[: demand.count])
             self.queue.popleft()
-            started.append(self.start(task, gpus, units))
+            started.append(self.start(task, gpus, demand))
         return started
 
 
@@ -151,9 +156,8 @@ class FirstFitPolicy(_Baseline):
             _, task = fifo.popleft()
             if not fifo:
                 del self.classes[demand]
-            units = self.need(demand)
-            gpus = tuple(self.fitting(units)[: demand.count])
-            started.append(self.start(task, gpus, units))
+            gpus = tuple(self.fitting(demand)[: demand.count])
+            started.append(self.start(task, gpus, demand))
         return started
 
     def _earliest_fitting(self) -> Demand | None:
@@ -167,8 +171,8 @@ class FirstFitPolicy(_Baseline):
                 continue
             if not ranked:
                 ranked = sorted(self.free, reverse=True)
-            if demand.whole:
-                fits = len(self.fitting(-1)) >= demand.count
+            if demand.whole or demand.relative:
+                fits = len(self.fitting(demand)) >= demand.count
             else:
                 fits = demand.count <= len(ranked) and ranked[demand.count - 1] >= demand.units
             if fits:
@@ -189,14 +193,14 @@ class ShortestQueuePolicy(_Baseline):
         super().__init__(num_gpus, units_per_gpu, totals)
         self.lanes: list[deque[int]] = [deque() for _ in range(num_gpus)]  # waiting, per GPU
         self.load = [0] * num_gpus  # unfinished (waiting or running) tasks per GPU
-        self.assigned: dict[int, tuple[tuple[int, ...], int]] = {}  # waiting: (gpus, units)
+        self.assigned: dict[int, tuple[tuple[int, ...], Demand]] = {}  # waiting: gpus, demand
         self._touched: set[int] = set()
 
     def enqueue(self, task: int, demand: Demand) -> None:
-        able = [g for g in range(len(self.load)) if demand.whole or self.totals[g] >= demand.units]
+        able = [g for g in range(len(self.load)) if self.totals[g] >= self.need(demand, g)]
         by_load = sorted(able, key=lambda g: (self.load[g], g))  # GPUs it can ever fit on
         gpus = tuple(sorted(by_load[: demand.count]))
-        self.assigned[task] = (gpus, self.need(demand))
+        self.assigned[task] = (gpus, demand)
         for gpu in gpus:
             self.lanes[gpu].append(task)
             self.load[gpu] += 1
@@ -216,13 +220,13 @@ class ShortestQueuePolicy(_Baseline):
             lane = self.lanes[self._touched.pop()]
             if lane and self._startable(lane[0]):
                 task = lane[0]
-                gpus, units = self.assigned.pop(task)
+                gpus, demand = self.assigned.pop(task)
                 for gpu in gpus:
                     self.lanes[gpu].popleft()
-                started.append(self.start(task, gpus, units))
+                started.append(self.start(task, gpus, demand))
                 self._touched.update(gpus)
         return started
 
     def _startable(self, task: int) -> bool:
-        gpus, units = self.assigned[task]
-        return all(self.lanes[g][0] == task and self.fits(g, units) for g in gpus)
+        gpus, demand = self.assigned[task]
+        return all(self.lanes[g][0] == task and self.fits(g, demand) for g in gpus)

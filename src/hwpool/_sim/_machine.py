@@ -2,9 +2,10 @@
 
 On a machine sized in memory (``simulate --gpu-memory 80GiB,24GiB``) each GPU's capacity is its
 memory in MiB, as in ``GPUPool(gpu_memory=...)``: a task's ``memory`` is that many units on one
-GPU; a whole-GPU task takes completely free GPUs of any size; a fraction below 1 is a share of
-the one size all GPUs have (refused where they differ, as the pool refuses it). Work is counted
-in MiB-seconds against the machine's total memory (a whole GPU: its total), so utilisation and
+GPU; a whole-GPU task takes completely free GPUs of any size; a fraction below 1 is that share
+of the GPU it runs on, as in the pool (on GPUs of different sizes a relative demand of the
+core: ``0.5`` holds 40 GiB on an 80 GiB GPU, 12 GiB on a 24 GiB one). Work is counted in
+MiB-seconds against the machine's total memory (a whole GPU: its total), so utilisation and
 the lower bound mean the same as on a fraction machine.
 """
 
@@ -17,14 +18,14 @@ from .._core._memory import format_mib
 from .._core._scheduler import Demand
 from ._trace import Task
 
-__all__ = ["min_work", "run_work", "task_demand"]
+__all__ = ["held_on", "min_work", "run_work", "task_demand"]
 
 
 def task_demand(task: Task, totals: Sequence[int] | None) -> Demand:
     """What ``task`` asks of the core on this machine (``totals`` None: fractions).
 
-    Raises ValueError naming the task for a memory task on a fraction machine, an amount
-    larger than every GPU, or a fraction below 1 on GPUs of different sizes.
+    Raises ValueError naming the task for a memory task on a fraction machine or an amount
+    larger than every GPU.
     """
     if totals is None:
         if task.memory_mib is not None:
@@ -44,25 +45,31 @@ def task_demand(task: Task, totals: Sequence[int] | None) -> Demand:
         if len(set(totals)) == 1:
             return Demand(task.count, totals[0])
         return Demand(task.count, max(totals), whole=True)
-    if len(set(totals)) > 1:
-        raise ValueError(
-            f"task {task.name!r} asks for {task.demand:g} of a GPU, which means a different "
-            "amount on GPUs of different sizes: give it a 'memory' instead"
-        )
-    return Demand(1, max(1, -(-task.units * totals[0] // UNITS_PER_GPU)))
+    if len(set(totals)) > 1:  # that share of whichever GPU it runs on
+        return Demand(1, task.units, relative=True)
+    return Demand(1, held_on(Demand(1, task.units, relative=True), totals[0]))
+
+
+def held_on(demand: Demand, total: int) -> int:
+    """The units ``demand`` holds on one GPU of ``total`` units, as the core counts them:
+    the total for whole GPUs, the share rounded up (at least 1) for a relative demand."""
+    if demand.whole:
+        return total
+    if demand.relative:
+        return max(1, -(-demand.units * total // UNITS_PER_GPU))
+    return demand.units
 
 
 def run_work(task: Task, gpus: Sequence[int], totals: Sequence[int]) -> float:
     """The MiB-seconds ``task`` held, run on ``gpus``."""
     demand = task_demand(task, totals)
-    if demand.whole:
-        return sum(totals[gpu] for gpu in gpus) * task.duration
-    return demand.units * len(gpus) * task.duration
+    return sum(held_on(demand, totals[gpu]) for gpu in gpus) * task.duration
 
 
 def min_work(task: Task, totals: Sequence[int]) -> float:
     """The MiB-seconds ``task`` holds wherever it runs."""
     demand = task_demand(task, totals)
-    if demand.whole:  # at the least, on the smallest GPUs
-        return sum(sorted(totals)[: demand.count]) * task.duration
+    if demand.whole or demand.relative:  # at the least, on the smallest GPUs
+        smallest = sorted(totals)[: demand.count]
+        return sum(held_on(demand, total) for total in smallest) * task.duration
     return demand.units * demand.count * task.duration

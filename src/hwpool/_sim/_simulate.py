@@ -17,7 +17,7 @@ from typing import Protocol
 from .._core._capacity import UNITS_PER_GPU
 from .._core._scheduler import Demand, Grant, Scheduler
 from ._baselines import FifoPolicy, FirstFitPolicy, ShortestQueuePolicy, Start
-from ._machine import min_work, run_work, task_demand
+from ._machine import held_on, min_work, run_work, task_demand
 from ._trace import Task
 
 __all__ = [
@@ -277,7 +277,7 @@ def _spread_bound(tasks: Sequence[Task], num_gpus: int, cost: Callable[[Task], f
 
 
 def _share(demand: Demand, gpus: tuple[int, ...], totals: Sequence[int]) -> float:
-    return 1.0 if demand.whole else demand.units / totals[gpus[0]]
+    return 1.0 if demand.whole else held_on(demand, totals[gpus[0]]) / totals[gpus[0]]
 
 
 def memory_lower_bound(tasks: Sequence[Task], gpu_memory: Sequence[int]) -> float:
