@@ -456,8 +456,10 @@ def test_a_fraction_on_different_sizes_is_that_share_of_the_gpu_it_lands_on(poli
     assert pool.snapshot().free_mib == (80 * GIB, 24 * GIB)
 
 
-def test_a_fractional_lease_on_different_sizes_holds_its_gpus_share() -> None:
-    pool = GPUPool(gpu_memory=MIXED)
+def test_a_fractional_lease_on_different_sizes_holds_its_gpus_share(
+    sized_pool: MakeSizedPool,
+) -> None:
+    pool = sized_pool(MIXED)
     lease = pool.lease(0.5)
     assert lease.fraction == 0.5 and lease.memory_mib is None  # depends on the GPU
     with lease as gpus:
@@ -480,8 +482,10 @@ def test_a_fractional_lease_on_different_sizes_holds_its_gpus_share() -> None:
     assert pool.snapshot().free_mib == (80 * GIB, 24 * GIB)
 
 
-def test_a_fractional_waiter_on_different_sizes_takes_the_share_of_the_gpu_that_frees() -> None:
-    pool = GPUPool(gpu_memory=MIXED)
+def test_a_fractional_waiter_on_different_sizes_takes_the_share_of_the_gpu_that_frees(
+    sized_pool: MakeSizedPool,
+) -> None:
+    pool = sized_pool(MIXED)
 
     async def main() -> None:
         assert await pool.acquire(memory="70GiB") == 0

@@ -64,6 +64,28 @@ def test_whole_gpus_of_different_sizes_are_held_at_each_total() -> None:
     assert state.disconnect(b, 2.0) == [] and state.core.free == MIXED
 
 
+def test_a_share_of_a_gpu_is_that_share_of_the_gpu_it_lands_on() -> None:
+    state, a = HostState(2, totals=MIXED), client()
+    half = p.Acquire(1, 1, UNITS_PER_GPU // 2, True)  # what a client that knows no MiB sends
+    assert state.acquire(a, half, 0.0) == [(a, p.Granted(1, 1, (1,), 12 * GIB))]
+    assert state.acquire(a, p.Acquire(2, 1, UNITS_PER_GPU // 2, True), 0.0)[0][1].gpus == (1,)
+    assert state.acquire(a, p.Acquire(3, 1, UNITS_PER_GPU // 4, True), 0.0) == [
+        (a, p.Granted(3, 3, (0,), 20 * GIB))
+    ]
+    assert isinstance(only(state.acquire(a, p.Acquire(4, 1, UNITS_PER_GPU - 1, True), 0.0)),
+                      p.Queued)  # fmt: skip
+    (record,) = state.status(9, 0.0, 0.0).waiting
+    assert (record.units, record.unit) == (UNITS_PER_GPU - 1, "gpu")
+    state.release(a, p.Release(5, 3), 1.0)
+    assert state.core.free == (0, 0)  # the waiter took 80 GiB less a unit's worth
+    assert {e.id: e.held for e in a.entries.values()}[4] == {0: 80 * GIB}
+
+
+def only(deliveries: list[tuple[Client, p.ServerMessage]]) -> p.ServerMessage:
+    assert len(deliveries) == 1, deliveries
+    return deliveries[0][1]
+
+
 def test_a_waiter_for_memory_shows_in_mib_and_is_journaled() -> None:
     state, a, b = HostState(1, totals=(24 * GIB,)), client(pid=1), client(pid=2, number=2)
     state.acquire(a, mib(1, 20 * GIB), 0.0)
