@@ -16,12 +16,13 @@ from hwpool._sim._trace import load_trace, parse_trace
 MACHINE = (80 * 1024, 24 * 1024)
 
 
-def held_at_once(runs, gpu: int, totals) -> int:  # type: ignore[no-untyped-def]
-    """The most MiB held on ``gpu`` at any instant (ends before starts at one instant)."""
+def held_in_mib(runs, gpu: int, totals) -> int:  # type: ignore[no-untyped-def]
+    """The most MiB held on ``gpu`` at any instant, each run holding what the core counts
+    (ends before starts at one instant)."""
     events = []
     for run in runs:
         if gpu in run.gpus:
-            amount = run.task.memory_mib
+            amount = held_on(task_demand(run.task, totals), totals[gpu])
             events += [(run.start, 1, amount), (run.end, 0, -amount)]
     level = peak = 0
     for _, _, change in sorted(events):
@@ -36,7 +37,7 @@ def test_every_policy_runs_the_serving_trace_within_each_gpus_memory(policy: str
     result = simulate(tasks, 2, policy, gpu_memory=MACHINE)
     assert len(result.runs) == len(tasks) and result.gpu_memory == MACHINE
     for gpu in (0, 1):
-        assert held_at_once(result.runs, gpu, MACHINE) <= MACHINE[gpu]
+        assert held_in_mib(result.runs, gpu, MACHINE) <= MACHINE[gpu]
     for run in result.runs:
         if run.task.memory_mib == 44 * 1024:
             assert run.gpus == (0,)  # 44 GiB fits the large card only
@@ -78,20 +79,6 @@ FRACTION_TRACE = """\
 {"name": "f", "arrival": 2, "demand": 0.25, "duration": 3}
 {"name": "g", "arrival": 3, "demand": 1, "duration": 1}
 """
-
-
-def held_in_mib(runs, gpu: int, totals) -> int:  # type: ignore[no-untyped-def]
-    """The most MiB held on ``gpu`` at any instant, each run holding what the core counts."""
-    events = []
-    for run in runs:
-        if gpu in run.gpus:
-            amount = held_on(task_demand(run.task, totals), totals[gpu])
-            events += [(run.start, 1, amount), (run.end, 0, -amount)]
-    level = peak = 0
-    for _, _, change in sorted(events):
-        level += change
-        peak = max(peak, level)
-    return peak
 
 
 @pytest.mark.parametrize("policy", POLICIES)
