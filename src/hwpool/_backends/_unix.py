@@ -66,6 +66,7 @@ from .._server._protocol import (
     WaiterRecord,
     Withdraw,
     encode,
+    request_for,
 )
 from ._base import PoolSnapshot, WaiterSnapshot
 from ._wire import Wire
@@ -560,13 +561,8 @@ class UnixBackend:
         return r
 
     def _asked(self, demand: Demand) -> tuple[int, int, Unit]:
-        """``count``, ``units`` and ``unit`` of the request for ``demand`` (see the protocol:
-        MiB for one GPU's worth of memory, else shares of a GPU)."""
-        if self._totals is None or demand.relative:
-            return demand.count, demand.units, "gpu"
-        if demand.whole or demand.count > 1:
-            return demand.count, UNITS_PER_GPU, "gpu"
-        return 1, demand.units, "mib"
+        """``count``, ``units`` and ``unit`` of the request for ``demand``."""
+        return request_for(demand, self._totals is not None, UNITS_PER_GPU)
 
     def _held(self, r: _Req) -> tuple[tuple[int, int], ...]:
         """``(gpu, units)`` that ``r`` holds on each of its GPUs (whole ones: the total)."""

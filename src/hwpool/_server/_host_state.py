@@ -40,6 +40,7 @@ from ._protocol import (
     Unit,
     WaiterRecord,
     Withdraw,
+    request_for,
 )
 
 __all__ = ["ID_BLOCK", "Client", "Delivery", "Entry", "HostState", "Recovery"]
@@ -199,11 +200,7 @@ class HostState:
 
     def _wire_demand(self, demand: Demand) -> tuple[int, int, Unit]:
         """``count``, ``units`` and ``unit`` as a request would ask for ``demand``."""
-        if self.totals is None or demand.relative:
-            return demand.count, demand.units, "gpu"
-        if demand.whole or demand.count > 1:
-            return demand.count, self.units_per_gpu, "gpu"
-        return 1, demand.units, "mib"
+        return request_for(demand, self.totals is not None, self.units_per_gpu)
 
     @staticmethod
     def _fresh_req(client: Client, req: int) -> None:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from .._check import check_bool, check_int, check_real
+from .._core._scheduler import Demand
 from .._host._detect import GPUInfo
 
 __all__ = [
@@ -65,6 +66,7 @@ __all__ = [
     "decode_client",
     "decode_server",
     "encode",
+    "request_for",
 ]
 
 PROTOCOL_VERSION = 1
@@ -281,6 +283,17 @@ def _opened(line: bytes, side: str) -> _Fields:
     if not isinstance(op, str):
         raise ProtocolError(ErrorCode.BAD_MESSAGE, f"a {side} message needs a string 'op'", req)
     return _Fields(obj, op, req)
+
+
+def request_for(demand: Demand, sized: bool, units_per_gpu: int) -> tuple[int, int, Unit]:
+    """``count``, ``units`` and ``unit`` of the request that asks for ``demand``, on a server
+    sized in memory (``sized``) or not: MiB for an amount of one GPU's memory, else a share
+    of a GPU (relative or whole) in ``units_per_gpu`` units."""
+    if not sized or demand.relative:
+        return demand.count, demand.units, "gpu"
+    if demand.whole or demand.count > 1:
+        return demand.count, units_per_gpu, "gpu"
+    return 1, demand.units, "mib"
 
 
 def _texts(f: _Fields) -> dict[str, str | None]:
