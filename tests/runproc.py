@@ -7,6 +7,7 @@ bounded, and orderings are proven with the files the job writes.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -33,7 +34,7 @@ class Run:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "hwpool", "run", *where, *options, "--", *self.argv],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, env=env or ENV,
+            text=True, env={**(env or ENV), "PYTHONFAULTHANDLER": "1"},
         )  # fmt: skip
         self.socket = socket
 
@@ -42,8 +43,14 @@ class Run:
         return self.proc.pid
 
     def finish(self) -> tuple[int, str]:
-        """Its exit status and stderr (bounded)."""
-        _, err = self.proc.communicate(timeout=BOUND)
+        """Its exit status and stderr (bounded: past BOUND it is made to dump the stack of
+        every thread, through faulthandler, and the test fails showing where it hung)."""
+        try:
+            _, err = self.proc.communicate(timeout=BOUND)
+        except subprocess.TimeoutExpired:
+            self.proc.send_signal(signal.SIGABRT)
+            _, err = self.proc.communicate(timeout=BOUND)
+            raise AssertionError(f"hwpool run did not exit within {BOUND} s:\n{err}") from None
         return self.proc.returncode, err
 
     def started(self) -> dict[str, Any]:
