@@ -60,12 +60,14 @@ def short_dir() -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def host_server(gpus: int, *extra: str) -> Iterator[tuple[Path, subprocess.Popen[bytes]]]:
-    """A real ``hwpool serve --gpus N`` (its log discarded); yields its socket and process."""
+def host_server(gpus: int | None, *extra: str) -> Iterator[tuple[Path, subprocess.Popen[bytes]]]:
+    """A real ``hwpool serve --gpus N`` (None: without ``--gpus``, for ``--gpu-memory``; its
+    log discarded); yields its socket and process."""
     with short_dir() as directory:
         path = directory / "hwpool.sock"
-        args = [sys.executable, "-m", "hwpool", "serve", "--socket", str(path),
-                "--gpus", str(gpus), *extra]  # fmt: skip
+        sizing = [] if gpus is None else ["--gpus", str(gpus)]
+        args = [sys.executable, "-m", "hwpool", "serve", "--socket", str(path), *sizing,
+                *extra]  # fmt: skip
         with _child(args, path) as proc:
             yield path, proc
 

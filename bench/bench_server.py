@@ -10,9 +10,12 @@ contenders interleaved and each figure the best of several rounds:
    client receives its replies (so that any number of threads and loops share one socket);
 3. ``acquire_blocking(0.5)`` + ``release`` on ``hwpool.connect()``, a GPUPool over ``hwpool
    serve`` (the release is not waited for), and the same with ``await acquire``;
-4. the same pair on the in-process ``GPUPool``.
+4. the same pair on the in-process ``GPUPool``;
+5. ``acquire_blocking(memory="40GiB")`` + ``release`` on a server sized in memory
+   (``--gpu-memory 80GiB,...``): what asking in MiB costs against asking for a share.
 
-Aim: the server's grant round trip at most 2x the bare echo. Run:
+Aim: the server's grant round trip at most 2x the bare echo; the memory server's at most
+1.2x the fraction server's. Run:
 ``python bench/bench_server.py [--quick]``.
 """
 
@@ -78,6 +81,13 @@ def blocking_pairs(pool: GPUPool, n: int) -> float:
     return (time.perf_counter() - start) / n
 
 
+def memory_pairs(pool: GPUPool, n: int) -> float:
+    start = time.perf_counter()
+    for _ in range(n):
+        pool.release(pool.acquire_blocking(memory="40GiB"), memory="40GiB")
+    return (time.perf_counter() - start) / n
+
+
 def async_pairs(pool: GPUPool, n: int) -> float:
     async def pairs() -> float:
         start = time.perf_counter()
@@ -91,14 +101,20 @@ def async_pairs(pool: GPUPool, n: int) -> float:
 def measure(n: int, rounds: int) -> dict[str, float]:
     """Best-of-``rounds`` seconds per round trip for each contender, interleaved."""
     results: dict[str, list[float]] = {}
-    with echo_server() as echo, host_server(GPUS) as (path, _):
-        shared = hwpool.connect(path)
+    sizes = ",".join(["80GiB"] * GPUS)
+    with (
+        echo_server() as echo,
+        host_server(GPUS) as (path, _),
+        host_server(None, "--gpu-memory", sizes) as (sized_path, _),
+    ):
+        shared, sized = hwpool.connect(path), hwpool.connect(sized_path)
         pool = GPUPool(GPUS)
         cases: list[tuple[str, Callable[[], float]]] = [
             ("echo", lambda: echo_inline(echo, n)),
             ("echo_thread", lambda: echo_threaded(echo, n)),
             ("server", lambda: blocking_pairs(shared, n)),
             ("server_async", lambda: async_pairs(shared, n)),
+            ("server_memory", lambda: memory_pairs(sized, n)),
             ("local", lambda: blocking_pairs(pool, n * 10)),
         ]
         for _, case in cases:  # warm-up
@@ -107,6 +123,7 @@ def measure(n: int, rounds: int) -> dict[str, float]:
             for name, case in cases:
                 results.setdefault(name, []).append(case())
         shared.close()
+        sized.close()
     return {name: min(values) for name, values in results.items()}
 
 
@@ -127,6 +144,8 @@ def main(argv: list[str] | None = None) -> str:
          us["server_async"] / us["echo"], ""),
         ("in-process GPUPool: acquire_blocking + release", us["local"], us["local"] / us["echo"],
          ""),
+        ("hwpool serve --gpu-memory: 40GiB acquire + release", us["server_memory"],
+         us["server_memory"] / us["echo"], ""),
     ]  # fmt: skip
     lines = [
         f"hwpool serve round trip, uncontended  (Python {platform.python_version()}, "
@@ -135,6 +154,8 @@ def main(argv: list[str] | None = None) -> str:
         *(f"{name:<50}{value:>10.1f}{ratio:>9.2f}  {aim}" for name, value, ratio, aim in rows),
         f"server vs echo through a reader thread: {us['server'] / us['echo_thread']:.2f}x; "
         f"server vs in-process pool: {us['server'] / us['local']:.0f}x",
+        f"memory server vs fraction server: {us['server_memory'] / us['server']:.2f}x  "
+        "(aim <= 1.2)",
     ]
     table = "\n".join(lines)
     print(table)

@@ -26,7 +26,8 @@ def load(name: str) -> ModuleType:
 
 def test_round_trip_bench_prints_every_contender(capsys: pytest.CaptureFixture[str]) -> None:
     table = load("bench_server").main(["--quick"])
-    for label in ("bare echo", "reader thread", "hwpool serve", "in-process GPUPool"):
+    labels = ("bare echo", "reader thread", "hwpool serve", "in-process GPUPool", "--gpu-memory")
+    for label in (*labels, "memory server vs fraction server"):
         assert label in table
     assert table in capsys.readouterr().out
 
