@@ -58,14 +58,16 @@ def sized_pool(request: pytest.FixtureRequest) -> Iterator[Callable[..., GPUPool
     the test has closed its pools."""
     directory = Path(tempfile.mkdtemp(prefix="hws", dir="/tmp"))
     made: list[tuple[GPUPool, Server | None]] = []
+    servers: list[Server] = []  # every one started, ready or not, is killed at the end
 
     def make(sizes: Sequence[int | str]) -> GPUPool:
         if request.param == "local":
             made.append((GPUPool(gpu_memory=sizes), None))
         else:
             text = ",".join(f"{s}MiB" if isinstance(s, int) else s for s in sizes)
-            server = Server(directory / f"{len(made)}.sock", "--gpu-memory", text)
-            made.append((hwpool.connect(server.ready().socket, reconnect_timeout=0), server))
+            servers.append(Server(directory / f"{len(servers)}.sock", "--gpu-memory", text))
+            pool = hwpool.connect(servers[-1].ready().socket, reconnect_timeout=0)
+            made.append((pool, servers[-1]))
         return made[-1][0]
 
     try:
@@ -77,7 +79,6 @@ def sized_pool(request: pytest.FixtureRequest) -> Iterator[Callable[..., GPUPool
                     snap = probe.snapshot()
                 assert snap.free_mib == snap.total_mib and snap.waiting == (), "left on the server"
     finally:
-        for _, server in made:
-            if server is not None:
-                server.kill()
+        for server in servers:
+            server.kill()
         shutil.rmtree(directory, ignore_errors=True)

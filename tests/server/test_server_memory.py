@@ -261,6 +261,7 @@ def test_a_server_leaves_alone_the_memory_in_use_at_its_start(
     ("args", "used", "match"),
     [
         (("--reserve-in-use",), 100, "--reserve-in-use reads the memory in use on detected"),
+        (("--gpus", "2", "--reserve-in-use"), 100, "--reserve-in-use reads the memory in use"),
         (("--memory", "--reserve-in-use"), None, "reserve_in_use=True needs every GPU's memory"),
         (("--memory", "--reserve-in-use"), 81920, "nothing is left to share"),
     ],

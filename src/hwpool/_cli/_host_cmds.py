@@ -172,13 +172,13 @@ def _gpus(count: int | None) -> tuple[GPUInfo, ...]:
 
 def _sized(args: argparse.Namespace) -> tuple[GPUInfo, ...]:
     """The GPUs of a server sized in memory: ``--gpu-memory``'s, or detected (``--memory``)."""
+    if args.reserve_in_use and not args.memory:
+        raise _Usage("--reserve-in-use reads the memory in use on detected GPUs: give --memory")
     if args.gpus is not None:
         flag = "--memory" if args.memory else "--gpu-memory"
         raise _Usage(f"give --gpus or {flag}, not both (--gpus {args.gpus})")
     if args.memory and args.gpu_memory is not None:
         raise _Usage("give --memory (detect the sizes) or --gpu-memory SIZES, not both")
-    if args.reserve_in_use and not args.memory:
-        raise _Usage("--reserve-in-use reads the memory in use on detected GPUs: give --memory")
     try:
         sized = sized_gpus(None, args.memory, args.gpu_memory, args.reserve_in_use)
     except ValueError as exc:  # detection found no memory size (or use) for some GPU
