@@ -33,7 +33,7 @@ from pathlib import Path
 import hwpool
 from _hostserver import echo_server, host_server
 from hwpool import UNITS_PER_GPU, GPUPool
-from hwpool._server._protocol import Acquire, encode
+from hwpool._wire._protocol import Acquire, encode
 
 GPUS = 8
 LINE = encode(Acquire(12345, 1, UNITS_PER_GPU // 2, True))

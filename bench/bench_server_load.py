@@ -28,9 +28,9 @@ from typing import Any
 
 import hwpool
 from _hostserver import host_server, rss_kib
-from hwpool._backends._wire import Wire
 from hwpool._core._capacity import UNITS_PER_GPU
-from hwpool._server._protocol import Status, StatusReply, encode
+from hwpool._wire._connection import Wire
+from hwpool._wire._protocol import Status, StatusReply, encode
 
 GPUS = 8
 FULL = UNITS_PER_GPU

@@ -21,11 +21,12 @@ ALLOWED: dict[str, set[str]] = {
     "_sim": {"_core"},
     "_numa": {"_host"},
     "_cpu": {"_host", "_numa"},
-    # The unix backend (the host server's client) speaks the wire format of _server._protocol;
-    # the server drives the core itself, so it needs no backend (and no cycle can form).
-    "_backends": {"_core", "_host", "_server"},
+    # The wire protocol and the socket paths sit below both ends of the socket: the unix
+    # backend (the client) and the server share them, and neither imports the other.
+    "_wire": {"_core", "_host"},
+    "_backends": {"_core", "_host", "_wire"},
     "_gpu": {"_core", "_host", "_backends"},
-    "_server": {"_core", "_host"},
+    "_server": {"_core", "_host", "_wire"},
     "ray": {"_core", "_host", "_backends", "_gpu"},
     "_cli": EVERYTHING,
     "__init__": EVERYTHING,

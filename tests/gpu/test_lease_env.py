@@ -19,8 +19,8 @@ import pytest
 import hwpool
 from hostserver import ENV, Server
 from hwpool import GPUPool
-from hwpool._backends._wire import Wire
-from hwpool._server._protocol import Status, StatusReply, encode
+from hwpool._wire._connection import Wire
+from hwpool._wire._protocol import Status, StatusReply, encode
 
 UUIDS = ("GPU-1111aaaa-0000-0000-0000-000000000000", "MIG-2222bbbb-0000-0000-0000-000000000000")
 SMI = (  # the CSV query (index, uuid, name, MiB, MiB used); nothing for -L (no MIG instance)

@@ -6,10 +6,10 @@ import pytest
 
 from hwpool._core._capacity import UNITS_PER_GPU
 from hwpool._core._scheduler import Demand
-from hwpool._server import _protocol as p
 from hwpool._server._host_state import ID_BLOCK, Client, Delivery, HostState
 from hwpool._server._journal import Journal, JournalEntry
-from hwpool._server._protocol import ErrorCode, ProtocolError
+from hwpool._wire import _protocol as p
+from hwpool._wire._protocol import ErrorCode, ProtocolError
 
 FULL = UNITS_PER_GPU
 HALF = FULL // 2

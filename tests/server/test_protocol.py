@@ -8,8 +8,8 @@ import pytest
 
 from hwpool import GPUInfo
 from hwpool._check import check_bool
-from hwpool._server import _protocol as p
-from hwpool._server._protocol import ErrorCode, ProtocolError
+from hwpool._wire import _protocol as p
+from hwpool._wire._protocol import ErrorCode, ProtocolError
 
 CLIENT_MESSAGES: list[p.ClientMessage] = [
     p.Hello(p.PROTOCOL_VERSION, "hwpool 0.2.0"),

@@ -20,9 +20,9 @@ import hwpool
 from hostserver import BOUND, ENV, ClientProc, Server, run_cli, status_of
 from hwpool import UNITS_PER_GPU, GPUInfo, GPUPool, PoolClosedError, RevokedError, current_gpus
 from hwpool._backends._unix import UnixBackend
-from hwpool._backends._wire import Wire
 from hwpool._core._scheduler import Demand
-from hwpool._server._protocol import LeaseRecord, Status, StatusReply, Welcome, encode
+from hwpool._wire._connection import Wire
+from hwpool._wire._protocol import LeaseRecord, Status, StatusReply, Welcome, encode
 
 StartServer = Callable[..., Server]
 Clients = Callable[..., ClientProc]

@@ -43,8 +43,9 @@ from .._core._capacity import UNITS_PER_GPU, units_to_fraction
 from .._core._scheduler import Demand, Grant
 from .._errors import PoolClosedError, RevokedError
 from .._host._detect import GPUInfo
-from .._server._paths import SOCKET_VAR, socket_path
-from .._server._protocol import (
+from .._wire._connection import Wire
+from .._wire._paths import SOCKET_VAR, socket_path
+from .._wire._protocol import (
     MAX_TEXT,
     Acquire,
     Busy,
@@ -69,7 +70,6 @@ from .._server._protocol import (
     request_for,
 )
 from ._base import PoolSnapshot, WaiterSnapshot
-from ._wire import Wire
 
 __all__ = ["SOCKET_VAR", "UnixBackend"]
 

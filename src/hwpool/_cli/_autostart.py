@@ -21,7 +21,7 @@ from pathlib import Path
 
 from .._backends._unix import UnixBackend
 from .._server._listen import ServeError, prepare_directory
-from .._server._paths import log_path, start_lock_path
+from .._wire._paths import log_path, start_lock_path
 
 __all__ = ["AUTOSTART_VAR", "IDLE_TIMEOUT_S", "autostart_from_env", "connect"]
 

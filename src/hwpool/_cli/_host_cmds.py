@@ -15,16 +15,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .._backends._wire import Wire
 from .._check import int_from_text
 from .._core._memory import format_mib
 from .._core._scheduler import POLICIES
 from .._gpu._sizing import capacities_of, sized_gpus
 from .._host._detect import GPUInfo, detect_gpus, gpu_memory_in_use
 from .._server import _listen
-from .._server._paths import socket_path
-from .._server._protocol import Cancel, Done, ErrorReply, Status, StatusReply, encode
 from .._server._server import ServeConfig, serve
+from .._wire._connection import Wire
+from .._wire._paths import socket_path
+from .._wire._protocol import Cancel, Done, ErrorReply, Status, StatusReply, encode
 from ._args import gpu_memory_list
 from ._text import one_line
 

@@ -27,8 +27,8 @@ from .._core._memory import format_mib, parse_memory
 from .._errors import PoolClosedError, RevokedError
 from .._gpu._lease import GPULease
 from .._gpu._pool import GPUPool
-from .._server._paths import default_socket, socket_path
-from .._server._protocol import MAX_TEXT
+from .._wire._paths import default_socket, socket_path
+from .._wire._protocol import MAX_TEXT
 from . import _autostart, _child
 from ._text import one_line, plural
 from ._waitline import WaitLine

@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from .._backends._wire import Wire
-from .._server._protocol import Status, StatusReply, encode
+from .._wire._connection import Wire
+from .._wire._protocol import Status, StatusReply, encode
 
 __all__ = ["WaitLine"]
 

@@ -1,7 +1,7 @@
 """The host server (``hwpool serve``): one GPU queue for every process and user of a machine.
 
-``_protocol`` is the wire format, pure and shared with the client backend; ``_host_state`` the
-sans-I/O bookkeeping over the scheduler core (leases, waiters, owners, grace period);
-``_journal`` the restart journal; ``_socket`` the socket path, permissions and peer identity;
-``_server`` the asyncio server that ties them to connections.
+``_host_state`` is the sans-I/O bookkeeping over the scheduler core (leases, waiters, owners,
+grace period); ``_journal`` the restart journal; ``_listen`` the socket's directory, modes and
+peer identity; ``_server`` the asyncio server that ties them to connections. The wire format
+and the socket paths live in ``hwpool._wire``, shared with the client.
 """

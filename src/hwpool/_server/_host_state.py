@@ -20,8 +20,7 @@ from dataclasses import dataclass, field
 
 from .._core._capacity import UNITS_PER_GPU
 from .._core._scheduler import Demand, Grant, Scheduler
-from ._journal import Journal, JournalEntry
-from ._protocol import (
+from .._wire._protocol import (
     Acquire,
     Busy,
     Cancel,
@@ -42,6 +41,7 @@ from ._protocol import (
     Withdraw,
     request_for,
 )
+from ._journal import Journal, JournalEntry
 
 __all__ = ["ID_BLOCK", "Client", "Delivery", "Entry", "HostState", "Recovery"]
 

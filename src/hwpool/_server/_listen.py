@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from ._paths import lock_path
+from .._wire._paths import lock_path
 
 __all__ = ["Peer", "ServeError", "admitted", "bind", "hold_lock", "peer_of", "prepare_directory"]
 

@@ -27,11 +27,8 @@ from typing import TextIO
 
 from .._host._detect import GPUInfo
 from .._version import __version__
-from . import _journal
-from ._host_state import Client, Delivery, HostState
-from ._listen import Peer, ServeError, admitted, bind, hold_lock, peer_of, prepare_directory
-from ._paths import start_lock_path
-from ._protocol import (
+from .._wire._paths import start_lock_path
+from .._wire._protocol import (
     PROTOCOL_VERSION,
     Acquire,
     Bye,
@@ -52,6 +49,9 @@ from ._protocol import (
     decode_client,
     encode,
 )
+from . import _journal
+from ._host_state import Client, Delivery, HostState
+from ._listen import Peer, ServeError, admitted, bind, hold_lock, peer_of, prepare_directory
 
 __all__ = ["ServeConfig", "ServeError", "serve"]
 

@@ -13,7 +13,8 @@ import os
 import socket
 from pathlib import Path
 
-from .._server._protocol import (
+from .._version import __version__
+from ._protocol import (
     PROTOCOL_VERSION,
     ErrorReply,
     Hello,
@@ -24,7 +25,6 @@ from .._server._protocol import (
     decode_server,
     encode,
 )
-from .._version import __version__
 
 __all__ = ["Wire", "no_server_error"]
 
