@@ -38,7 +38,11 @@ class JournalError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class JournalEntry:
-    """A lease (``held``: its ``(gpu, units)``) or a waiter (``held is None``) of ``pid``."""
+    """A lease (``held``: its ``(gpu, units)``) or a waiter (``held is None``) of ``pid``.
+
+    ``token`` names the client (one pool of one process) that made it, as that client said in
+    its hello; "" where none was said. A reclaim is matched on it, not on the pid alone.
+    """
 
     id: int
     uid: int
@@ -46,6 +50,7 @@ class JournalEntry:
     count: int
     units: int
     held: tuple[tuple[int, int], ...] | None = None
+    token: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +86,7 @@ def _entry_json(entry: JournalEntry) -> dict[str, object]:
     held = None if entry.held is None else [list(p) for p in entry.held]
     return {
         "id": entry.id, "uid": entry.uid, "pid": entry.pid, "count": entry.count,
-        "units": entry.units, "held": held,
+        "units": entry.units, "held": held, "token": entry.token,
     }  # fmt: skip
 
 
@@ -133,7 +138,14 @@ def _parse_entry(raw: object) -> JournalEntry:
         check_int("count", raw["count"], minimum=1),
         check_int("units", raw["units"], minimum=1),
         pairs,
+        _parse_token(raw.get("token", "")),
     )
+
+
+def _parse_token(raw: object) -> str:
+    if not isinstance(raw, str) or len(raw) > 64 or not raw.isprintable():
+        raise TypeError(f"token must be a printable string of at most 64 characters, got {raw!r}")
+    return raw
 
 
 class JournalWriter:
