@@ -336,7 +336,7 @@ def test_journal_keeps_what_recovery_still_expects() -> None:
 
 
 def test_ids_come_in_journaled_blocks() -> None:
-    state, a = host(1), client()
+    state, a = HostState(1, max_per_connection=ID_BLOCK + 2), client()
     limits = set()
     for req in range(ID_BLOCK + 2):
         acquire(state, a, req, 0.000001, wait=False)
