@@ -8,25 +8,18 @@ that do not match the journal.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import pwd
 import secrets
-import shutil
 import signal
 import socket
-import subprocess
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-import pytest
 
 from hostserver import BOUND, ClientProc, Server, status_of
 from hwpool._backends._unix import UnixBackend
 from hwpool._core._capacity import UNITS_PER_GPU
 from hwpool._core._scheduler import Demand
+from rawpeers import Users, become, hello, lines, read_until, reply_to, talk, talk_as
 
 StartServer = Callable[..., Server]
 Clients = Callable[..., ClientProc]
@@ -39,38 +32,6 @@ def restart(server: Server, start_server: StartServer, *args: str) -> Server:
     server.proc.kill()
     server.proc.wait(BOUND)
     return start_server(*args, socket=server.socket)
-
-
-# ----------------------------------------------------------------- raw connections
-def hello(token: str | None = None) -> dict[str, object]:
-    out: dict[str, object] = {"op": "hello", "version": 1, "client": "test"}
-    if token is not None:
-        out["token"] = token
-    return out
-
-
-def talk(path: Path, messages: list[dict[str, object]]) -> list[dict[str, Any]]:
-    """Connect, send ``messages`` (a hello first), and read replies until one answers the
-    last message's ``req`` (a status or an acquire)."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(BOUND)
-        sock.connect(str(path))
-        sock.sendall(b"".join(json.dumps(m).encode() + b"\n" for m in messages))
-        last = messages[-1]["req"]
-        replies: list[dict[str, Any]] = []
-        data = b""
-        while not replies or replies[-1].get("req") != last or replies[-1]["op"] == "queued":
-            chunk = sock.recv(65536)
-            assert chunk, f"closed after {replies}"
-            data += chunk
-            *lines, data = data.split(b"\n")
-            replies += [json.loads(line) for line in lines]
-        return replies
-
-
-def reply_to(replies: list[dict[str, Any]], req: int) -> dict[str, Any]:
-    (found,) = [r for r in replies if r.get("req") == req and r["op"] != "welcome"]
-    return found
 
 
 def reclaim(req: int, ident: int, held: list[list[int]] | None) -> dict[str, object]:
@@ -120,12 +81,8 @@ def test_a_reclaim_naming_one_gpu_twice_is_refused_and_changes_nothing(
         holder.settimeout(BOUND)
         holder.connect(str(server.socket))
         acquire = {"op": "acquire", "req": 1, "count": 1, "units": FULL, "wait": True}
-        holder.sendall(b"".join(json.dumps(m).encode() + b"\n" for m in (hello(token), acquire)))
-        data = b""
-        while b'"granted"' not in data:  # the welcome, then the grant
-            chunk = holder.recv(65536)
-            assert chunk, data
-            data += chunk
+        holder.sendall(lines([hello(token), acquire]))
+        read_until(holder, 1, [])
         ident = status_of(server.socket)["leases"][0]["id"]
         again = restart(server, start_server, *args)
     again.wait_for("recovering: 1 journaled")
@@ -143,48 +100,6 @@ def test_a_reclaim_naming_one_gpu_twice_is_refused_and_changes_nothing(
 
 
 # ----------------------------------------------------------------- item: another user's lease
-@dataclass(frozen=True)
-class Users:
-    """Two real Unix users of one group, created for a test."""
-
-    alice: int
-    bob: int
-    gid: int
-
-
-@pytest.fixture
-def users() -> Iterator[Users]:
-    """Two Unix users in a group of their own (useradd; removed after the test)."""
-    if os.geteuid() != 0:
-        pytest.skip("creating Unix users needs root")
-    if shutil.which("useradd") is None or shutil.which("groupadd") is None:
-        pytest.skip("useradd and groupadd are not installed")
-    tag = secrets.token_hex(3)
-    group, names = f"hwpg{tag}", [f"hwpa{tag}", f"hwpb{tag}"]
-    subprocess.run(["groupadd", group], check=True, capture_output=True, timeout=BOUND)
-    made: list[str] = []
-    try:
-        for name in names:
-            subprocess.run(
-                ["useradd", "--no-create-home", "--no-user-group", "--gid", group,
-                 "--shell", "/usr/sbin/nologin", name],
-                check=True, capture_output=True, timeout=BOUND,
-            )  # fmt: skip
-            made.append(name)
-        alice, bob = (pwd.getpwnam(name) for name in names)
-        yield Users(alice.pw_uid, bob.pw_uid, alice.pw_gid)
-    finally:
-        for name in made:
-            subprocess.run(["userdel", name], check=False, capture_output=True, timeout=BOUND)
-        subprocess.run(["groupdel", group], check=False, capture_output=True, timeout=BOUND)
-
-
-def _become(uid: int, gid: int) -> None:
-    os.setgroups([])
-    os.setgid(gid)
-    os.setuid(uid)
-
-
 class Holder:
     """A forked child that becomes ``uid`` and holds one whole GPU through a pool until told
     to release it (the interpreter under /root cannot be run by another user: hence fork)."""
@@ -198,7 +113,7 @@ class Holder:
             try:
                 os.close(self.commands_w)
                 os.close(self.reports_r)
-                _become(uid, gid)
+                become(uid, gid)
                 pool = UnixBackend(path, reconnect_timeout=BOUND * 3)
                 grant = pool.acquire_blocking(Demand(1, FULL), BOUND)
                 os.write(self.reports_w, f"granted {pool.lease_id(grant.ticket)}\n".encode())
@@ -229,26 +144,6 @@ class Holder:
         os.waitpid(self.pid, 0)
         os.close(self.commands_w)
         self.reports.close()
-
-
-def talk_as(uid: int, gid: int, path: Path, messages: list[dict[str, object]]) -> list[Any]:
-    """``talk(path, messages)`` from a forked child that became ``uid``."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - reports through the pipe
-        try:
-            _become(uid, gid)
-            os.write(write, json.dumps(talk(path, messages)).encode())
-        except BaseException as exc:
-            os.write(write, json.dumps(f"{type(exc).__name__}: {exc}").encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as pipe:
-        got = json.loads(pipe.read())
-    os.waitpid(pid, 0)
-    assert isinstance(got, list), got
-    return got
 
 
 def test_another_user_cannot_reclaim_a_lease_and_its_owner_then_can(
