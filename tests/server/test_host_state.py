@@ -523,3 +523,7 @@ def test_a_control_connection_may_not_acquire_or_reclaim() -> None:
     with pytest.raises(ProtocolError, match="control connection"):
         state.reclaim(control, p.Reclaim(2, 5, 1, FULL, None, 0.0), 0.0)
     assert control.entries == {} and state.core.free == (FULL,)
+    journal = journal_of(JournalEntry(5, 1000, 11, 1, FULL, ((0, FULL),)))  # pid 11's
+    state.start_recovery(journal, 0.0, 5.0, alive=lambda pid: True)
+    state.reclaimed(control, 0.1)  # a status of the same process says nothing of its leases
+    assert state.recovery is not None and list(state.recovery.pending) == [5]

@@ -603,8 +603,9 @@ class HostState:
 
     def reclaimed(self, client: Client, now: float) -> list[Delivery]:
         """``client`` has re-declared everything: what else it journaled is gone (only its
-        own: a request of another pool of the same process has another token)."""
-        if self.recovery is None:
+        own: a request of another pool of the same process has another token). From a control
+        connection, which reclaims nothing, it is ignored."""
+        if self.recovery is None or client.control:
             return []
         pending = self.recovery.pending
         for ident in [i for i, e in pending.items() if _made_by(e, client)]:
