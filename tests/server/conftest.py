@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from hostserver import BOUND, ClientProc, Server
+from rawpeers import Users, can_make_users, local_users
 
 
 @pytest.fixture
@@ -53,3 +54,14 @@ def clients() -> Iterator[Callable[..., ClientProc]]:
         if proc.proc.poll() is None:
             proc.proc.kill()
         proc.proc.communicate(timeout=BOUND)
+
+
+@pytest.fixture
+def users() -> Iterator[Users]:
+    """Two real Unix users in a group of their own, removed after the test (root only:
+    skipped otherwise)."""
+    reason = can_make_users()
+    if reason is not None:
+        pytest.skip(reason)
+    with local_users() as made:
+        yield made

@@ -336,7 +336,7 @@ def test_journal_keeps_what_recovery_still_expects() -> None:
 
 
 def test_ids_come_in_journaled_blocks() -> None:
-    state, a = host(1), client()
+    state, a = HostState(1, max_per_connection=ID_BLOCK + 2), client()
     limits = set()
     for req in range(ID_BLOCK + 2):
         acquire(state, a, req, 0.000001, wait=False)
@@ -353,3 +353,177 @@ def test_status_shows_leases_and_the_queue_with_reservations() -> None:
     assert status.req == 9 and status.free == (HALF, FULL) and status.uptime_s == 2.0
     assert [(x.id, x.uid, x.pid, x.held) for x in status.leases] == [(1, 1000, 1, ((0, HALF),))]
     assert [(w.id, w.count, w.reserved) for w in status.waiting] == [(2, 2, (0, 1))]
+
+
+# ----------------------------------------------------------------- reclaims belong to a client
+def test_reclaimed_ends_only_its_own_clients_pending_requests_not_its_pids() -> None:
+    state = host(2)
+    journal = journal_of(  # one process (pid 11), two pools: tokens "a" and "b"
+        JournalEntry(5, 1000, 11, 1, FULL, ((0, FULL),), token="a"),
+        JournalEntry(6, 1000, 11, 1, FULL, ((1, FULL),), token="b"),
+    )
+    state.start_recovery(journal, 0.0, 5.0, alive=lambda pid: True)
+    pool_a = Client(1, 1000, 11, token="a")
+    newcomer = client(pid=12, number=2)
+    state.reclaim(pool_a, p.Reclaim(1, 5, 1, FULL, ((0, FULL),), 1.0), 0.1)
+    assert state.reclaimed(pool_a, 0.1) == []
+    assert state.recovery is not None and list(state.recovery.pending) == [6]
+    assert only(acquire(state, newcomer, 1)) == p.Queued(1, 100)  # held back: GPU 1 is b's
+    pool_b = Client(3, 1000, 11, token="b")
+    assert only(state.reclaim(pool_b, p.Reclaim(1, 6, 1, FULL, ((1, FULL),), 1.0), 0.2)) == (
+        p.Granted(1, 6, (1,), FULL)
+    )
+    state.reclaimed(pool_b, 0.2)
+    assert state.recovery is None and state.core.free == (0, 0)
+
+
+def test_reclaimed_of_entries_without_a_token_falls_back_to_the_pid() -> None:
+    state = host(2)
+    journal = journal_of(
+        JournalEntry(5, 1000, 11, 1, FULL, ((0, FULL),)),
+        JournalEntry(6, 1000, 12, 1, FULL, ((1, FULL),)),
+    )
+    state.start_recovery(journal, 0.0, 5.0, alive=lambda pid: True)
+    state.reclaimed(Client(1, 1001, 12), 0.1)  # another uid with that pid: not its entry
+    state.reclaimed(Client(2, 1000, 11, token="x"), 0.1)
+    assert state.recovery is not None and list(state.recovery.pending) == [6]
+
+
+def test_the_journal_keeps_each_requests_token() -> None:
+    state = host(1)
+    acquire(state, Client(1, 1000, 11, token="t1"), 1)
+    assert [e.token for e in state.journal().entries] == ["t1"]
+
+
+MINE = JournalEntry(5, 1000, 11, 1, HALF, ((0, HALF),), token="a")
+
+
+@pytest.mark.parametrize(
+    ("who", "reclaim", "match"),
+    [
+        (Client(9, 1001, 11, token="a"), p.Reclaim(1, 5, 1, HALF, ((0, HALF),), 1.0), "uid 1000"),
+        (Client(9, 1000, 11, token="b"), p.Reclaim(1, 5, 1, HALF, ((0, HALF),), 1.0),
+         "another client of this uid"),
+        (Client(9, 1000, 11), p.Reclaim(1, 5, 1, HALF, ((0, HALF),), 1.0), "another client"),
+        (Client(9, 1000, 11, token="a"), p.Reclaim(1, 5, 1, HALF, ((1, HALF),), 1.0),
+         "does not match the journal"),
+        (Client(9, 1000, 11, token="a"), p.Reclaim(1, 5, 1, FULL, ((0, FULL),), 1.0),
+         "does not match the journal"),
+        (Client(9, 1000, 11, token="a"), p.Reclaim(1, 5, 1, HALF, None, 1.0),
+         "does not match the journal"),
+        (Client(9, 1000, 11, token="a"),
+         p.Reclaim(1, 5, 2, FULL, ((0, FULL), (1, FULL)), 1.0), "does not match the journal"),
+    ],
+)  # fmt: skip
+def test_a_journaled_request_is_reclaimed_only_by_its_client_as_journaled(
+    who: Client, reclaim: p.Reclaim, match: str
+) -> None:
+    state = host(2)
+    state.start_recovery(journal_of(MINE), 0.0, 5.0, alive=lambda pid: True)
+    before = (state.core.free, state.journal(), dict(state.recovery.pending))  # type: ignore[union-attr]
+    with pytest.raises(ProtocolError, match=match) as info:
+        state.reclaim(who, reclaim, 0.1)
+    assert info.value.code is ErrorCode.FORBIDDEN and info.value.req == 1
+    assert "#5" in info.value.message
+    after = (state.core.free, state.journal(), dict(state.recovery.pending))  # type: ignore[union-attr]
+    assert after == before and who.entries == {}
+    owner = Client(10, 1000, 11, token="a")
+    assert only(state.reclaim(owner, p.Reclaim(1, 5, 1, HALF, ((0, HALF),), 1.0), 0.2)) == (
+        p.Granted(1, 5, (0,), HALF)
+    )
+
+
+def test_an_old_entry_without_a_token_is_reclaimed_by_its_pid_only() -> None:
+    state = host(1)
+    state.start_recovery(journal_of(JournalEntry(5, 1000, 11, 1, FULL, ((0, FULL),))), 0.0,
+                         5.0, alive=lambda pid: True)  # fmt: skip
+    with pytest.raises(ProtocolError, match="another client") as info:
+        state.reclaim(Client(1, 1000, 12), p.Reclaim(1, 5, 1, FULL, ((0, FULL),), 1.0), 0.1)
+    assert info.value.code is ErrorCode.FORBIDDEN and state.core.free == (FULL,)
+    same = Client(2, 1000, 11, token="new")
+    assert isinstance(only(state.reclaim(same, p.Reclaim(1, 5, 1, FULL, ((0, FULL),), 1.0), 0.1)),
+                      p.Granted)  # fmt: skip
+
+
+def test_during_recovery_a_lease_the_journal_does_not_name_is_lost() -> None:
+    state = host(2)
+    state.start_recovery(journal_of(MINE), 0.0, 5.0, alive=lambda pid: True)
+    intruder = client(uid=1001, pid=12)
+    for ident in (6, 1):  # a made-up id, and an old one that is not pending
+        with pytest.raises(ProtocolError, match=f"lease #{ident}") as info:
+            state.reclaim(intruder, p.Reclaim(1, ident, 1, FULL, ((0, FULL),), 1.0), 0.1)
+        assert info.value.code is ErrorCode.LOST
+    assert state.core.free == (FULL, FULL) and intruder.entries == {}
+
+
+def test_a_waiter_the_journal_does_not_name_queues_behind_the_journaled_ones() -> None:
+    state = host(1)
+    journal = journal_of(JournalEntry(7, 1000, 11, 1, FULL, token="a"))
+    state.start_recovery(journal, 0.0, 5.0, alive=lambda pid: True)
+    intruder, owner = client(uid=1001, pid=12), Client(2, 1000, 11, token="a")
+    assert only(state.reclaim(intruder, p.Reclaim(1, 1, 1, FULL, None, 9.0), 0.1)) == (
+        p.Queued(1, 100)  # not id 1: ids order the held-back queue
+    )
+    assert only(state.reclaim(owner, p.Reclaim(1, 7, 1, FULL, None, 1.0), 0.1)) == p.Queued(1, 7)
+    assert state.reclaimed(owner, 0.2) == [(owner, p.Granted(1, 7, (0,), FULL))]
+
+
+def test_after_recovery_an_id_never_handed_out_is_not_taken() -> None:
+    state, a, late = host(2), client(pid=1), client(pid=2, number=2)
+    out = state.reclaim(late, p.Reclaim(1, 3, 1, HALF, ((1, HALF),), 0.0), 0.0)
+    ident = granted_id(out)
+    assert ident != 3  # 3 is not handed out yet: the third acquire gets it, with no clash
+    ids = [granted_id(acquire(state, a, req, 0.1)) for req in range(1, 4)]
+    assert len({ident, *ids}) == 4
+
+
+@pytest.mark.parametrize("recovering", [True, False])
+def test_a_reclaim_naming_one_gpu_twice_is_refused_and_changes_nothing(recovering: bool) -> None:
+    state, owner = host(1), Client(1, 1000, 11, token="a")
+    if recovering:
+        journal = journal_of(JournalEntry(5, 1000, 11, 1, FULL, ((0, FULL),), token="a"))
+        state.start_recovery(journal, 0.0, 5.0, alive=lambda pid: True)
+    before = (state.core.free, state.journal())
+    twice = p.Reclaim(1, 5, 1, FULL, ((0, FULL - 1), (0, 1)), 1.0)
+    with pytest.raises(ProtocolError, match="twice") as info:
+        state.reclaim(owner, twice, 0.1)
+    assert info.value.code is ErrorCode.BAD_MESSAGE and "#5" in info.value.message
+    assert (state.core.free, state.journal()) == before and owner.entries == {}
+
+
+# ----------------------------------------------------------------- caps and control connections
+def test_requests_are_capped_per_connection_and_per_uid() -> None:
+    state = HostState(1, max_per_connection=2, max_per_user=3)
+    a, b, other = client(pid=1), client(pid=2, number=2), client(uid=1001, pid=3, number=3)
+    acquire(state, a, 1, 0.1)
+    acquire(state, a, 2, 0.1, wait=False)
+    with pytest.raises(ProtocolError, match="max-requests-per-connection 2") as info:
+        acquire(state, a, 3, 0.1)
+    assert info.value.code is ErrorCode.LIMIT and info.value.req == 3 and len(a.entries) == 2
+    acquire(state, b, 1, 0.1)
+    with pytest.raises(
+        ProtocolError, match=r"uid 1000 already has 3 requests.*max-requests-per-user 3"
+    ):
+        acquire(state, b, 2, 0.1, wait=False)
+    assert isinstance(only(acquire(state, other, 1, 0.1)), p.Granted)  # other users unaffected
+    state.release(a, p.Release(9, 1), 0.0)
+    assert isinstance(only(acquire(state, b, 2, 0.1)), p.Granted)  # room again
+
+
+def test_the_caps_must_be_positive_ints() -> None:
+    with pytest.raises(ValueError, match="max_per_user must be an int >= 1, got 0"):
+        HostState(1, max_per_user=0)
+
+
+def test_a_control_connection_may_not_acquire_or_reclaim() -> None:
+    state, control = host(1), Client(1, 1000, 11, control=True)
+    with pytest.raises(ProtocolError, match="control connection") as info:
+        acquire(state, control, 1)
+    assert info.value.code is ErrorCode.FORBIDDEN
+    with pytest.raises(ProtocolError, match="control connection"):
+        state.reclaim(control, p.Reclaim(2, 5, 1, FULL, None, 0.0), 0.0)
+    assert control.entries == {} and state.core.free == (FULL,)
+    journal = journal_of(JournalEntry(5, 1000, 11, 1, FULL, ((0, FULL),)))  # pid 11's
+    state.start_recovery(journal, 0.0, 5.0, alive=lambda pid: True)
+    state.reclaimed(control, 0.1)  # a status of the same process says nothing of its leases
+    assert state.recovery is not None and list(state.recovery.pending) == [5]

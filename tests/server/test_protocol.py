@@ -13,6 +13,8 @@ from hwpool._wire._protocol import ErrorCode, ProtocolError
 
 CLIENT_MESSAGES: list[p.ClientMessage] = [
     p.Hello(p.PROTOCOL_VERSION, "hwpool 0.2.0"),
+    p.Hello(p.PROTOCOL_VERSION, "hwpool 0.2.0", token="0f" * 16),
+    p.Hello(p.PROTOCOL_VERSION, "hwpool 0.2.0", role="control"),
     p.Acquire(1, 1, 500_000, True),
     p.Acquire(2, 2, 1_000_000, False, name="train", command="python train.py"),
     p.Acquire(3, 1, 5, True, expected_s=2.5),
@@ -147,6 +149,38 @@ def test_error_reply_carries_the_req_when_it_is_readable() -> None:
 )
 def test_other_bad_fields_are_refused(obj: dict[str, object]) -> None:
     assert _refused(json.dumps(obj).encode()).code is ErrorCode.BAD_MESSAGE
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"token": ""}, "token"),
+        ({"token": "x" * 65}, "token"),
+        ({"token": "a b"}, "token"),
+        ({"token": "tok\n"}, "token"),
+        ({"token": 7}, "token"),
+        ({"role": "admin"}, "role"),
+        ({"role": None}, "role"),
+    ],
+)
+def test_bad_hello_tokens_and_roles_are_named(fields: dict[str, object], named: str) -> None:
+    obj = {"op": "hello", "version": 1, "client": "x", **fields}
+    error = _refused(json.dumps(obj).encode())
+    assert error.code is ErrorCode.BAD_MESSAGE and named in error.message
+
+
+def test_a_hello_without_token_or_role_is_a_data_connection() -> None:
+    hello = p.decode_client(b'{"op": "hello", "version": 1, "client": "old"}')
+    assert hello == p.Hello(1, "old", None, "data")
+    assert json.loads(p.encode(hello)) == {"op": "hello", "version": 1, "client": "old"}
+
+
+@pytest.mark.parametrize("held", [[[0, 5], [0, 1]], [[1, 2], [0, 3], [1, 2]]])
+def test_a_reclaim_naming_a_gpu_twice_is_refused(held: list[list[int]]) -> None:
+    obj = {"op": "reclaim", "req": 1, "id": 2, "count": 1, "units": 5, "held": held, "age_s": 0}
+    error = _refused(json.dumps(obj).encode())
+    assert error.code is ErrorCode.BAD_MESSAGE and "more than once" in error.message
+    assert error.req == 1
 
 
 def test_unknown_fields_are_ignored_for_later_versions() -> None:

@@ -19,6 +19,7 @@ from fakes.gpus import A100, RTX, smi_script
 from hostserver import BOUND, SRC, ClientProc, Server, run_cli, status_of
 from hwpool._core._capacity import UNITS_PER_GPU
 from hwpool._server._host_state import Client, HostState
+from hwpool._server._journal import Journal, JournalEntry
 from hwpool._wire import _protocol as p
 from hwpool._wire._protocol import ErrorCode, ProtocolError
 
@@ -133,6 +134,10 @@ def test_totals_must_match_the_gpu_count() -> None:
 
 def test_a_memory_lease_and_a_whole_one_are_reclaimed_after_a_restart() -> None:
     state, a = HostState(2, totals=MIXED), client()
+    journal = Journal(10, (JournalEntry(7, 1000, 10, 1, 6 * GIB, ((1, 6 * GIB),)),
+                           JournalEntry(8, 1000, 10, 1, 80 * GIB, ((0, 80 * GIB),)),
+                           JournalEntry(9, 1000, 11, 1, GIB, ((0, GIB),))))  # fmt: skip
+    state.start_recovery(journal, 0.0, 5.0, alive=lambda pid: True)
     held = p.Reclaim(1, 7, 1, 6 * GIB, ((1, 6 * GIB),), 3.0, unit="mib")
     assert state.reclaim(a, held, 5.0) == [(a, p.Granted(1, 7, (1,), 6 * GIB))]
     big = p.Reclaim(2, 8, 1, UNITS_PER_GPU, ((0, 80 * GIB),), 3.0)

@@ -178,7 +178,8 @@ def test_bye_frees_everything_answers_and_closes(shared: Server) -> None:
 
 def test_connections_per_uid_are_capped(server: Server) -> None:
     socks = [welcomed(server.socket) for _ in range(6)]
-    extra = connect(server.socket)
+    extra = connect(server.socket)  # it might be a control connection: its hello tells
+    extra.sendall(HELLO)
     got = replies(extra)
     assert got[0]["code"] == "refused" and "6 connections" in str(got[0]["message"])
     for sock in socks:

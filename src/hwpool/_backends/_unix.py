@@ -31,6 +31,7 @@ import enum
 import itertools
 import logging
 import os
+import secrets
 import threading
 import time
 import weakref
@@ -196,6 +197,7 @@ class UnixBackend:
                  reconnect_timeout: float = 30.0, name: str | None = None,
                  command: str | None = None) -> None:  # fmt: skip
         self._path: Path = socket_path(socket)
+        self._token = secrets.token_hex(16)  # names this pool to the server, over reconnects
         self._reconnect_s = check_timeout(reconnect_timeout, "reconnect_timeout") or 0.0
         self._name = _label("name", name)
         self._command = _label("command", command)
@@ -318,7 +320,7 @@ class UnixBackend:
     # ----------------------------------------------------------------- connecting
     def _dial(self, timeout: float = 10.0) -> Wire:
         """A welcomed connection to a server that counts capacity as this library does."""
-        wire = Wire(self._path, timeout)
+        wire = Wire(self._path, timeout, token=self._token)
         if wire.welcome.units_per_gpu != UNITS_PER_GPU:
             wire.shutdown()
             raise ConnectionError(
@@ -465,6 +467,7 @@ class UnixBackend:
         self._outbox.clear()
         self._to_wake = []
         self._wire, self._reconnecting = None, False
+        self._token = secrets.token_hex(16)  # the child is a client of its own
         self._opened.close_all()  # this process's copies only: the parent's connection lives on
         self._opened.pid = os.getpid()
 
@@ -725,7 +728,7 @@ class UnixBackend:
         return call.reply, self._posted == posted
 
     def _snapshot_once(self) -> PoolSnapshot:
-        wire = Wire(self._path)
+        wire = Wire(self._path, role="control")
         try:
             wire.send_bytes(encode(Status(1)))
             reply = wire.read()

@@ -21,6 +21,7 @@ from .._core._scheduler import POLICIES
 from .._gpu._sizing import capacities_of, sized_gpus
 from .._host._detect import GPUInfo, detect_gpus, gpu_memory_in_use
 from .._server import _listen
+from .._server._host_state import MAX_REQUESTS_PER_CONNECTION, MAX_REQUESTS_PER_USER
 from .._server._server import ServeConfig, serve
 from .._wire._connection import Wire
 from .._wire._paths import socket_path
@@ -65,7 +66,23 @@ def register(commands: Any) -> None:
     )  # fmt: skip
     srv.add_argument(
         "--max-connections", type=_count, default=64, metavar="N",
-        help="connections allowed per uid (default 64)",
+        help="connections allowed per uid (default 64); `hwpool status` and `hwpool cancel` "
+        "connect beyond them, on up to --max-control-connections more",
+    )  # fmt: skip
+    srv.add_argument(
+        "--max-control-connections", type=_count, default=8, metavar="N",
+        help="connections per uid for status and cancel only, beyond --max-connections "
+        "(default 8)",
+    )  # fmt: skip
+    srv.add_argument(
+        "--max-requests-per-connection", type=_count, default=MAX_REQUESTS_PER_CONNECTION,
+        metavar="N", help="leases and waiters one connection may have at once (default "
+        f"{MAX_REQUESTS_PER_CONNECTION}); past it an acquire gets an error",
+    )  # fmt: skip
+    srv.add_argument(
+        "--max-requests-per-user", type=_count, default=MAX_REQUESTS_PER_USER, metavar="N",
+        help="leases and waiters one uid may have at once, over all its connections "
+        f"(default {MAX_REQUESTS_PER_USER})",
     )  # fmt: skip
     srv.add_argument(
         "--hello-timeout", type=_seconds, default=10.0, metavar="S",
@@ -151,6 +168,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     config = ServeConfig(
         socket=path, gpus=gpus, group=_group(args.group), grace_s=args.grace,
         hello_timeout_s=args.hello_timeout, max_connections=args.max_connections,
+        max_control_connections=args.max_control_connections,
+        max_requests_per_connection=args.max_requests_per_connection,
+        max_requests_per_user=args.max_requests_per_user,
         idle_timeout_s=args.idle_timeout, policy=args.policy, totals=totals,
     )  # fmt: skip
     try:
@@ -200,7 +220,7 @@ def _group(name: str | None) -> int | None:
 
 # ----------------------------------------------------------------- status and cancel
 def _cmd_status(args: argparse.Namespace) -> int:
-    wire = Wire(_path(args))
+    wire = Wire(_path(args), role="control")  # it works even at the cap on connections
     try:
         wire.send_bytes(encode(Status(1)))
         reply = wire.read()
@@ -214,7 +234,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_cancel(args: argparse.Namespace) -> int:
-    wire = Wire(_path(args))
+    wire = Wire(_path(args), role="control")  # it works even at the cap on connections
     try:
         wire.send_bytes(encode(Cancel(1, args.id)))
         reply = wire.read()

@@ -10,7 +10,12 @@ request belongs to the connection that made it:
 After a restart the state starts in recovery: new requests are held back (queued, not
 granted) while clients reclaim their leases and waiters; recovery ends when every client the
 journal names has sent ``reclaimed`` or is dead, or at the deadline, and the held-back
-waiters then enter the core in their original id order.
+waiters then enter the core in their original id order. A journaled request belongs to the
+client that made it (its uid, and its hello's token, or its pid where it sent none): only
+that client may reclaim it, and only as it was journaled.
+
+One client cannot flood the others: a connection holds at most ``max_per_connection``
+requests (leases and waiters), a uid at most ``max_per_user`` over all its connections.
 """
 
 from __future__ import annotations
@@ -43,20 +48,39 @@ from .._wire._protocol import (
 )
 from ._journal import Journal, JournalEntry
 
-__all__ = ["ID_BLOCK", "Client", "Delivery", "Entry", "HostState", "Recovery"]
+__all__ = [
+    "ID_BLOCK",
+    "MAX_REQUESTS_PER_CONNECTION",
+    "MAX_REQUESTS_PER_USER",
+    "Client",
+    "Delivery",
+    "Entry",
+    "HostState",
+    "Recovery",
+]
 
 ID_BLOCK = 1024
 """Ids are handed out in blocks whose end is journaled first, so none is reused after a crash."""
+MAX_REQUESTS_PER_CONNECTION = 1024
+"""The default cap on one connection's leases and waiters together."""
+MAX_REQUESTS_PER_USER = 4096
+"""The default cap on one uid's leases and waiters, over all its connections."""
 
 
 @dataclass(eq=False)
 class Client:
-    """One connection: the peer's kernel-given identity and its requests by ``req``."""
+    """One connection: the peer's kernel-given identity and its requests by ``req``.
+
+    ``token`` is what its hello said to name the client across reconnects ("" if nothing);
+    a ``control`` connection (hello role ``control``) may not acquire or reclaim.
+    """
 
     number: int
     uid: int
     pid: int
     entries: dict[int, Entry] = field(default_factory=dict)
+    token: str = ""
+    control: bool = False
 
     def __str__(self) -> str:
         return f"uid {self.uid} pid {self.pid}"
@@ -106,7 +130,18 @@ def _count(n: int, noun: str) -> str:
 def _journaled(entry: Entry) -> JournalEntry:
     held = None if entry.held is None else tuple(sorted(entry.held.items()))
     c = entry.client
-    return JournalEntry(entry.id, c.uid, c.pid, entry.demand.count, entry.demand.units, held)
+    demand = entry.demand
+    return JournalEntry(entry.id, c.uid, c.pid, demand.count, demand.units, held, c.token)
+
+
+def _made_by(journaled: JournalEntry, client: Client) -> bool:
+    """Whether ``client`` is the one that made ``journaled``: the same uid, and the same token
+    (the same pid where the entry has no token)."""
+    if journaled.uid != client.uid:
+        return False
+    if journaled.token:
+        return journaled.token == client.token
+    return journaled.pid == client.pid
 
 
 class HostState:
@@ -115,8 +150,9 @@ class HostState:
     ``admins`` are the uids that may cancel anyone's requests (root and the server's own).
     ``totals`` sizes the GPUs in memory (MiB each; see the protocol's ``unit``); without it
     each has ``units_per_gpu``. ``mig``: the GPUs are MIG instances, so no request may have
-    more than one. Methods raise :class:`ProtocolError` for a request that cannot be served,
-    changing nothing.
+    more than one. ``max_per_connection`` and ``max_per_user`` cap the requests (leases and
+    waiters) of one connection and of one uid. Methods raise :class:`ProtocolError` for a
+    request that cannot be served, changing nothing.
     """
 
     def __init__(
@@ -130,9 +166,15 @@ class HostState:
         first_id: int = 1,
         log: Callable[[str], None] = _no_log,
         policy: str = "easy",
+        max_per_connection: int = MAX_REQUESTS_PER_CONNECTION,
+        max_per_user: int = MAX_REQUESTS_PER_USER,
     ) -> None:
         if totals is not None and len(totals) != num_gpus:
             raise ValueError(f"totals must give {num_gpus} GPUs, got {list(totals)}")
+        for name, cap in (("max_per_connection", max_per_connection),
+                          ("max_per_user", max_per_user)):  # fmt: skip
+            if type(cap) is not int or cap < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {cap!r}")
         if totals is None:
             self.core = Scheduler(num_gpus, units_per_gpu, policy=policy)
         else:
@@ -150,6 +192,9 @@ class HostState:
         self._by_id: dict[int, Entry] = {}
         self._by_ticket: dict[int, Entry] = {}
         self._held_back: list[Entry] = []
+        self.max_per_connection = max_per_connection
+        self.max_per_user = max_per_user
+        self._per_uid: dict[int, int] = {}  # requests (leases and waiters) per uid
         self.granted = self.released = self.cancelled = self.timed_out = 0
 
     # ----------------------------------------------------------------- ids and checks
@@ -207,6 +252,37 @@ class HostState:
         if req in client.entries:
             raise ProtocolError(ErrorCode.BAD_MESSAGE, f"req {req} is already in use", req)
 
+    @staticmethod
+    def _data_only(client: Client, req: int) -> None:
+        if client.control:
+            raise ProtocolError(
+                ErrorCode.FORBIDDEN,
+                "this is a control connection (hello role 'control'): it may ask for status "
+                "and cancel, not for GPUs",
+                req,
+            )
+
+    def _room_for(self, client: Client, req: int) -> None:
+        """Refuse (``limit``) a new request of ``client`` past a cap on requests."""
+        mine = len(client.entries)
+        if mine >= self.max_per_connection:
+            raise ProtocolError(
+                ErrorCode.LIMIT,
+                f"this connection already has {mine} requests (leases and waiters), the cap "
+                f"per connection (max-requests-per-connection {self.max_per_connection}); "
+                "release or withdraw some first",
+                req,
+            )
+        theirs = self._per_uid.get(client.uid, 0)
+        if theirs >= self.max_per_user:
+            raise ProtocolError(
+                ErrorCode.LIMIT,
+                f"uid {client.uid} already has {theirs} requests (leases and waiters) on this "
+                f"server, the cap per user (max-requests-per-user {self.max_per_user}); "
+                "release or withdraw some first",
+                req,
+            )
+
     def _entry(self, client: Client, req: int, of: int) -> Entry:
         entry = client.entries.get(of)
         if entry is None:
@@ -216,8 +292,10 @@ class HostState:
     # ----------------------------------------------------------------- requests
     def acquire(self, client: Client, msg: Acquire, now: float) -> list[Delivery]:
         """A new request: granted at once, queued, or (nowait) refused with ``would_block``."""
+        self._data_only(client, msg.req)
         demand = self._demand(msg.count, msg.units, msg.unit, msg.req)
         self._fresh_req(client, msg.req)
+        self._room_for(client, msg.req)
         if not msg.wait:
             grant = (
                 None
@@ -262,12 +340,19 @@ class HostState:
             entry.expected_s = msg.expected_s
         client.entries[msg.req] = entry
         self._by_id[entry.id] = entry
+        self._per_uid[client.uid] = self._per_uid.get(client.uid, 0) + 1
         self.changes += 1
         return entry
 
     def _drop(self, entry: Entry) -> None:
+        uid = entry.client.uid
         del entry.client.entries[entry.req]
         del self._by_id[entry.id]
+        left = self._per_uid[uid] - 1
+        if left:
+            self._per_uid[uid] = left
+        else:
+            del self._per_uid[uid]
         self.changes += 1
 
     def _granted(self, entry: Entry, grant: Grant, now: float) -> Delivery:
@@ -427,20 +512,82 @@ class HostState:
         )
 
     def reclaim(self, client: Client, msg: Reclaim, now: float) -> list[Delivery]:
-        """A reconnected client re-declares lease or waiter ``msg.id`` under ``msg.req``."""
+        """A reconnected client re-declares lease or waiter ``msg.id`` under ``msg.req``.
+
+        During recovery, a journaled id is taken back only by the client that made it and
+        only as journaled (else ``forbidden``, naming the id); a lease the journal does not
+        name is refused (``lost``: it could take what a journaled one needs), unless the
+        journal was unreadable. Anything else (a waiter the journal missed, any reclaim after
+        recovery) is served as a new request: a new id, except that after recovery an id
+        from before that nobody uses is kept; a lease only if it fits and nobody waits.
+        """
+        self._data_only(client, msg.req)
         self._fresh_req(client, msg.req)
         demand = self._demand(msg.count, msg.units, msg.unit, msg.req)
-        ident = msg.id if msg.id not in self._by_id else None  # a clash only without a journal
-        if self.recovery is not None:
-            self.recovery.pending.pop(msg.id, None)
-        since = now - msg.age_s
-        if msg.held is not None:
-            units = self._restore(msg.held, msg.req)
-            entry = self._add(client, msg, demand, since, ident)
-            entry.held = dict(msg.held)
-            self.log(f"reclaim #{entry.id} by {client}: {self._what(entry.held)}")
-            return [(client, Granted(msg.req, entry.id, tuple(entry.held), units))]
-        return [self._grant_or_queue(self._add(client, msg, demand, since, ident), now)]
+        if msg.held is not None and len({gpu for gpu, _ in msg.held}) != len(msg.held):
+            raise ProtocolError(
+                ErrorCode.BAD_MESSAGE, f"reclaim of #{msg.id}: held names a GPU twice", msg.req
+            )
+        journaled = self._journaled_as(client, msg, demand)
+        if journaled is None:
+            self._room_for(client, msg.req)
+        units = None if msg.held is None else self._restore(msg.held, msg.req)  # or LOST
+        if journaled is not None:
+            assert self.recovery is not None
+            del self.recovery.pending[msg.id]
+        ident = msg.id if journaled is not None else self._old_id(msg.id)
+        entry = self._add(client, msg, demand, now - msg.age_s, ident)
+        if msg.held is None or units is None:
+            return [self._grant_or_queue(entry, now)]
+        entry.held = dict(msg.held)
+        self.log(f"reclaim #{entry.id} by {client}: {self._what(entry.held)}")
+        return [(client, Granted(msg.req, entry.id, tuple(entry.held), units))]
+
+    def _journaled_as(self, client: Client, msg: Reclaim, demand: Demand) -> JournalEntry | None:
+        """The pending journal entry ``msg`` takes back, or None where it names none (a new
+        request); ProtocolError where it may not be taken back so."""
+        recovery = self.recovery
+        if recovery is None:
+            return None
+        journaled = recovery.pending.get(msg.id)
+        if journaled is None:
+            if msg.held is not None and recovery.complete:
+                raise ProtocolError(
+                    ErrorCode.LOST,
+                    f"cannot reclaim lease #{msg.id}: the journal has no such lease waiting to "
+                    "be reclaimed",
+                    msg.req,
+                )
+            return None
+        if not _made_by(journaled, client):
+            who = (
+                f"uid {journaled.uid}"
+                if journaled.uid != client.uid
+                else "another client of this uid"
+            )
+            raise ProtocolError(
+                ErrorCode.FORBIDDEN,
+                f"#{msg.id} was journaled for {who}: only the client that made it may reclaim it",
+                msg.req,
+            )
+        held = None if msg.held is None else tuple(sorted(msg.held))
+        expected = None if journaled.held is None else tuple(sorted(journaled.held))
+        if (demand.count, demand.units, held) != (journaled.count, journaled.units, expected):
+            raise ProtocolError(
+                ErrorCode.FORBIDDEN,
+                f"reclaim of #{msg.id} does not match the journal: it says {demand.count} x "
+                f"{demand.units} units, held {_pairs(held)}; the journal says "
+                f"{journaled.count} x {journaled.units} units, held {_pairs(expected)}",
+                msg.req,
+            )
+        return journaled
+
+    def _old_id(self, ident: int) -> int | None:
+        """``ident`` for a reclaim after recovery, if it was handed out before and nobody uses
+        it; else None (a new id). During recovery ids decide the order, so none is kept."""
+        if self.recovery is None and ident < self.next_id and ident not in self._by_id:
+            return ident
+        return None
 
     def _restore(self, held: tuple[tuple[int, int], ...], req: int) -> int:
         """Take ``held`` back in the core (all or nothing); LOST if it no longer fits."""
@@ -455,11 +602,13 @@ class HostState:
         return max(units for _, units in held)
 
     def reclaimed(self, client: Client, now: float) -> list[Delivery]:
-        """``client`` has re-declared everything: what else its pid journaled is gone."""
-        if self.recovery is None:
+        """``client`` has re-declared everything: what else it journaled is gone (only its
+        own: a request of another pool of the same process has another token). From a control
+        connection, which reclaims nothing, it is ignored."""
+        if self.recovery is None or client.control:
             return []
         pending = self.recovery.pending
-        for ident in [i for i, e in pending.items() if e.pid == client.pid]:
+        for ident in [i for i, e in pending.items() if _made_by(e, client)]:
             del pending[ident]
         return self.check_recovery(now)
 
@@ -543,6 +692,14 @@ class HostState:
         if count > 1:
             return f"{count} whole GPUs"
         return f"{units / full:g} of a GPU"
+
+
+def _pairs(held: tuple[tuple[int, int], ...] | None, most: int = 8) -> str:
+    """``held`` for an error message (at most ``most`` pairs: a reply has a size limit)."""
+    if held is None:
+        return "nothing (a waiter)"
+    shown = ", ".join(f"[{gpu}, {units}]" for gpu, units in held[:most])
+    return f"[{shown}{', ...' if len(held) > most else ''}]"
 
 
 def _bad(message: str, req: int) -> ProtocolError:

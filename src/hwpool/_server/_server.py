@@ -50,7 +50,13 @@ from .._wire._protocol import (
     encode,
 )
 from . import _journal
-from ._host_state import Client, Delivery, HostState
+from ._host_state import (
+    MAX_REQUESTS_PER_CONNECTION,
+    MAX_REQUESTS_PER_USER,
+    Client,
+    Delivery,
+    HostState,
+)
 from ._listen import Peer, ServeError, admitted, bind, hold_lock, peer_of, prepare_directory
 
 __all__ = ["ServeConfig", "ServeError", "serve"]
@@ -67,7 +73,10 @@ class ServeConfig:
     group: int | None = None
     grace_s: float = 5.0
     hello_timeout_s: float = 10.0
-    max_connections: int = 64  # per uid
+    max_connections: int = 64  # data connections per uid
+    max_control_connections: int = 8  # per uid, beyond those: for status and cancel only
+    max_requests_per_connection: int = MAX_REQUESTS_PER_CONNECTION  # leases and waiters
+    max_requests_per_user: int = MAX_REQUESTS_PER_USER  # leases and waiters, per uid
     journal_delay_s: float = 0.05
     idle_timeout_s: float | None = None  # stop after this long with no connection (None: never)
     policy: str = "easy"  # the core's scheduling policy
@@ -95,6 +104,7 @@ class _Connection(asyncio.Protocol):
         self.buffer = LineBuffer()
         self.timer: asyncio.TimerHandle | None = None
         self.counted = False
+        self.role: str | None = None  # its hello's role, once welcomed
         self.closed = False
 
     # ----------------------------------------------------------------- asyncio callbacks
@@ -180,10 +190,13 @@ class _Server:
         self.state = HostState(
             len(config.gpus), totals=config.totals, mig=any(g.is_mig for g in config.gpus),
             admins={0, self.uid}, log=self.say, policy=config.policy,
+            max_per_connection=config.max_requests_per_connection,
+            max_per_user=config.max_requests_per_user,
         )  # fmt: skip
         self.journal_path = _journal.journal_path(config.socket)
         self.by_client: dict[Client, _Connection] = {}
-        self.per_uid: dict[int, int] = {}
+        self.per_uid: dict[int, int] = {}  # connections, welcomed or not, per uid
+        self.per_role: dict[tuple[int, str], int] = {}  # welcomed connections per uid and role
         self.numbers = 0
         self.writer = _journal.JournalWriter(self.journal_path, os.getpid(), self.say)
         self.journaled_limit = 0  # the id limit of the last journal known to be on disk
@@ -214,21 +227,45 @@ class _Server:
 
     # ----------------------------------------------------------------- connections
     def admit(self, conn: _Connection) -> str | None:
-        """Count ``conn`` against its uid, or say why it is refused."""
-        peer = conn.peer
-        if not admitted(peer, self.uid, self.config.group):
+        """Count ``conn`` against its uid, or say why it is refused.
+
+        Its role is not known before its hello: up to ``max_connections`` data connections
+        and ``max_control_connections`` control ones may be open (or still saying hello) at
+        once; each role's own cap is applied at the hello (:meth:`welcome`).
+        """
+        peer, config = conn.peer, self.config
+        if not admitted(peer, self.uid, config.group):
             return (
                 f"uid {peer.uid} may not use this server (it serves uid {self.uid}"
-                + ("" if self.config.group is None else f" and group {self.config.group}")
+                + ("" if config.group is None else f" and group {config.group}")
                 + "); start one of your own, or ask for a machine-wide one with --group"
             )
-        if self.per_uid.get(peer.uid, 0) >= self.config.max_connections:
-            return f"uid {peer.uid} already has {self.config.max_connections} connections"
+        most = config.max_connections + config.max_control_connections
+        if self.per_uid.get(peer.uid, 0) >= most:
+            return (
+                f"uid {peer.uid} already has {most} connections (--max-connections "
+                f"{config.max_connections}, and {config.max_control_connections} for status "
+                "and cancel)"
+            )
         self.per_uid[peer.uid] = self.per_uid.get(peer.uid, 0) + 1
         conn.counted = True
         if self.idle_timer is not None:
             self.idle_timer.cancel()
             self.idle_timer = None
+        return None
+
+    def role_refusal(self, uid: int, role: str) -> str | None:
+        """Why a connection of ``uid`` may not take ``role``, or None (then it is counted)."""
+        config = self.config
+        cap = config.max_connections if role == "data" else config.max_control_connections
+        if self.per_role.get((uid, role), 0) >= cap:
+            if role == "data":
+                return (
+                    f"uid {uid} already has {cap} connections (--max-connections {cap}); "
+                    "`hwpool status` and `hwpool cancel` still work"
+                )
+            return f"uid {uid} already has {cap} control connections (for status and cancel)"
+        self.per_role[uid, role] = self.per_role.get((uid, role), 0) + 1
         return None
 
     def forget(self, conn: _Connection) -> None:
@@ -238,6 +275,11 @@ class _Server:
             if not self.per_uid[conn.peer.uid]:
                 del self.per_uid[conn.peer.uid]
             self.arm_idle()
+        if conn.role is not None:
+            key, conn.role = (conn.peer.uid, conn.role), None
+            self.per_role[key] -= 1
+            if not self.per_role[key]:
+                del self.per_role[key]
         if conn.client is not None:
             self.by_client.pop(conn.client, None)
             self.after(self.state.disconnect(conn.client, time.monotonic()))
@@ -247,8 +289,16 @@ class _Server:
             text = f"protocol version {hello.version} is not {PROTOCOL_VERSION} ({__version__})"
             conn.fail(ProtocolError(ErrorCode.VERSION, text))
             return
+        refusal = self.role_refusal(conn.peer.uid, hello.role)
+        if refusal is not None:
+            conn.fail(ProtocolError(ErrorCode.REFUSED, refusal))
+            return
+        conn.role = hello.role
         self.numbers += 1
-        conn.client = Client(self.numbers, conn.peer.uid, conn.peer.pid)
+        conn.client = Client(
+            self.numbers, conn.peer.uid, conn.peer.pid, token=hello.token or "",
+            control=hello.role == "control",
+        )  # fmt: skip
         self.by_client[conn.client] = conn
         conn.send(
             Welcome(

@@ -20,6 +20,7 @@ from ._protocol import (
     Hello,
     LineBuffer,
     ProtocolError,
+    Role,
     ServerMessage,
     Welcome,
     decode_server,
@@ -41,11 +42,20 @@ def no_server_error(path: Path, reason: str) -> ConnectionError:
 
 
 class Wire:
-    """One connected, welcomed socket. ``read`` blocks for the next server message."""
+    """One connected, welcomed socket. ``read`` blocks for the next server message.
 
-    def __init__(self, path: Path, timeout: float = CONNECT_TIMEOUT_S) -> None:
+    ``token`` names the client across reconnects (see the hello); ``role`` ``control`` is for
+    a connection that only asks for status and cancels, which the server admits even when
+    this user has as many connections as it allows.
+    """
+
+    def __init__(
+        self, path: Path, timeout: float = CONNECT_TIMEOUT_S, *, token: str | None = None,
+        role: Role = "data",
+    ) -> None:  # fmt: skip
         """Connect to ``path`` and exchange hellos; ConnectionError if that fails."""
         self.path = path
+        self._hello = Hello(PROTOCOL_VERSION, f"hwpool {__version__}", token, role)
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         self._buffer = LineBuffer()
         self._lines: collections.deque[bytes] = collections.deque()
@@ -69,7 +79,7 @@ class Wire:
         except OSError as exc:
             raise ConnectionError(f"cannot connect to {str(self.path)!r}: {exc}") from None
         try:
-            self.send_bytes(encode(Hello(PROTOCOL_VERSION, f"hwpool {__version__}")))
+            self.send_bytes(encode(self._hello))
         except OSError as exc:  # refused at once? its reason may be waiting to be read
             try:
                 reply = self.read()

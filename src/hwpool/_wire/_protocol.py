@@ -26,6 +26,7 @@ from __future__ import annotations
 import enum
 import json
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import ClassVar, Literal
@@ -56,6 +57,7 @@ __all__ = [
     "Reclaimed",
     "Release",
     "Revoked",
+    "Role",
     "ServerMessage",
     "Status",
     "StatusReply",
@@ -76,6 +78,13 @@ MAX_TEXT = 4096
 """The longest ``name`` or ``command`` string a request may carry (in characters)."""
 MAX_ID = 2**53 - 1  # ids and counters stay exact in any JSON implementation
 MAX_GPUS = 4096
+
+TOKEN = re.compile(r"[0-9A-Za-z_-]{1,64}")
+"""What a hello's ``token`` may be: 1 to 64 letters, digits, ``_`` or ``-``."""
+
+Role = Literal["data", "control"]
+"""What a connection is for (its hello's ``role``): requests (``data``, the default), or only
+``status`` and ``cancel`` (``control``: admitted beyond the per-uid connection cap)."""
 
 Unit = Literal["gpu", "mib"]
 """What a request's ``units`` count: a share of a GPU in ``units_per_gpu`` units (``gpu``, the
@@ -98,6 +107,7 @@ class ErrorCode(enum.StrEnum):
     BAD_REQUEST = "bad_request"  # a demand this server can never serve
     LOST = "lost"  # a reclaimed lease that no longer fits after a restart
     CANCELLED = "cancelled"  # an admin withdrew this waiting request
+    LIMIT = "limit"  # a cap on requests per connection or per uid is reached
     SHUTTING_DOWN = "shutting_down"
     INTERNAL = "internal"  # a bug in the server: this connection is closed, the others go on
 
@@ -313,14 +323,27 @@ def _unit(f: _Fields) -> Unit:
 # ----------------------------------------------------------------- client messages
 @dataclass(frozen=True, slots=True)
 class Hello:
-    """The first message of a connection: the protocol version the client speaks."""
+    """The first message of a connection: the protocol version the client speaks.
+
+    ``token`` (optional) names the client across its reconnects: one pool of one process
+    makes a random one and sends it on every connection, so that after a restart the server
+    matches reclaims to the client that journaled them, not to its pid. ``role`` ``control``
+    asks for a connection that only asks for ``status`` and ``cancel``.
+    """
 
     version: int
     client: str
+    token: str | None = None
+    role: Role = "data"
     op: ClassVar[str] = "hello"
 
     def wire(self) -> dict[str, object]:
-        return {"op": self.op, "version": self.version, "client": self.client}
+        out: dict[str, object] = {"op": self.op, "version": self.version, "client": self.client}
+        if self.token is not None:
+            out["token"] = self.token
+        if self.role != "data":
+            out["role"] = self.role
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -471,7 +494,20 @@ ClientMessage = Hello | Acquire | Withdraw | Release | Reclaim | Reclaimed | Sta
 
 
 def _hello(f: _Fields) -> Hello:
-    return Hello(f.num("version"), f.text("client", 256))
+    token = f.obj.get("token")
+    if token is not None and (not isinstance(token, str) or not TOKEN.fullmatch(token)):
+        raise f.fail(f"token must be 1 to 64 letters, digits, '_' or '-', got {token!r:.80}")
+    return Hello(f.num("version"), f.text("client", 256), token, _role(f))
+
+
+def _role(f: _Fields) -> Role:
+    """The optional ``role`` of a hello: ``data`` when left out."""
+    value = f.obj.get("role", "data")
+    if value == "control":
+        return "control"
+    if value == "data":
+        return "data"
+    raise f.fail(f"role must be 'data' or 'control', got {value!r:.80}")
 
 
 def _acquire(f: _Fields) -> Acquire:
@@ -495,6 +531,9 @@ def _release(f: _Fields) -> Release:
 
 def _reclaim(f: _Fields) -> Reclaim:
     held = None if f.get("held") is None else f.pairs("held")
+    if held is not None and len({gpu for gpu, _ in held}) != len(held):
+        twice = sorted({gpu for gpu, _ in held if sum(g == gpu for g, _ in held) > 1})
+        raise f.fail(f"held names GPU {twice[0]} more than once")
     return Reclaim(
         f.num("req"), f.num("id", 1), f.num("count", 1, MAX_GPUS), f.num("units", 1), held,
         f.age("age_s"), **_texts(f), unit=_unit(f),

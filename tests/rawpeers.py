@@ -1,0 +1,135 @@
+"""Raw protocol clients for the server tests, run as this user or as another real Unix user.
+
+``talk`` speaks the wire protocol on a socket of its own (no client library in between), so
+a test can send exactly what a hostile or confused client would. ``local_users`` creates real
+Unix users (root only) and ``talk_as`` talks as one of them, from a forked child: the
+interpreter may live where other users cannot run it (/root), so nothing is executed anew.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pwd
+import secrets
+import shutil
+import socket
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hostserver import BOUND
+
+
+def hello(token: str | None = None, role: str | None = None) -> dict[str, object]:
+    """A hello message, with a token and a role when given."""
+    out: dict[str, object] = {"op": "hello", "version": 1, "client": "test"}
+    if token is not None:
+        out["token"] = token
+    if role is not None:
+        out["role"] = role
+    return out
+
+
+def lines(messages: list[dict[str, object]]) -> bytes:
+    return b"".join(json.dumps(m).encode() + b"\n" for m in messages)
+
+
+def read_until(sock: socket.socket, req: object, replies: list[dict[str, Any]]) -> None:
+    """Read into ``replies`` until the final answer to ``req`` (not a ``queued``) is there."""
+    data = b""
+    while not any(r.get("req") == req and r["op"] not in ("queued", "welcome") for r in replies):
+        chunk = sock.recv(65536)
+        assert chunk, f"closed after {replies}"
+        data += chunk
+        *complete, data = data.split(b"\n")
+        replies += [json.loads(line) for line in complete]
+
+
+def talk(path: Path, messages: list[dict[str, object]]) -> list[dict[str, Any]]:
+    """Connect, send ``messages`` (a hello first), and read the replies until one answers
+    the last message's ``req``; then close."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(BOUND)
+        sock.connect(str(path))
+        sock.sendall(lines(messages))
+        replies: list[dict[str, Any]] = []
+        read_until(sock, messages[-1]["req"], replies)
+        return replies
+
+
+def reply_to(replies: list[dict[str, Any]], req: int) -> dict[str, Any]:
+    """The one final reply to ``req`` among ``replies``."""
+    (found,) = [r for r in replies if r.get("req") == req and r["op"] not in ("welcome", "queued")]
+    return found
+
+
+@dataclass(frozen=True)
+class Users:
+    """Two real Unix users of one group of their own."""
+
+    alice: int
+    bob: int
+    gid: int
+
+
+@contextlib.contextmanager
+def local_users() -> Iterator[Users]:
+    """Create two Unix users in a new group (useradd, groupadd); remove them after."""
+    tag = secrets.token_hex(3)
+    group, names = f"hwpg{tag}", [f"hwpa{tag}", f"hwpb{tag}"]
+    subprocess.run(["groupadd", group], check=True, capture_output=True, timeout=BOUND)
+    made: list[str] = []
+    try:
+        for name in names:
+            subprocess.run(
+                ["useradd", "--no-create-home", "--no-user-group", "--gid", group,
+                 "--shell", "/usr/sbin/nologin", name],
+                check=True, capture_output=True, timeout=BOUND,
+            )  # fmt: skip
+            made.append(name)
+        alice, bob = (pwd.getpwnam(name) for name in names)
+        yield Users(alice.pw_uid, bob.pw_uid, alice.pw_gid)
+    finally:
+        for name in made:
+            subprocess.run(["userdel", name], check=False, capture_output=True, timeout=BOUND)
+        subprocess.run(["groupdel", group], check=False, capture_output=True, timeout=BOUND)
+
+
+def can_make_users() -> str | None:
+    """Why ``local_users`` cannot run here, or None."""
+    if os.geteuid() != 0:
+        return "creating Unix users needs root"
+    if shutil.which("useradd") is None or shutil.which("groupadd") is None:
+        return "useradd and groupadd are not installed"
+    return None
+
+
+def become(uid: int, gid: int) -> None:
+    """In a forked child: drop every group and become ``uid`` in group ``gid``."""
+    os.setgroups([])
+    os.setgid(gid)
+    os.setuid(uid)
+
+
+def talk_as(uid: int, gid: int, path: Path, messages: list[dict[str, object]]) -> list[Any]:
+    """``talk(path, messages)`` from a forked child that became ``uid``."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - reports through the pipe
+        try:
+            become(uid, gid)
+            os.write(write, json.dumps(talk(path, messages)).encode())
+        except BaseException as exc:
+            os.write(write, json.dumps(f"{type(exc).__name__}: {exc}").encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        got = json.loads(pipe.read())
+    os.waitpid(pid, 0)
+    assert isinstance(got, list), got
+    return got
