@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from hostserver import BOUND, ClientProc, Server
+from users import users  # noqa: F401  (real Unix users, for the multi-user tests)
 
 
 @pytest.fixture
