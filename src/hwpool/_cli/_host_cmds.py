@@ -97,7 +97,9 @@ def _socket_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--socket", metavar="PATH",
         help="the server's socket (default: $HWPOOL_SOCKET, else "
-        "$XDG_RUNTIME_DIR/hwpool/hwpool.sock, else /tmp/hwpool-UID/hwpool.sock)",
+        "$XDG_RUNTIME_DIR/hwpool/hwpool.sock, else /tmp/hwpool-UID/hwpool.sock; status and "
+        "cancel look for the machine-wide server first: $HWPOOL_SYSTEM_SOCKET, else "
+        "/run/hwpool/hwpool.sock)",
     )  # fmt: skip
 
 

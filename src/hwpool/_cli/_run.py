@@ -65,8 +65,9 @@ def register(commands: Any) -> None:
     )  # fmt: skip
     run.add_argument(
         "--socket", metavar="PATH",
-        help="the server's socket (default: $HWPOOL_SOCKET, else the per-user one, where a "
-        "server is started if none runs)",
+        help="the server's socket (default: $HWPOOL_SOCKET, else the machine-wide one "
+        "($HWPOOL_SYSTEM_SOCKET, else /run/hwpool/hwpool.sock) if it is there, else the "
+        "per-user one, where a server is started if none runs)",
     )  # fmt: skip
     run.add_argument(
         "--gpus", type=demand_from_text, metavar="G",
