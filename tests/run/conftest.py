@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from hostserver import Server
+from users import users  # noqa: F401  (real Unix users, for the multi-user tests)
 
 
 @pytest.fixture

@@ -134,3 +134,22 @@ def test_a_run_with_mem_starts_a_server_sized_in_memory(
     assert report["sized_in_memory"] and [g["total_mib"] for g in report["gpus"]] == [81920, 24564]
     argv = Path(f"/proc/{report['server']['pid']}/cmdline").read_bytes().split(b"\0")
     assert b"--memory" in argv
+
+
+@pytest.mark.parametrize("suffix", [".log", ".start"])
+def test_autostart_does_not_follow_a_planted_log_or_start_lock(
+    sockdir: Path, user_env: dict[str, str], suffix: str
+) -> None:
+    directory = sockdir / "hwpool"
+    directory.mkdir(mode=0o700)
+    precious = sockdir / "precious"
+    precious.write_text("keep me")
+    (directory / f"hwpool.sock{suffix}").symlink_to(precious)
+    run = Run(sockdir / SOCKET, sockdir, "a", env=user_env)
+    code, err = run.finish()
+    assert code == 125
+    what = "log" if suffix == ".log" else "start lock"
+    assert f"cannot start a server: the {what} '{directory}/hwpool.sock{suffix}'" in err
+    assert "is a symbolic link" in err and "refusing to use it" in err
+    assert precious.read_text() == "keep me"
+    assert not (sockdir / SOCKET).exists()

@@ -14,6 +14,7 @@ import pytest
 
 from hostserver import BOUND, ClientProc, Server
 from rawpeers import Users, can_make_users, local_users
+from users import users  # noqa: F401  (real Unix users, for the multi-user tests)
 
 
 @pytest.fixture
@@ -57,7 +58,7 @@ def clients() -> Iterator[Callable[..., ClientProc]]:
 
 
 @pytest.fixture
-def users() -> Iterator[Users]:
+def pair() -> Iterator[Users]:
     """Two real Unix users in a group of their own, removed after the test (root only:
     skipped otherwise)."""
     reason = can_make_users()

@@ -122,15 +122,15 @@ def test_requests_are_capped_per_connection_and_per_uid_and_the_connection_goes_
 
 
 def test_a_user_at_the_cap_does_not_stop_another_user(
-    start_server: StartServer, sockdir: Path, users: Users, sockets: ExitStack
+    start_server: StartServer, sockdir: Path, pair: Users, sockets: ExitStack
 ) -> None:
     path = sockdir / "shared" / "s.sock"
-    server = start_server("--gpus", "1", "--group", str(users.gid),
+    server = start_server("--gpus", "1", "--group", str(pair.gid),
                           "--max-requests-per-user", "2", socket=path)  # fmt: skip
     sockdir.chmod(0o711)
     sockets.enter_context(opened(server.socket, [hello(), small(1), small(2)], 2))
     assert reply_to(talk(path, [hello(), small(1)]), 1)["code"] == "limit"  # root is at its cap
-    got = talk_as(users.bob, users.gid, path, [hello(), small(1), small(2)])
+    got = talk_as(pair.bob, pair.gid, path, [hello(), small(1), small(2)])
     assert [reply_to(got, req)["op"] for req in (1, 2)] == ["granted", "granted"]
 
 

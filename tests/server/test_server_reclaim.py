@@ -147,36 +147,36 @@ class Holder:
 
 
 def test_another_user_cannot_reclaim_a_lease_and_its_owner_then_can(
-    start_server: StartServer, sockdir: Path, users: Users
+    start_server: StartServer, sockdir: Path, pair: Users
 ) -> None:
     path = sockdir / "shared" / "s.sock"
-    args = ("--gpus", "1", "--grace", "30", "--group", str(users.gid))
+    args = ("--gpus", "1", "--grace", "30", "--group", str(pair.gid))
     server = start_server(*args, socket=path)
     os.chmod(sockdir, 0o711)  # the others may pass through to the shared directory
-    alice = Holder(users.alice, users.gid, path)
+    alice = Holder(pair.alice, pair.gid, path)
     try:
         granted = alice.report()
         assert granted.startswith("granted "), granted
         ident = int(granted.split()[1])
-        assert [(x["id"], x["uid"]) for x in status_of(path)["leases"]] == [(ident, users.alice)]
+        assert [(x["id"], x["uid"]) for x in status_of(path)["leases"]] == [(ident, pair.alice)]
         os.kill(alice.pid, signal.SIGSTOP)  # alive, but it cannot reclaim yet
         again = restart(server, start_server, *args)
         again.wait_for("recovering: 1 journaled")
 
         steal = [hello(secrets.token_hex(16)), reclaim(1, ident, [[0, FULL]]),
                  {"op": "reclaimed", "req": 2}, {"op": "status", "req": 3}]  # fmt: skip
-        got = talk_as(users.bob, users.gid, path, steal)
+        got = talk_as(pair.bob, pair.gid, path, steal)
         refused, status = reply_to(got, 1), reply_to(got, 3)
         assert refused["op"] == "error" and refused["code"] == "forbidden", refused
-        assert f"#{ident}" in refused["message"] and f"uid {users.alice}" in refused["message"]
+        assert f"#{ident}" in refused["message"] and f"uid {pair.alice}" in refused["message"]
         assert status["leases"] == [] and status["free"] == [FULL]  # nothing changed
         assert status["recovering_s"] > 0
 
         os.kill(alice.pid, signal.SIGCONT)
-        again.wait_for(f"reclaim #{ident} by uid {users.alice} pid {alice.pid}")
+        again.wait_for(f"reclaim #{ident} by uid {pair.alice} pid {alice.pid}")
         again.wait_for("recovery over")
-        assert [(x["id"], x["uid"]) for x in status_of(path)["leases"]] == [(ident, users.alice)]
-        late = talk_as(users.bob, users.gid, path, [hello(), reclaim(1, ident, [[0, FULL]])])
+        assert [(x["id"], x["uid"]) for x in status_of(path)["leases"]] == [(ident, pair.alice)]
+        late = talk_as(pair.bob, pair.gid, path, [hello(), reclaim(1, ident, [[0, FULL]])])
         assert reply_to(late, 1)["code"] == "lost"  # after recovery: only if it fits
         assert alice.release() == "released"
         assert [g["free"] for g in status_of(path)["gpus"]] == [1.0]

@@ -235,7 +235,7 @@ def test_other_users_cannot_reach_a_per_user_socket(server: Server) -> None:
 
 
 def test_the_server_refuses_other_uids_even_if_the_socket_lets_them_in(server: Server) -> None:
-    os.chmod(server.socket.parent, 0o777)
+    os.chmod(server.socket.parent, 0o755)  # (a client refuses a directory others may write)
     os.chmod(server.socket, 0o777)
     outcome = _in_child(54321, 54321, server.socket)
     assert "uid 54321 may not use this server" in outcome
@@ -249,7 +249,7 @@ def test_group_members_are_served_by_a_machine_wide_server(
     socket_path = sockdir / "shared" / "s.sock"
     server = start_server("--gpus", "1", "--group", "4242", socket=socket_path)
     info = socket_path.parent.stat()
-    assert stat.S_IMODE(info.st_mode) == 0o770 and info.st_gid == 4242
+    assert stat.S_IMODE(info.st_mode) == 0o750 and info.st_gid == 4242
     assert stat.S_IMODE(socket_path.stat().st_mode) == 0o660 and socket_path.stat().st_gid == 4242
     os.chmod(sockdir, 0o755)  # let the others reach the shared directory
     assert _in_child(54321, 4242, socket_path) == "served"

@@ -45,7 +45,7 @@ from .._core._scheduler import Demand, Grant
 from .._errors import PoolClosedError, RevokedError
 from .._host._detect import GPUInfo
 from .._wire._connection import Wire
-from .._wire._paths import SOCKET_VAR, socket_path
+from .._wire._paths import SOCKET_VAR, client_socket
 from .._wire._protocol import (
     MAX_TEXT,
     Acquire,
@@ -196,7 +196,7 @@ class UnixBackend:
     def __init__(self, socket: str | os.PathLike[str] | None = None, *,
                  reconnect_timeout: float = 30.0, name: str | None = None,
                  command: str | None = None) -> None:  # fmt: skip
-        self._path: Path = socket_path(socket)
+        self._path: Path = client_socket(socket).path
         self._token = secrets.token_hex(16)  # names this pool to the server, over reconnects
         self._reconnect_s = check_timeout(reconnect_timeout, "reconnect_timeout") or 0.0
         self._name = _label("name", name)

@@ -1,7 +1,10 @@
 """Connect to the host server, starting one for this user first when none answers (as tmux does).
 
 Only on the per-user default socket (neither ``--socket`` nor ``HWPOOL_SOCKET``: a socket named
-there is someone's service to start), and unless ``HWPOOL_AUTOSTART=0`` or ``--no-start``.
+there is someone's service to start), never while a machine-wide server exists (it shares out
+the same GPUs: see ``_wire._paths.system_server``), never past a server that failed the
+client's checks (``UntrustedServerError``), and unless ``HWPOOL_AUTOSTART=0`` or
+``--no-start``. The start lock and the log are opened as side files (``_wire._safety``).
 The server is started detached (its own session, stdin from /dev/null), logs to
 ``<socket>.log`` and stops after ``IDLE_TIMEOUT_S`` with no client. Starting and connecting
 happen under ``<socket>.start`` (``flock``), which an idle server also takes before it stops
@@ -21,7 +24,8 @@ from pathlib import Path
 
 from .._backends._unix import UnixBackend
 from .._server._listen import ServeError, prepare_directory
-from .._wire._paths import log_path, start_lock_path
+from .._wire._paths import SYSTEM_SOCKET_VAR, log_path, start_lock_path, system_server
+from .._wire._safety import UnsafePathError, UntrustedServerError, open_side_file
 
 __all__ = ["AUTOSTART_VAR", "IDLE_TIMEOUT_S", "autostart_from_env", "connect"]
 
@@ -49,9 +53,12 @@ def connect(
     """
     try:
         return UnixBackend(path, name=name, command=command)
+    except UntrustedServerError:
+        raise
     except ConnectionError:
         if not autostart:
             raise
+    _no_system_server(path)
     try:
         prepare_directory(path.parent, None)
     except ServeError as exc:
@@ -59,15 +66,32 @@ def connect(
     with _locked(start_lock_path(path)):
         try:  # another client may have started one while this one waited for the lock
             return UnixBackend(path, name=name, command=command)
+        except UntrustedServerError:
+            raise
         except ConnectionError:
             pass
         server = _start_server(path, memory)
         return _connect_started(path, server, name, command)
 
 
+def _no_system_server(path: Path) -> None:
+    """ConnectionError if a machine-wide server appeared since the socket was chosen: a
+    per-user server would share out its GPUs a second time."""
+    system = system_server()
+    if system is not None:
+        raise ConnectionError(
+            f"a machine-wide hwpool server is on {str(system)!r}: not starting a per-user one "
+            f"on {str(path)!r} (it would share out the same GPUs again); use that server, or "
+            f"set {SYSTEM_SOCKET_VAR} to another place"
+        )
+
+
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fd = open_side_file(path, os.O_RDWR | os.O_CREAT, what="start lock")
+    except UnsafePathError as exc:
+        raise ConnectionError(f"cannot start a server: {exc}") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -81,7 +105,10 @@ _started: list[subprocess.Popen[bytes]] = []  # kept, so that nothing warns abou
 def _start_server(path: Path, memory: bool) -> subprocess.Popen[bytes]:
     argv = [sys.executable, "-m", "hwpool", "serve", "--socket", str(path)]
     argv += ["--idle-timeout", f"{IDLE_TIMEOUT_S:g}", *(["--memory"] if memory else [])]
-    log = os.open(log_path(path), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    try:
+        log = open_side_file(log_path(path), os.O_WRONLY | os.O_CREAT | os.O_APPEND, what="log")
+    except UnsafePathError as exc:
+        raise ConnectionError(f"cannot start a server: {exc}") from None
     try:
         server = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
@@ -102,6 +129,8 @@ def _connect_started(
     while True:
         try:
             return UnixBackend(path, name=name, command=command)
+        except UntrustedServerError:
+            raise
         except ConnectionError as exc:
             code = server.poll()
             if code is not None:

@@ -24,7 +24,7 @@ from .._server import _listen
 from .._server._host_state import MAX_REQUESTS_PER_CONNECTION, MAX_REQUESTS_PER_USER
 from .._server._server import ServeConfig, serve
 from .._wire._connection import Wire
-from .._wire._paths import socket_path
+from .._wire._paths import client_socket, socket_path
 from .._wire._protocol import Cancel, Done, ErrorReply, Status, StatusReply, encode
 from ._args import gpu_memory_list
 from ._text import one_line
@@ -114,7 +114,9 @@ def _socket_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--socket", metavar="PATH",
         help="the server's socket (default: $HWPOOL_SOCKET, else "
-        "$XDG_RUNTIME_DIR/hwpool/hwpool.sock, else /tmp/hwpool-UID/hwpool.sock)",
+        "$XDG_RUNTIME_DIR/hwpool/hwpool.sock, else /tmp/hwpool-UID/hwpool.sock; status and "
+        "cancel look for the machine-wide server first: $HWPOOL_SYSTEM_SOCKET, else "
+        "/run/hwpool/hwpool.sock)",
     )  # fmt: skip
 
 
@@ -150,16 +152,18 @@ def _guarded(command: Any) -> Any:
     return run
 
 
-def _path(args: argparse.Namespace) -> Path:
+def _path(args: argparse.Namespace, client: bool = True) -> Path:
+    """The socket to use: a client's (the machine-wide server first) or, for ``serve``,
+    the one to serve on; bad usage for a path that cannot be one."""
     try:
-        return socket_path(args.socket)
+        return client_socket(args.socket).path if client else socket_path(args.socket)
     except ValueError as exc:
         raise _Usage(str(exc).replace("socket:", "--socket:", 1)) from None
 
 
 # ----------------------------------------------------------------- serve
 def _cmd_serve(args: argparse.Namespace) -> int:
-    path = _path(args)
+    path = _path(args, client=False)
     if args.gpu_memory is None and not args.memory and not args.reserve_in_use:
         gpus, totals = _gpus(args.gpus), None
     else:

@@ -6,13 +6,16 @@ the same dict as text, so the two can never disagree.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._host._detect import GPUDetection, detect_gpus
 from .._host._sizing import effective_threads
 from .._host._topology import CPUTopology, cpu_topology
 from .._numa._place import file_page_nodes
+from .._wire._paths import SYSTEM_SOCKET_VAR, client_socket, system_socket
+from ._autostart import autostart_from_env
 from ._text import plural
 
 __all__ = ["format_info", "gather"]
@@ -28,9 +31,31 @@ def gather(files: Sequence[str] = ()) -> dict[str, Any]:
     team = effective_threads(topology=topology)
     gpus = _gpus_json(detect_gpus(describe=True))
     info: dict[str, Any] = {"gpus": gpus, "cpus": _cpus_json(topology, team)}
+    info["server"] = server_json(os.environ)
     if files:
         info["files"] = [_file_json(path) for path in files]
     return info
+
+
+_KINDS = {
+    "system": "machine-wide", "HWPOOL_SOCKET": "named", "XDG_RUNTIME_DIR": "per-user",
+    "default": "per-user",
+}  # fmt: skip
+
+
+def server_json(environ: Mapping[str, str]) -> dict[str, Any]:
+    """Which server a plain ``hwpool run`` (and ``hwpool status``, ``hwpool.connect()``) would
+    use, why, and whether its socket is there; ValueError for a malformed variable."""
+    chosen = client_socket(None, environ)
+    system = system_socket(environ)
+    return {
+        "socket": str(chosen.path),
+        "kind": _KINDS[chosen.source],
+        "source": chosen.source,
+        "running": os.path.lexists(chosen.path),
+        "autostart": chosen.per_user and autostart_from_env(environ),
+        "system_socket": None if system is None else str(system),
+    }
 
 
 def _file_json(path: str) -> dict[str, Any]:
@@ -77,12 +102,32 @@ def _gpus_json(found: GPUDetection) -> dict[str, Any]:
 def format_info(info: dict[str, Any]) -> str:
     """The text form of :func:`gather`'s dict."""
     lines = _gpu_lines(info["gpus"]) + _cpu_lines(info["cpus"])
+    if "server" in info:
+        lines.append(server_line(info["server"]))
     for entry in info.get("files", []):
         nodes = entry["page_nodes"]
         where = ", ".join(f"node {node}: {n}" for node, n in nodes.items())
         where = where or "none cached (or the file is empty)"
         lines.append(f"{entry['path']}: sampled pages in the page cache by NUMA node: {where}")
     return "\n".join(lines)
+
+
+def server_line(server: dict[str, Any]) -> str:
+    """One line: the server a plain ``hwpool run`` uses, and why."""
+    where = f"Server: hwpool run uses {server['socket']}"
+    if server["kind"] == "machine-wide":
+        return f"{where} (the machine-wide server; {SYSTEM_SOCKET_VAR} names another place)"
+    if server["kind"] == "named":
+        return f"{where} (from HWPOOL_SOCKET)"
+    system = server["system_socket"]
+    none = f"no machine-wide server at {system}" if system else f"{SYSTEM_SOCKET_VAR} is empty"
+    if server["running"]:
+        state = "running"
+    elif server["autostart"]:
+        state = "not running: hwpool run starts one"
+    else:
+        state = "not running; autostart is off"
+    return f"{where} (per-user, {state}; {none})"
 
 
 def _gpu_lines(gpus: dict[str, Any]) -> list[str]:

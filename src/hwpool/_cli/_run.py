@@ -27,7 +27,7 @@ from .._core._memory import format_mib, parse_memory
 from .._errors import PoolClosedError, RevokedError
 from .._gpu._lease import GPULease
 from .._gpu._pool import GPUPool
-from .._wire._paths import default_socket, socket_path
+from .._wire._paths import client_socket
 from .._wire._protocol import MAX_TEXT
 from . import _autostart, _child
 from ._text import one_line, plural
@@ -65,8 +65,9 @@ def register(commands: Any) -> None:
     )  # fmt: skip
     run.add_argument(
         "--socket", metavar="PATH",
-        help="the server's socket (default: $HWPOOL_SOCKET, else the per-user one, where a "
-        "server is started if none runs)",
+        help="the server's socket (default: $HWPOOL_SOCKET, else the machine-wide one "
+        "($HWPOOL_SYSTEM_SOCKET, else /run/hwpool/hwpool.sock) if it is there, else the "
+        "per-user one, where a server is started if none runs)",
     )  # fmt: skip
     run.add_argument(
         "--gpus", type=demand_from_text, metavar="G",
@@ -141,14 +142,11 @@ def _run(args: argparse.Namespace) -> int:
     if args.name is not None and len(args.name) > MAX_TEXT:
         raise _Exit(2, f"--name: at most {MAX_TEXT} characters, got {len(args.name)}")
     try:
-        path = socket_path(args.socket)
+        chosen = client_socket(args.socket)
     except ValueError as exc:
         raise _Exit(2, str(exc).replace("socket:", "--socket:", 1)) from None
-    autostart = (
-        not args.no_start
-        and _autostart.autostart_from_env(os.environ)
-        and default_socket(args.socket, os.environ)
-    )
+    path = chosen.path
+    autostart = not args.no_start and _autostart.autostart_from_env(os.environ) and chosen.per_user
     label = shlex.join(argv)
     if len(label) > MAX_TEXT:
         label = label[: MAX_TEXT - 3] + "..."

@@ -21,8 +21,11 @@ def connect(
 ) -> GPUPool:
     """A :class:`GPUPool` that shares this machine's GPUs with every process using ``socket``.
 
-    ``socket`` defaults to ``HWPOOL_SOCKET``, else ``$XDG_RUNTIME_DIR/hwpool/hwpool.sock``,
-    else ``/tmp/hwpool-<uid>/hwpool.sock`` (where ``hwpool serve`` listens by default). One
+    ``socket`` defaults to ``HWPOOL_SOCKET``, else the machine-wide server's socket
+    (``/run/hwpool/hwpool.sock``, or ``HWPOOL_SYSTEM_SOCKET``) when it is there, else
+    ``$XDG_RUNTIME_DIR/hwpool/hwpool.sock``, else ``/tmp/hwpool-<uid>/hwpool.sock`` (where
+    ``hwpool serve`` listens by default). The server is verified before anything is sent to
+    it (its directory, and the uid it runs as: see docs/security.md). One
     connection serves every task and thread of the process; a forked child opens its own.
     If the server goes away, waiting requests wait up to ``reconnect_timeout`` seconds for it
     to come back (leases are re-declared to it), then raise ConnectionError. Raises

@@ -1,12 +1,17 @@
 """The server's side of the socket: its directory and modes, the one-server lock, peer identity.
 
-- The directory is created with mode 0700 (only this user), or 0770 and group ``--group``
-  for a machine-wide server. An existing directory is used as it is, provided it belongs to
-  this user or root and others cannot write to it (unless it is sticky, like ``/tmp``).
+- The directory is created with mode 0700 (only this user), or 0750 and group ``--group``
+  for a machine-wide server: group members may reach the socket, not write the directory
+  (they could rename the socket and bind their own, or plant side files). An existing
+  directory is used as it is, provided it passes ``_wire._safety.check_directory``: it
+  belongs to this user or root, and neither its group nor others may write it (a socket
+  directly in a shared directory such as ``/tmp`` is refused).
 - The socket file gets mode 0600 (0660 and the group): on Linux, connecting needs write
   permission on it, so the kernel refuses other users before the server sees them.
 - ``<socket>.lock`` is held (``flock``) for as long as the server runs: a second server on the
-  same path fails at once, and a socket file left by a dead server is known to be stale.
+  same path fails at once, and a socket file left by a dead server is known to be stale. It
+  is opened as every side file is (``_wire._safety.open_side_file``: no symbolic link, no
+  FIFO, a regular file of this uid).
 - Identity comes from the kernel (``SO_PEERCRED``), never from what a client says.
 """
 
@@ -18,12 +23,10 @@ import fcntl
 import os
 import socket
 import stat
-import struct
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 from .._wire._paths import lock_path
+from .._wire._safety import Peer, UnsafePathError, check_directory, open_side_file, peer_of
 
 __all__ = ["Peer", "ServeError", "admitted", "bind", "hold_lock", "peer_of", "prepare_directory"]
 
@@ -34,40 +37,25 @@ class ServeError(Exception):
     """The server cannot start (reported in one line; exit status 2)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Peer:
-    """A connected process as the kernel reports it."""
-
-    pid: int
-    uid: int
-    gid: int
-
-
 def prepare_directory(directory: Path, group: int | None) -> None:
-    """Create ``directory`` (0700, or 0770 owned by ``group``) or check the existing one."""
+    """Create ``directory`` (0700, or 0750 owned by ``group``) or check the existing one;
+    ServeError saying what is wrong and what to do when it is not safe to serve from."""
     try:
         directory.mkdir(parents=True, mode=0o700)
     except FileExistsError:
-        _check_existing(directory)
-        return
+        pass
     except OSError as exc:
         raise ServeError(f"cannot create {str(directory)!r}: {exc.strerror}") from None
-    if group is not None:
-        os.chown(directory, -1, group)
-    os.chmod(directory, 0o700 if group is None else 0o770)
-
-
-def _check_existing(directory: Path) -> None:
-    info = directory.lstat()
-    if not stat.S_ISDIR(info.st_mode):
-        raise ServeError(f"{str(directory)!r} exists and is not a directory")
-    if info.st_uid not in (os.getuid(), 0):
-        raise ServeError(
-            f"{str(directory)!r} belongs to uid {info.st_uid}, not to you: refusing to put a "
-            "socket there (remove it, or choose another path with --socket)"
-        )
-    if info.st_mode & stat.S_IWOTH and not info.st_mode & stat.S_ISVTX:
-        raise ServeError(f"{str(directory)!r} is writable by everyone: choose another directory")
+    else:
+        if group is not None:
+            os.chown(directory, -1, group)
+        os.chmod(directory, 0o700 if group is None else 0o750)
+    try:
+        check_directory(directory, {os.geteuid(), 0})
+    except UnsafePathError as exc:
+        raise ServeError(str(exc)) from None
+    except OSError as exc:
+        raise ServeError(f"cannot check {str(directory)!r}: {exc.strerror}") from None
 
 
 def hold_lock(socket_path: Path) -> int:
@@ -79,7 +67,9 @@ def hold_lock(socket_path: Path) -> int:
     """
     path = lock_path(socket_path)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = open_side_file(path, os.O_RDWR | os.O_CREAT, what="lock file")
+    except UnsafePathError as exc:
+        raise ServeError(str(exc)) from None
     except OSError as exc:
         raise ServeError(f"cannot open the lock file {str(path)!r}: {exc.strerror}") from None
     try:
@@ -136,17 +126,6 @@ def _remove_stale(path: Path) -> None:
     finally:
         probe.close()
     raise ServeError(f"a server without the lock is answering on {str(path)!r}")
-
-
-class _HasSockOpt(Protocol):
-    def getsockopt(self, level: int, option: int, size: int, /) -> bytes: ...
-
-
-def peer_of(sock: _HasSockOpt) -> Peer:
-    """The pid, uid and gid of the process at the other end of ``sock`` (SO_PEERCRED)."""
-    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    pid, uid, gid = struct.unpack("3i", raw)
-    return Peer(pid, uid, gid)
 
 
 def admitted(peer: Peer, server_uid: int, group: int | None) -> bool:

@@ -49,6 +49,7 @@ from .._wire._protocol import (
     decode_client,
     encode,
 )
+from .._wire._safety import open_side_file
 from . import _journal
 from ._host_state import (
     MAX_REQUESTS_PER_CONNECTION,
@@ -429,9 +430,13 @@ class _Server:
         if self.per_uid or self.state.recovery is not None or self.stop is None:
             self.arm_idle(0.1 if self.state.recovery is not None else None)
             return
-        fd = os.open(
-            start_lock_path(self.config.socket), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
-        )
+        try:
+            fd = open_side_file(
+                start_lock_path(self.config.socket), os.O_RDWR | os.O_CREAT, what="start lock"
+            )
+        except OSError as exc:  # unsafe (planted) or unusable: keep serving, say why once
+            self.say(f"not stopping when idle: {exc}")
+            return
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:

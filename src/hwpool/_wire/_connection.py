@@ -3,6 +3,9 @@
 Blocking sockets only; the unix backend reads from a thread, ``hwpool status`` and
 ``hwpool cancel`` read inline. A server that is absent, refuses this user or speaks another
 protocol version is reported as a ``ConnectionError`` that names the socket and what to do.
+The server is verified before anything is sent to it, the hello included (``_safety``: the
+socket's directory, then the uid of the process listening): an impostor is refused with an
+``UntrustedServerError`` and learns nothing, not even that this client exists.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import socket
 from pathlib import Path
 
 from .._version import __version__
+from ._paths import SOCKET_VAR, system_socket
 from ._protocol import (
     PROTOCOL_VERSION,
     ErrorReply,
@@ -26,14 +30,22 @@ from ._protocol import (
     decode_server,
     encode,
 )
+from ._safety import UntrustedServerError, server_uids, verify_peer
 
-__all__ = ["Wire", "no_server_error"]
+__all__ = ["UntrustedServerError", "Wire", "no_server_error"]
 
 CONNECT_TIMEOUT_S = 10.0
 
 
 def no_server_error(path: Path, reason: str) -> ConnectionError:
     """The error for a socket nobody serves, saying how to start a server there."""
+    with contextlib.suppress(ValueError):
+        if path == system_socket():
+            return ConnectionError(
+                f"the machine-wide hwpool server on {str(path)!r} is not running ({reason}); "
+                "ask its admin to start it (no per-user server is started while one is "
+                f"set up there), or set {SOCKET_VAR} to use another server"
+            )
     how = "hwpool serve" if os.environ.get("HWPOOL_SOCKET") else f"hwpool serve --socket {path}"
     return ConnectionError(
         f"no hwpool server on {str(path)!r} ({reason}); start one with `{how}` "
@@ -68,7 +80,11 @@ class Wire:
     def _open(self, timeout: float) -> Welcome:
         self.sock.settimeout(timeout)
         try:
+            allowed = server_uids(self.path)
             self.sock.connect(os.fspath(self.path))
+            verify_peer(self.sock, self.path, allowed)
+        except UntrustedServerError:
+            raise
         except (FileNotFoundError, ConnectionRefusedError) as exc:
             raise no_server_error(self.path, exc.strerror or str(exc)) from None
         except PermissionError:
