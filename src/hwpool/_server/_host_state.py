@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from .._core._capacity import UNITS_PER_GPU
 from .._core._scheduler import Demand, Grant, Scheduler
+from .._printable import printable
 from .._wire._protocol import (
     Acquire,
     Busy,
@@ -51,15 +52,19 @@ ID_BLOCK = 1024
 
 @dataclass(eq=False)
 class Client:
-    """One connection: the peer's kernel-given identity and its requests by ``req``."""
+    """One connection: the peer's kernel-given identity and its requests by ``req``.
+
+    ``user`` names the uid for the log (``alice (uid 1000)``; the I/O layer looks it up).
+    """
 
     number: int
     uid: int
     pid: int
     entries: dict[int, Entry] = field(default_factory=dict)
+    user: str = ""
 
     def __str__(self) -> str:
-        return f"uid {self.uid} pid {self.pid}"
+        return f"{self.user or f'uid {self.uid}'} pid {self.pid}"
 
 
 @dataclass(eq=False)
@@ -84,6 +89,11 @@ class Entry:
 
 
 Delivery = tuple[Client, ServerMessage]
+
+
+def _job(entry: Entry) -> str:
+    """``#12 "train"``: a request's id and, if it has one, its name (escaped), for the log."""
+    return f"#{entry.id}" if entry.name is None else f'#{entry.id} "{printable(entry.name)}"'
 
 
 @dataclass
@@ -239,7 +249,7 @@ class HostState:
             if granted is not None:
                 return granted
         held_back = " (held back while recovering)" if self.recovery is not None else ""
-        self.log(f"wait #{entry.id} of {entry.client}: {self._asked(entry.demand)}{held_back}")
+        self.log(f"wait {_job(entry)} of {entry.client}: {self._asked(entry.demand)}{held_back}")
         return (entry.client, Queued(entry.req, entry.id))
 
     def _submit(self, entry: Entry, now: float) -> Delivery | None:
@@ -279,7 +289,7 @@ class HostState:
         self.granted += 1
         self.changes += 1
         self.log(
-            f"grant #{entry.id} to {entry.client}: {self._what(entry.held)}"
+            f"grant {_job(entry)} to {entry.client}: {self._what(entry.held)}"
             + (f" after {waited:.3f} s" if waited > 0.0005 else "")
         )
         return (entry.client, Granted(entry.req, entry.id, grant.gpus, grant.units))
@@ -300,7 +310,7 @@ class HostState:
             self.timed_out += 1
         else:
             self.cancelled += 1
-        self.log(f"withdraw #{entry.id} by {client}" + (" (timed out)" if msg.timed_out else ""))
+        self.log(f"withdraw {_job(entry)} by {client}" + (" (timed out)" if msg.timed_out else ""))
         return self._remove(entry, now)
 
     def _remove(self, entry: Entry, now: float) -> list[Delivery]:
@@ -338,9 +348,8 @@ class HostState:
             entry.held[gpu] -= units
             if not entry.held[gpu]:
                 del entry.held[gpu]
-        self.log(
-            f"release #{entry.id} by {client}: {self._what(parts)}, held {now - entry.since:.3f} s"
-        )
+        held_s = now - entry.since
+        self.log(f"release {_job(entry)} by {client}: {self._what(parts)}, held {held_s:.3f} s")
         if not entry.held:
             self.released += 1
             self._drop(entry)
@@ -364,14 +373,15 @@ class HostState:
                 msg.req,
             )
         notice: ServerMessage
+        by = actor.user or f"uid {actor.uid}"
         if entry.held is not None:
             notice = Revoked(entry.req, entry.id, actor.uid)
-            self.log(f"revoke #{entry.id} of {owner} by uid {actor.uid}: {self._what(entry.held)}")
+            self.log(f"revoke {_job(entry)} of {owner} by {by}: {self._what(entry.held)}")
         else:
-            text = f"request #{entry.id} was cancelled by uid {actor.uid} (hwpool cancel)"
+            text = f"request #{entry.id} was cancelled by {by} (hwpool cancel)"
             notice = ErrorReply(entry.req, ErrorCode.CANCELLED, text)
             self.cancelled += 1
-            self.log(f"cancel #{entry.id} of {owner} by uid {actor.uid}")
+            self.log(f"cancel {_job(entry)} of {owner} by {by}")
         grants = self._remove(entry, now)
         return [(actor, Done(msg.req)), (owner, notice), *grants]
 
@@ -486,11 +496,21 @@ class HostState:
         return [g for g in grants if g is not None]
 
     # ----------------------------------------------------------------- views
-    def status(self, req: int, now: float, started: float) -> StatusReply:
-        """The whole host: free units, leases by id, the queue in order (held-back ones last)."""
+    def status(
+        self, req: int, now: float, started: float, viewer: int | None = None
+    ) -> StatusReply:
+        """The whole host as uid ``viewer`` may see it: free units, leases by id, the queue in
+        order (held-back ones last). Command lines may hold secrets: ``viewer`` sees those of
+        its own requests, an admin every one (None: the server's own view, all); every name
+        is shown to all."""
+        admin = viewer is None or viewer in self.admins
+
+        def command(e: Entry) -> str | None:
+            return e.command if admin or e.client.uid == viewer else None
+
         leases = tuple(
             LeaseRecord(e.id, e.client.uid, e.client.pid, tuple(sorted(e.held.items())),
-                        now - e.since, e.name, e.command)
+                        now - e.since, e.name, command(e))
             for e in sorted(self._by_id.values(), key=lambda e: e.id)
             if e.held is not None
         )  # fmt: skip
@@ -499,7 +519,7 @@ class HostState:
         ]
         records = tuple(
             WaiterRecord(e.id, e.client.uid, e.client.pid, count, units, reserved,
-                         now - e.since, e.name, e.command, unit)
+                         now - e.since, e.name, command(e), unit)
             for e, reserved in waiting
             for count, units, unit in [self._wire_demand(e.demand)]
         )  # fmt: skip
