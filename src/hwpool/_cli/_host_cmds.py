@@ -293,11 +293,12 @@ def _cancel_one(wire: Wire, req: int, ident: int, record: Record | None) -> tupl
         return one_line(reply.message), False  # the server's message names the id
     if not isinstance(reply, Done):
         raise ConnectionError(f"unexpected reply to cancel: {reply.op}")
-    if isinstance(record, LeaseRecord):
-        return f"#{ident}: revoked the lease of {_whose(record)}: its GPUs are free", True
-    if isinstance(record, WaiterRecord):
-        return f"#{ident}: withdrew the waiting request of {_whose(record)}", True
-    return f"#{ident}: cancelled", True
+    whose = "" if record is None else f" of {_whose(record)}"
+    if reply.cancelled == "lease":  # what it was when cancelled (a waiter may have been granted)
+        return f"#{ident}: revoked the lease{whose}: its GPUs are free", True
+    if reply.cancelled == "waiter":
+        return f"#{ident}: withdrew the waiting request{whose}", True
+    return f"#{ident}: cancelled{whose}", True  # a server that does not say which
 
 
 def _whose(record: Record) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from .._core._capacity import UNITS_PER_GPU
 from .._core._scheduler import Demand, Grant, Scheduler
@@ -382,8 +383,9 @@ class HostState:
             notice = ErrorReply(entry.req, ErrorCode.CANCELLED, text)
             self.cancelled += 1
             self.log(f"cancel {_job(entry)} of {owner} by {by}")
+        was: Literal["lease", "waiter"] = "lease" if entry.held is not None else "waiter"
         grants = self._remove(entry, now)
-        return [(actor, Done(msg.req)), (owner, notice), *grants]
+        return [(actor, Done(msg.req, was)), (owner, notice), *grants]
 
     def disconnect(self, client: Client, now: float) -> list[Delivery]:
         """The connection closed: withdraw every waiter of ``client``, then free its leases."""

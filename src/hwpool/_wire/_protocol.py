@@ -632,13 +632,18 @@ class Busy:
 
 @dataclass(frozen=True, slots=True)
 class Done:
-    """Request ``req`` (a cancel, a bye) is done."""
+    """Request ``req`` (a cancel, a bye) is done. For a cancel, ``cancelled`` says what the
+    id was when it was cancelled: a ``lease`` (revoked) or a ``waiter`` (withdrawn)."""
 
     req: int
+    cancelled: Literal["lease", "waiter"] | None = None
     op: ClassVar[str] = "ok"
 
     def wire(self) -> dict[str, object]:
-        return {"op": self.op, "req": self.req}
+        out: dict[str, object] = {"op": self.op, "req": self.req}
+        if self.cancelled is not None:
+            out["cancelled"] = self.cancelled
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -889,6 +894,18 @@ def _welcome(f: _Fields) -> Welcome:
     )  # fmt: skip
 
 
+_CANCELLED: dict[object, Literal["lease", "waiter"] | None] = {
+    None: None, "lease": "lease", "waiter": "waiter",
+}  # fmt: skip
+
+
+def _done(f: _Fields) -> Done:
+    what = f.obj.get("cancelled")
+    if isinstance(what, (str, type(None))) and what in _CANCELLED:
+        return Done(f.num("req"), _CANCELLED[what])
+    raise f.fail(f"cancelled must be 'lease' or 'waiter', got {what!r}")
+
+
 def _error(f: _Fields) -> ErrorReply:
     raw = f.text("code", 64)
     try:
@@ -934,7 +951,7 @@ _SERVER: dict[str, Callable[[_Fields], ServerMessage]] = {
     "granted": lambda f: Granted(f.num("req"), f.num("id", 1), f.ints("gpus"), f.num("units")),
     "queued": lambda f: Queued(f.num("req"), f.num("id", 1)),
     "would_block": lambda f: Busy(f.num("req")),
-    "ok": lambda f: Done(f.num("req")),
+    "ok": _done,
     "revoked": lambda f: Revoked(f.num("req"), f.num("id", 1), f.num("by")),
     "error": _error,
     "status": _status,
