@@ -46,7 +46,8 @@ class Raw:
         assert self.read()["op"] == "welcome"
 
     def send(self, *messages: dict[str, Any]) -> None:
-        self.sock.sendall(b"".join(json.dumps(m).encode() + b"\n" for m in messages))
+        lines = (json.dumps(m, separators=(",", ":")).encode() + b"\n" for m in messages)
+        self.sock.sendall(b"".join(lines))
 
     def read(self) -> dict[str, Any]:
         """The next message; AssertionError if the server closed the connection."""
@@ -153,7 +154,7 @@ def test_a_reply_quoting_a_huge_field_is_cut_and_the_connection_goes_on(
     holder = raws(one_gpu.socket)
     holder.send(acquire(1))
     assert holder.read()["op"] == "granted"
-    holder.send(acquire(2, name=[1] * 20_000))  # its error quotes the list: over 64 KiB
+    holder.send(acquire(2, name=[1] * 30_000))  # 60 KB; its error quotes it in 90 KB
     error = holder.read()
     assert (error["op"], error["code"], error["req"]) == ("error", "bad_message", 2)
     assert "name must be a string" in error["message"]
