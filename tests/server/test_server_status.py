@@ -484,3 +484,18 @@ def test_a_client_that_leaves_too_much_unread_is_dropped() -> None:
     transport.buffered = MAX_BUFFERED - 10
     conn.send(p.Queued(1, 5))
     assert transport.aborted and conn.closed and "does not read its replies" in server.said[0]
+
+
+# ----------------------------------------------------------------- labels the wire can carry
+def test_hwpool_run_with_bytes_that_are_not_utf8_sends_them_escaped(one_gpu: Server) -> None:
+    argv = [sys.executable.encode(), b"-m", b"hwpool", b"run", b"--socket",
+            bytes(one_gpu.socket), b"--no-start", b"--name", b"n\xff",
+            b"--", b"true", b"\xff"]  # fmt: skip
+    proc = subprocess.run(argv, capture_output=True, env=ENV, timeout=BOUND, check=False)
+    assert proc.returncode == 0, proc.stderr
+    one_gpu.wait_for('grant #1 "n\\xff" to root')
+
+
+def test_a_label_utf8_cannot_carry_is_refused_by_name(one_gpu: Server) -> None:
+    with pytest.raises(ValueError, match=r"name must be text UTF-8 can carry, got 'a\\\\udcff'"):
+        UnixBackend(one_gpu.socket, name="a\udcff")
