@@ -499,3 +499,14 @@ def test_hwpool_run_with_bytes_that_are_not_utf8_sends_them_escaped(one_gpu: Ser
 def test_a_label_utf8_cannot_carry_is_refused_by_name(one_gpu: Server) -> None:
     with pytest.raises(ValueError, match=r"name must be text UTF-8 can carry, got 'a\\\\udcff'"):
         UnixBackend(one_gpu.socket, name="a\udcff")
+
+
+def test_a_client_that_asks_for_status_after_status_without_reading_is_dropped() -> None:
+    conn, transport, server = connection()
+    conn.pause_writing()  # it reads nothing
+    asked = 0
+    while not transport.aborted:
+        conn.stream(iter([b"never\n"]))  # each costs the server a little until it begins
+        asked += 1
+        assert asked <= MAX_BUFFERED // 1024 + 1
+    assert asked > 1000 and "does not read its replies" in server.said[0]

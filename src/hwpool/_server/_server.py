@@ -186,16 +186,18 @@ class _Connection(asyncio.Protocol):
         self.backlog.append(lines)
         self.backlog_bytes += STREAM_COST
         self.flush()
+        if self.backlog:  # not all written: the client reads slowly, or asks without reading
+            self.check_unread()
 
     def put(self, line: bytes) -> None:
+        """Write ``line`` now, or queue it behind what waits (in order)."""
         assert self.transport is not None
         if self.backlog or self.paused:
             self.backlog.append(line)
             self.backlog_bytes += len(line)
-            self.check_unread()
         else:
             self.transport.write(line)
-            self.check_unread()
+        self.check_unread()
 
     def flush(self) -> None:
         """Write from the backlog until the transport's buffer is full again or all is out."""
