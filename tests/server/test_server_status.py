@@ -8,6 +8,7 @@ closed pipe ends a printing command quietly.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -23,6 +24,7 @@ from hostserver import BOUND, ENV, Server, run_cli, status_of
 from hwpool._backends._unix import UnixBackend
 from hwpool._core._capacity import UNITS_PER_GPU
 from hwpool._core._scheduler import Demand
+from hwpool._server._host_state import Client, HostState
 from hwpool._server._server import MAX_BUFFERED, _Connection
 from hwpool._wire import _protocol as p
 from hwpool._wire._protocol import MAX_LINE, MAX_TEXT
@@ -466,16 +468,22 @@ def test_a_reply_that_cannot_be_encoded_becomes_an_error_and_the_connection_stay
 
 
 def test_while_the_client_reads_slowly_replies_keep_their_order_behind_a_status() -> None:
-    conn, transport, _ = connection()
-    conn.pause_writing()  # the transport's buffer is full
-    conn.send(p.Queued(1, 5))
-    conn.stream(iter([b"part-1\n", b"part-2\n"]))
-    conn.send(p.Granted(1, 5, (0,), 9))
-    assert transport.lines == []
-    conn.resume_writing()
-    assert transport.lines == [p.encode(p.Queued(1, 5)), b"part-1\n", b"part-2\n",
-                               p.encode(p.Granted(1, 5, (0,), 9))]  # fmt: skip
-    assert not conn.backlog and conn.backlog_bytes == 0
+    async def scenario() -> None:
+        conn, transport, _ = connection()
+        conn.pause_writing()  # the transport's buffer is full
+        conn.send(p.Queued(1, 5))
+        conn.stream(iter([b"part-1\n", b"part-2\n", b"part-3\n"]))
+        conn.send(p.Granted(1, 5, (0,), 9))
+        assert transport.lines == []
+        conn.resume_writing()
+        assert transport.lines == [p.encode(p.Queued(1, 5)), b"part-1\n"]  # one line a turn
+        for _ in range(10):  # bounded: a few turns of the loop
+            await asyncio.sleep(0)
+        assert transport.lines == [p.encode(p.Queued(1, 5)), b"part-1\n", b"part-2\n",
+                                   b"part-3\n", p.encode(p.Granted(1, 5, (0,), 9))]  # fmt: skip
+        assert not conn.backlog and conn.backlog_bytes == 0
+
+    asyncio.run(scenario())
 
 
 def test_a_client_that_leaves_too_much_unread_is_dropped() -> None:
@@ -510,3 +518,18 @@ def test_a_client_that_asks_for_status_after_status_without_reading_is_dropped()
         asked += 1
         assert asked <= MAX_BUFFERED // 1024 + 1
     assert asked > 1000 and "does not read its replies" in server.said[0]
+
+
+def test_status_records_are_built_as_they_are_sent_from_one_moment() -> None:
+    state = HostState(1)
+    holder = Client(1, 1000, 5)
+    state.acquire(holder, p.Acquire(1, 1, FULL, True, "held"), 0.0)
+    for req in range(2, 5):
+        state.acquire(holder, p.Acquire(req, 1, FULL, True, f"w{req}"), 0.0)
+    reply = state.status(7, 2.0, 0.0)
+    state.release(holder, p.Release(9, 1), 3.0)  # after the status: #2 is granted now
+    lines = list(p.status_lines(reply, stream=True))
+    *parts, last = map(p.decode_server, lines)
+    whole = p.join_status(parts, last)  # type: ignore[arg-type]
+    assert [(x.id, x.name, x.age_s) for x in whole.leases] == [(1, "held", 2.0)]
+    assert [(w.id, w.age_s) for w in whole.waiting] == [(2, 2.0), (3, 2.0), (4, 2.0)]

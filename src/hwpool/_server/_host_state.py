@@ -15,9 +15,9 @@ waiters then enter the core in their original id order.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal, TypeVar, overload
 
 from .._core._capacity import UNITS_PER_GPU
 from .._core._scheduler import Demand, Grant, Scheduler
@@ -45,7 +45,10 @@ from .._wire._protocol import (
 )
 from ._journal import Journal, JournalEntry
 
-__all__ = ["ID_BLOCK", "Client", "Delivery", "Entry", "HostState", "Recovery"]
+__all__ = ["ID_BLOCK", "Built", "Client", "Delivery", "Entry", "HostState", "Recovery"]
+
+_Item = TypeVar("_Item")
+_Record = TypeVar("_Record", LeaseRecord, WaiterRecord)
 
 ID_BLOCK = 1024
 """Ids are handed out in blocks whose end is journaled first, so none is reused after a crash."""
@@ -504,31 +507,44 @@ class HostState:
         """The whole host as uid ``viewer`` may see it: free units, leases by id, the queue in
         order (held-back ones last). Command lines may hold secrets: ``viewer`` sees those of
         its own requests, an admin every one (None: the server's own view, all); every name
-        is shown to all."""
+        is shown to all.
+
+        What changes (held amounts, ages, reservations) is taken now, in one step; the records
+        are built as they are read (:class:`Built`), so a long answer sent a line at a time
+        costs the loop one line's records per turn.
+        """
         admin = viewer is None or viewer in self.admins
 
         def command(e: Entry) -> str | None:
             return e.command if admin or e.client.uid == viewer else None
 
-        leases = tuple(
-            LeaseRecord(e.id, e.client.uid, e.client.pid, tuple(sorted(e.held.items())),
-                        now - e.since, e.name, command(e))
+        def lease(item: tuple[Entry, tuple[tuple[int, int], ...], float]) -> LeaseRecord:
+            e, held, age = item
+            return LeaseRecord(e.id, e.client.uid, e.client.pid, held, age, e.name, command(e))
+
+        def waiter(item: tuple[Entry, tuple[int, ...], float]) -> WaiterRecord:
+            e, reserved, age = item
+            count, units, unit = self._wire_demand(e.demand)
+            return WaiterRecord(
+                e.id, e.client.uid, e.client.pid, count, units, reserved, age, e.name,
+                command(e), unit,
+            )  # fmt: skip
+
+        leases = [
+            (e, tuple(sorted(e.held.items())), now - e.since)
             for e in sorted(self._by_id.values(), key=lambda e: e.id)
             if e.held is not None
-        )  # fmt: skip
-        waiting = [(self._by_ticket[w.ticket], w.reserved) for w in self.core.waiters()] + [
-            (e, ()) for e in sorted(self._held_back, key=lambda e: e.id)
         ]
-        records = tuple(
-            WaiterRecord(e.id, e.client.uid, e.client.pid, count, units, reserved,
-                         now - e.since, e.name, command(e), unit)
-            for e, reserved in waiting
-            for count, units, unit in [self._wire_demand(e.demand)]
-        )  # fmt: skip
+        waiting = [
+            (entry, w.reserved, now - entry.since)
+            for w in self.core.waiters()
+            for entry in [self._by_ticket[w.ticket]]
+        ]
+        waiting += [(e, (), now - e.since) for e in sorted(self._held_back, key=lambda e: e.id)]
         left = 0.0 if self.recovery is None else max(0.0, self.recovery.deadline - now)
         return StatusReply(
-            req, self.core.free, leases, records, self.granted, self.released, self.cancelled,
-            self.timed_out, left, now - started,
+            req, self.core.free, Built(leases, lease), Built(waiting, waiter), self.granted,
+            self.released, self.cancelled, self.timed_out, left, now - started,
         )  # fmt: skip
 
     def journal(self) -> Journal:
@@ -565,6 +581,31 @@ class HostState:
         if count > 1:
             return f"{count} whole GPUs"
         return f"{units / full:g} of a GPU"
+
+
+class Built(Sequence[_Record]):
+    """Records made from ``items`` by ``build`` when they are read (each time: read once)."""
+
+    __slots__ = ("_build", "_items")
+
+    def __init__(self, items: list[_Item], build: Callable[[_Item], _Record]) -> None:
+        self._items: list[Any] = items
+        self._build: Callable[[Any], _Record] = build
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @overload
+    def __getitem__(self, index: int) -> _Record: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[_Record, ...]: ...
+    def __getitem__(self, index: int | slice) -> _Record | tuple[_Record, ...]:
+        if isinstance(index, slice):
+            return tuple(map(self._build, self._items[index]))
+        return self._build(self._items[index])
+
+    def __iter__(self) -> Iterator[_Record]:
+        return map(self._build, self._items)
 
 
 def _bad(message: str, req: int) -> ProtocolError:

@@ -115,6 +115,7 @@ class _Connection(asyncio.Protocol):
         self.backlog_bytes = 0
         self.paused = False  # the transport's buffer is full: the client reads slowly
         self.closing = False  # close once the backlog is written
+        self.next_flush: asyncio.Handle | None = None  # the next line of a status, next turn
 
     # ----------------------------------------------------------------- asyncio callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -146,6 +147,8 @@ class _Connection(asyncio.Protocol):
         if self.timer is not None:
             self.timer.cancel()
         self.backlog.clear()
+        if self.next_flush is not None:
+            self.next_flush.cancel()
         self.server.forget(self)
 
     def pause_writing(self) -> None:
@@ -200,7 +203,11 @@ class _Connection(asyncio.Protocol):
         self.check_unread()
 
     def flush(self) -> None:
-        """Write from the backlog until the transport's buffer is full again or all is out."""
+        """Write from the backlog until the transport's buffer is full or all is out, one
+        line of a status answer per turn of the loop (other clients are served between)."""
+        if self.next_flush is not None:
+            self.next_flush.cancel()
+            self.next_flush = None
         transport = self.transport
         while self.backlog and not self.paused and transport is not None:
             head = self.backlog[0]
@@ -217,8 +224,11 @@ class _Connection(asyncio.Protocol):
             if line is None:
                 self.backlog.popleft()
                 self.backlog_bytes -= STREAM_COST
-            else:
-                transport.write(line)
+                continue
+            transport.write(line)
+            if not self.paused:
+                self.next_flush = asyncio.get_running_loop().call_soon(self.flush)
+            return
         if not self.backlog and self.closing and transport is not None:
             transport.close()
 

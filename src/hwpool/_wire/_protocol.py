@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import itertools
 import json
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
@@ -733,8 +734,8 @@ class StatusReply:
 
     req: int
     free: tuple[int, ...]
-    leases: tuple[LeaseRecord, ...]
-    waiting: tuple[WaiterRecord, ...]
+    leases: Sequence[LeaseRecord]  # a tuple, except on the server (built as it is sent)
+    waiting: Sequence[WaiterRecord]
     granted: int
     released: int
     cancelled: int
@@ -822,12 +823,15 @@ def status_lines(reply: StatusReply, stream: bool) -> Iterator[bytes]:
 
 
 def _parts(
-    req: int, leases: tuple[LeaseRecord, ...], waiting: tuple[WaiterRecord, ...]
+    req: int, leases: Sequence[LeaseRecord], waiting: Sequence[WaiterRecord]
 ) -> Iterator[bytes]:
-    """The ``status_part`` lines that carry ``leases`` and ``waiting``, each as full as fits."""
+    """The ``status_part`` lines that carry ``leases`` and ``waiting``, each as full as fits
+    (the records are read one by one, as the lines are asked for)."""
     chunks: tuple[list[bytes], list[bytes]] = ([], [])
     size = 0
-    records = [(0, r) for r in leases] + [(1, r) for r in waiting]
+    records: Iterator[tuple[int, LeaseRecord | WaiterRecord]] = itertools.chain(
+        ((0, r) for r in leases), ((1, r) for r in waiting)
+    )
     for kind, record in records:
         data = _record_bytes(record)
         if size + len(data) + 1 > _PART_ROOM and size:
