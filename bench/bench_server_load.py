@@ -30,7 +30,7 @@ import hwpool
 from _hostserver import host_server, rss_kib
 from hwpool._core._capacity import UNITS_PER_GPU
 from hwpool._wire._connection import Wire
-from hwpool._wire._protocol import Status, StatusReply, encode
+from hwpool._wire._protocol import StatusReply
 
 GPUS = 8
 FULL = UNITS_PER_GPU
@@ -77,12 +77,9 @@ def _start(ctx: Any, path: Path, quota: int, seed: int) -> _Slot:
 def _status(path: Path) -> StatusReply:
     wire = Wire(path)
     try:
-        wire.send_bytes(encode(Status(1)))
-        reply = wire.read()
+        return wire.status()  # all of it, however long the queue
     finally:
         wire.shutdown()
-    assert isinstance(reply, StatusReply)
-    return reply
 
 
 def _settled(path: Path, timeout: float = 20.0) -> StatusReply:

@@ -9,13 +9,14 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "hwpool"
 
-LEAVES = {"_errors", "_check", "_version"}
+LEAVES = {"_errors", "_check", "_version", "_printable"}
 # What each part of the package may import of hwpool, besides itself and the leaves.
 EVERYTHING = {"*"}
 ALLOWED: dict[str, set[str]] = {
     "_errors": set(),
     "_check": set(),
     "_version": set(),
+    "_printable": set(),
     "_core": set(),
     "_host": set(),
     "_sim": {"_core"},

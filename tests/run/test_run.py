@@ -43,7 +43,9 @@ def test_the_child_sees_the_uuid_of_its_gpu(
     with hwpool.connect(server.socket) as pool, pool.lease(1.0):
         run = Run(server, sockdir, "a", options=("--gpus", "0.5"))
         seen = run.started()
+        status = run_cli("status", "--socket", str(server.socket))[1]
         code, err = run.finish()
+    assert f"  1  0.50  {UUIDS[1]}\n" in status  # the device the job sees, by its GPU index
     assert code == 0, err
     assert seen["CUDA_VISIBLE_DEVICES"] == UUIDS[1]
     assert seen["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
@@ -204,6 +206,7 @@ def test_a_revoked_lease_ends_the_job(one_gpu: Server, sockdir: Path) -> None:
     code, err = run.finish()
     assert code == 128 + signal.SIGTERM and gone(job)
     assert "the lease is no longer held (revoked by `hwpool cancel`" in err
+    assert "goes on" not in err  # one story: the job is ended, not "the code goes on"
 
 
 # ----------------------------------------------------------------- bad usage

@@ -179,7 +179,7 @@ def test_owner_may_cancel_a_waiter_which_is_told() -> None:
     acquire(state, a, 1)
     acquire(state, b, 4)
     out = state.cancel(b, p.Cancel(5, 2), 0.0)
-    assert out[0] == (b, p.Done(5))
+    assert out[0] == (b, p.Done(5, "waiter"))
     assert out[1][0] is b and isinstance(out[1][1], p.ErrorReply)
     assert out[1][1].code is ErrorCode.CANCELLED and out[1][1].req == 4
     assert b.entries == {}
@@ -193,7 +193,7 @@ def test_other_users_may_not_cancel_but_admins_may_revoke() -> None:
         state.cancel(other, p.Cancel(1, 1), 0.0)
     assert info.value.code is ErrorCode.FORBIDDEN and state.core.free == (0,)
     out = state.cancel(admin, p.Cancel(1, 1), 0.0)
-    assert out == [(admin, p.Done(1)), (owner, p.Revoked(3, 1, 500))]
+    assert out == [(admin, p.Done(1, "lease")), (owner, p.Revoked(3, 1, 500))]
     assert state.core.free == (FULL,) and owner.entries == {}
     with pytest.raises(ProtocolError) as info:
         state.cancel(admin, p.Cancel(2, 1), 0.0)
@@ -527,3 +527,40 @@ def test_a_control_connection_may_not_acquire_or_reclaim() -> None:
     state.start_recovery(journal, 0.0, 5.0, alive=lambda pid: True)
     state.reclaimed(control, 0.1)  # a status of the same process says nothing of its leases
     assert state.recovery is not None and list(state.recovery.pending) == [5]
+
+
+def test_command_lines_are_shown_to_their_owner_and_admins_names_to_all() -> None:
+    state = host(2)  # admins: root and uid 500
+    mine, theirs = client(uid=1000, pid=1), client(uid=1001, pid=2, number=2)
+    state.acquire(mine, p.Acquire(1, 1, FULL, True, "mine", "train --token=A"), 0.0)
+    state.acquire(theirs, p.Acquire(1, 2, FULL, True, "theirs", "train --token=B"), 0.0)
+    state.acquire(theirs, p.Acquire(2, 1, HALF, True, "queued", "eval --key=C"), 0.0)
+
+    def shown(viewer: int | None) -> list[tuple[str | None, str | None]]:
+        status = state.status(1, 0.0, 0.0, viewer)
+        return [(r.name, r.command) for r in (*status.leases, *status.waiting)]
+
+    assert shown(1000) == [("mine", "train --token=A"), ("theirs", None), ("queued", None)]
+    assert shown(1001) == [
+        ("mine", None),
+        ("theirs", "train --token=B"),
+        ("queued", "eval --key=C"),
+    ]
+    everything = [("mine", "train --token=A"), ("theirs", "train --token=B"),
+                  ("queued", "eval --key=C")]  # fmt: skip
+    assert shown(0) == shown(500) == shown(None) == everything
+
+
+def test_log_lines_name_the_user_and_the_job_escaped() -> None:
+    lines: list[str] = []
+    state = HostState(1, log=lines.append)
+    alice = Client(1, 1000, 42, user="alice (uid 1000)")
+    state.acquire(alice, p.Acquire(1, 1, FULL, True, name="train\n#2 fake"), 0.0)
+    state.acquire(alice, p.Acquire(2, 1, FULL, True), 0.0)
+    state.cancel(Client(2, 0, 7, user="root (uid 0)"), p.Cancel(1, 1), 0.0)
+    assert lines[0] == 'grant #1 "train\\n#2 fake" to alice (uid 1000) pid 42: GPU 0'
+    assert lines[1] == "wait #2 of alice (uid 1000) pid 42: 1 of a GPU"
+    assert (
+        lines[2] == 'revoke #1 "train\\n#2 fake" of alice (uid 1000) pid 42 by root (uid 0): GPU 0'
+    )
+    assert Client(3, 1001, 9).__str__() == "uid 1001 pid 9"  # no name known

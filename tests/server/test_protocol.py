@@ -27,6 +27,7 @@ CLIENT_MESSAGES: list[p.ClientMessage] = [
     p.Reclaim(7, 19, 1, 6144, ((1, 6144),), 2.0, unit="mib"),
     p.Reclaimed(8),
     p.Status(9),
+    p.Status(9, stream=True),
     p.Cancel(10, 17),
     p.Bye(11),
 ]
@@ -43,6 +44,8 @@ SERVER_MESSAGES: list[p.ServerMessage] = [
     p.Queued(2, 6),
     p.Busy(3),
     p.Done(4),
+    p.Done(4, "lease"),
+    p.Done(4, "waiter"),
     p.Revoked(5, 5, 0),
     p.ErrorReply(6, ErrorCode.NOT_FOUND, "no lease 9"),
     p.ErrorReply(None, ErrorCode.TOO_LONG, "too long"),
@@ -53,6 +56,12 @@ SERVER_MESSAGES: list[p.ServerMessage] = [
          p.WaiterRecord(8, 1000, 100, 1, 6144, (), 0.5, unit="mib")),
         3, 2, 1, 0, 0.0, 12.0,
     ),
+    p.StatusReply(7, (0,), (), (), 3, 2, 1, 0, 0.0, 12.0, leases_left_out=2, waiting_left_out=9),
+    p.StatusPart(
+        7, (p.LeaseRecord(5, 0, 99, ((0, 1_000_000),), 1.25, name="x"),),
+        (p.WaiterRecord(6, 1000, 100, 1, 600_000, (1,), 0.5, command="z"),),
+    ),
+    p.ErrorReply(8, ErrorCode.REPLY_FAILED, "could not encode"),
 ]  # fmt: skip
 
 
@@ -243,3 +252,84 @@ def test_check_bool_accepts_only_bools() -> None:
     assert check_bool("wait", False) is False
     with pytest.raises(TypeError, match="wait must be a bool, got 0"):
         check_bool("wait", 0)
+
+
+# ----------------------------------------------------------------- status of any size
+def _waiters(count: int, text: str) -> tuple[p.WaiterRecord, ...]:
+    return tuple(
+        p.WaiterRecord(100 + n, 1000, 7, 1, 5, (0,), 1.0, text, f"{n} {text}"[: p.MAX_TEXT])
+        for n in range(count)
+    )
+
+
+def _big_status(leases: int, waiters: int, text: str) -> p.StatusReply:
+    held = tuple(p.LeaseRecord(n + 1, 0, 9, ((0, 1),), 2.0, text, text) for n in range(leases))
+    return p.StatusReply(3, (0, 7), held, _waiters(waiters, text), 5, 4, 3, 2, 0.0, 9.0)
+
+
+@pytest.mark.parametrize(
+    ("leases", "waiters", "text"),
+    [
+        (0, 0, ""),
+        (2, 3, "short"),
+        (16, 0, "n" * p.MAX_TEXT),  # 16 requests with 4 KiB names: over 64 KiB in one line
+        (40, 900, "\x1b\n" * (p.MAX_TEXT // 2)),  # escaped by JSON: 6 bytes a character
+        (0, 2000, "é" * 1000),
+    ],
+    ids=["empty", "small", "16 long names", "900 escaped", "2000 waiters"],
+)
+def test_a_streamed_status_of_any_size_comes_whole_in_lines_that_fit(
+    leases: int, waiters: int, text: str
+) -> None:
+    reply = _big_status(leases, waiters, text)
+    lines = list(p.status_lines(reply, stream=True))
+    assert all(len(line) <= p.MAX_LINE and line.endswith(b"\n") for line in lines)
+    *parts, last = [p.decode_server(line) for line in lines]
+    assert all(isinstance(part, p.StatusPart) and part.req == 3 for part in parts)
+    assert isinstance(last, p.StatusReply) and last.leases == () and last.waiting == ()
+    assert p.join_status(parts, last) == reply  # type: ignore[arg-type]
+
+
+def test_a_one_line_status_is_cut_to_fit_and_says_how_much_was_left_out() -> None:
+    reply = _big_status(16, 900, "n" * p.MAX_TEXT)
+    (line,) = p.status_lines(reply, stream=False)
+    assert len(line) <= p.MAX_LINE
+    cut = p.decode_server(line)
+    assert isinstance(cut, p.StatusReply)
+    assert cut.leases == reply.leases[: len(cut.leases)] and 0 < len(cut.leases) < 16
+    assert (cut.leases_left_out, cut.waiting_left_out) == (16 - len(cut.leases), 900)
+    assert cut.free == reply.free and cut.granted == 5
+
+
+def test_a_status_that_fits_is_the_one_line_it_always_was() -> None:
+    reply = _big_status(2, 3, "short")
+    assert list(p.status_lines(reply, stream=False)) == [p.encode(reply)]
+    assert b"left_out" not in p.encode(reply)
+
+
+def test_status_part_lines_are_status_part_messages() -> None:
+    reply = _big_status(1, 1, "x")
+    part, _ = p.status_lines(reply, stream=True)
+    assert json.loads(part) == p.StatusPart(3, reply.leases, reply.waiting).wire()
+
+
+def test_a_lone_surrogate_in_a_text_field_is_refused_by_name() -> None:
+    line = b'{"op":"acquire","req":1,"count":1,"units":5,"wait":true,"name":"a\\ud800"}'
+    with pytest.raises(ProtocolError, match="name holds a lone surrogate") as info:
+        p.decode_client(line)
+    assert info.value.code is ErrorCode.BAD_MESSAGE and info.value.req == 1
+    good = b'{"op":"acquire","req":1,"count":1,"units":5,"wait":true,"name":"\\ud83d\\ude00"}'
+    assert p.decode_client(good) == p.Acquire(1, 1, 5, True, name="\U0001f600")
+
+
+def test_an_error_message_is_cut_so_that_its_line_always_fits() -> None:
+    error = p.ErrorReply(1, ErrorCode.BAD_MESSAGE, "quoted " + "[1, " * 30_000)
+    line = p.encode(error)
+    message = p.decode_server(line)
+    assert isinstance(message, p.ErrorReply) and len(message.message) == p.MAX_MESSAGE
+    assert message.message.endswith("...")
+
+
+def test_status_stream_must_be_a_bool() -> None:
+    with pytest.raises(ProtocolError, match="stream"):
+        p.decode_client(b'{"op":"status","req":1,"stream":"yes"}')

@@ -8,6 +8,7 @@ and the connection goes on); a user with every data connection it may have can s
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -152,7 +153,11 @@ def test_status_and_cancel_work_for_a_user_with_every_connection_it_may_have(
     ident = status_of(server.socket)["leases"][0]["id"]
     assert f"#{ident} root pid" in shown.stdout
     cancelled = hwpool_cmd("cancel", str(ident), "--socket", str(server.socket))
-    assert (cancelled.returncode, cancelled.stdout) == (0, f"cancelled #{ident}\n")
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert (
+        cancelled.stdout
+        == f"#{ident}: revoked the lease of root pid {os.getpid()}: its GPUs are free\n"
+    )
     assert status_of(server.socket)["leases"] == []
     pool.close()
 

@@ -116,7 +116,7 @@ def test_sigkill_of_a_holder_frees_its_leases_at_once(server: Server, clients: C
     holder.kill()
     waiter.join(BOUND)
     assert got and got[0].gpus == (0, 1)  # type: ignore[attr-defined]
-    assert f"client uid 0 pid {holder.pid} gone: freed 1 lease" in server.wait_for("gone")
+    assert f"client root (uid 0) pid {holder.pid} gone: freed 1 lease" in server.wait_for("gone")
     backend.close()
 
 
@@ -313,10 +313,13 @@ def test_cancel_revokes_a_lease_whose_release_becomes_a_no_op(
     mark = len(server.lines)
     with caplog.at_level(logging.WARNING, logger="hwpool"):
         proc = hwpool_cmd("cancel", str(lease_id), "--socket", str(server.socket))  # the real one
-        assert proc.returncode == 0 and proc.stdout == f"cancelled #{lease_id}\n"
+        assert proc.returncode == 0
+        assert proc.stdout == (
+            f"#{lease_id}: revoked the lease of root pid {os.getpid()}: its GPUs are free\n"
+        )
         server.wait_for(f"revoke #{lease_id}", mark)
         assert backend.snapshot().free == (1.0, 1.0)  # the status is answered after the notice
-    assert any("revoked by uid 0" in r.getMessage() for r in caplog.records)
+    assert any("revoked by root (uid 0)" in r.getMessage() for r in caplog.records)
     backend.release(grant)  # a no-op, not an error
     assert backend.snapshot().free == (1.0, 1.0)
     backend.close()

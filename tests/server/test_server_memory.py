@@ -155,7 +155,7 @@ def test_a_pool_on_a_memory_server_asks_in_mib(start_server: StartServer) -> Non
         assert pool.gpu_memory == MIXED and [g.memory_mib for g in pool.gpus] == list(MIXED)
         with pool.lease(memory="6GiB") as gpus:
             assert gpus == [1]
-            server.wait_for("grant #1 to uid 0 pid")
+            server.wait_for("grant #1 to root (uid 0) pid")
             report = status_of(server.socket)
             assert report["sized_in_memory"] is True
             assert [g["free_mib"] for g in report["gpus"]] == [80 * GIB, 18 * GIB]
@@ -211,7 +211,7 @@ def test_a_memory_server_restart_keeps_leases_and_waiters(
     pool = hwpool.connect(server.socket)
     assert pool.acquire_full_blocking(1, timeout=BOUND) == [0]  # whole: GPU 1 is in use
     waiter.send(f"mem w {20 * GIB}")
-    server.wait_for(f"wait #3 of uid 0 pid {waiter.pid}: 20480 MiB")
+    server.wait_for(f"wait #3 of root (uid 0) pid {waiter.pid}: 20480 MiB")
     before = status_of(server.socket)
 
     server.proc.kill()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import secrets
 import signal
 import socket
@@ -51,12 +52,12 @@ def test_one_process_with_two_pools_keeps_both_leases_over_a_restart(
     id_a, id_b = pool_a.lease_id(grant_a.ticket), pool_b.lease_id(grant_b.ticket)
     with pool_b._send_lock:  # pool b reconnects, but cannot re-declare until this ends
         again = restart(server, start_server, *args)
-        again.wait_for(f"reclaim #{id_a} by uid 0 pid {os.getpid()}")  # then a's "reclaimed"
+        again.wait_for(f"reclaim #{id_a} by root (uid 0) pid {os.getpid()}")  # then a's "reclaimed"
         newcomer = clients(server.socket)
         newcomer.send("full n 1")  # b's GPU is not free: a's "reclaimed" is not b's
         again.wait_for(f"pid {newcomer.pid}: 1 of a GPU (held back while recovering)")
         assert status_of(server.socket)["server"]["recovering_s"] > 0
-    again.wait_for(f"reclaim #{id_b} by uid 0 pid {os.getpid()}")
+    again.wait_for(f"reclaim #{id_b} by root (uid 0) pid {os.getpid()}")
     again.wait_for("recovery over")
     report = status_of(server.socket)
     assert [(x["id"], x["held"]) for x in report["leases"]] == [
@@ -173,7 +174,9 @@ def test_another_user_cannot_reclaim_a_lease_and_its_owner_then_can(
         assert status["recovering_s"] > 0
 
         os.kill(alice.pid, signal.SIGCONT)
-        again.wait_for(f"reclaim #{ident} by uid {pair.alice} pid {alice.pid}")
+        again.wait_for(
+            f"reclaim #{ident} by {pwd.getpwuid(pair.alice).pw_name} (uid {pair.alice}) pid {alice.pid}"
+        )
         again.wait_for("recovery over")
         assert [(x["id"], x["uid"]) for x in status_of(path)["leases"]] == [(ident, pair.alice)]
         late = talk_as(pair.bob, pair.gid, path, [hello(), reclaim(1, ident, [[0, FULL]])])

@@ -80,7 +80,7 @@ def test_sigkill_and_restart_loses_no_lease_and_no_place_in_the_queue(
     again.wait_for("recovering: 6 journaled")
     for ident, pid, _ in leases(before):
         if pid not in (doomed.pid, sleeper.pid):
-            again.wait_for(f"reclaim #{ident} by uid 0 pid {pid}")
+            again.wait_for(f"reclaim #{ident} by root (uid 0) pid {pid}")
     newcomer = clients(path)
     newcomer.send("acquire n 0.25")
     again.wait_for(f"pid {newcomer.pid}: 0.25 of a GPU (held back while recovering)")
@@ -142,7 +142,7 @@ def test_a_sigterm_restart_is_recovered_the_same_way(
     ident = leases(status(server.socket))[0][0]
     assert server.stop(signal.SIGTERM) == 0
     again = start_server("--gpus", "1", "--grace", "8")
-    again.wait_for(f"reclaim #{ident} by uid 0 pid {holder.pid}")
+    again.wait_for(f"reclaim #{ident} by root (uid 0) pid {holder.pid}")
     again.wait_for("recovery over")
     assert leases(status(again.socket))[0][:2] == (ident, holder.pid)
 

@@ -31,6 +31,7 @@ import enum
 import itertools
 import logging
 import os
+import pwd
 import secrets
 import threading
 import time
@@ -44,6 +45,7 @@ from .._core._capacity import UNITS_PER_GPU, units_to_fraction
 from .._core._scheduler import Demand, Grant
 from .._errors import PoolClosedError, RevokedError
 from .._host._detect import GPUInfo
+from .._printable import printable
 from .._wire._connection import Wire
 from .._wire._paths import SOCKET_VAR, client_socket
 from .._wire._protocol import (
@@ -63,11 +65,13 @@ from .._wire._protocol import (
     Revoked,
     ServerMessage,
     Status,
+    StatusPart,
     StatusReply,
     Unit,
     WaiterRecord,
     Withdraw,
     encode,
+    join_status,
     request_for,
 )
 from ._base import PoolSnapshot, WaiterSnapshot
@@ -124,14 +128,18 @@ class _Req:
 
 
 class _Call:
-    """A request answered once (status, bye): a thread waits for ``reply`` on ``event``."""
+    """A request answered once (status, bye): a thread waits for ``reply`` on ``event``.
 
-    __slots__ = ("error", "event", "reply")
+    ``parts`` gathers the ``status_part`` lines of a streamed status before its last line.
+    """
+
+    __slots__ = ("error", "event", "parts", "reply")
 
     def __init__(self) -> None:
         self.event = threading.Event()
         self.reply: ServerMessage | None = None
         self.error: BaseException | None = None
+        self.parts: list[StatusPart] = []
 
 
 class _Delivery:
@@ -491,7 +499,16 @@ class UnixBackend:
                     self._on_error(message)
                 case Revoked():
                     self._on_revoked(message)
-                case StatusReply() | Done():
+                case StatusPart():
+                    call = self._calls.get(message.req)
+                    if call is not None:
+                        call.parts.append(message)
+                case StatusReply():
+                    call = self._calls.pop(message.req, None)
+                    if call is not None:
+                        call.reply = join_status(call.parts, message)
+                        self._to_wake.append(call)
+                case Done():
                     call = self._calls.pop(message.req, None)
                     if call is not None:
                         call.reply = message
@@ -538,9 +555,9 @@ class UnixBackend:
         self._orphans.add(r.key)
         self._released += 1
         _log.warning(
-            "hwpool: lease #%s on GPUs %s was revoked by uid %s (hwpool cancel); the code "
-            "using it goes on, its release is a no-op",
-            message.id, list(r.gpus), message.by,
+            "hwpool: lease #%s on GPUs %s was revoked by %s (hwpool cancel): the server may "
+            "grant those GPUs to others now, and its release is a no-op",
+            message.id, list(r.gpus), _user(message.by),
         )  # fmt: skip
 
     # ----------------------------------------------------------------- acquiring
@@ -716,7 +733,7 @@ class UnixBackend:
         with self._section():
             key = next(self._keys)
             self._calls[key] = call
-            self._post(Status(key))
+            self._post(Status(key, stream=True))
             posted = self._posted
         if not call.event.wait(REPLY_TIMEOUT_S):
             with self._section():
@@ -730,12 +747,9 @@ class UnixBackend:
     def _snapshot_once(self) -> PoolSnapshot:
         wire = Wire(self._path, role="control")
         try:
-            wire.send_bytes(encode(Status(1)))
-            reply = wire.read()
+            reply = wire.status()
         finally:
             wire.shutdown()
-        if not isinstance(reply, StatusReply):
-            raise ConnectionError(f"unexpected reply to status from {str(self._path)!r}")
         counters = (self._granted, self._released, self._cancelled, self._timed_out)
         return _snapshot(reply, counters, self._totals)
 
@@ -765,11 +779,27 @@ class UnixBackend:
         wire.shutdown()
 
 
+def _user(uid: int) -> str:
+    """``alice (uid 1000)``, or ``uid 1000`` for a uid no user has (escaped: for the log)."""
+    try:
+        return f"{printable(pwd.getpwuid(uid).pw_name)} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
 def _label(what: str, text: str | None) -> str | None:
     if text is not None and not isinstance(text, str):
         raise TypeError(f"{what} must be a string or None, got {text!r}")
     if text is not None and len(text) > MAX_TEXT:
         raise ValueError(f"{what} must be at most {MAX_TEXT} characters, got {len(text)}")
+    if text is not None and not text.isascii():
+        try:
+            text.encode()
+        except UnicodeEncodeError:  # no line could carry it to the server
+            raise ValueError(
+                f"{what} must be text UTF-8 can carry, got {printable(text)!r} (it holds a "
+                "lone surrogate, such as an undecodable byte of a file name)"
+            ) from None
     return text
 
 

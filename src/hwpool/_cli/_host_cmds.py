@@ -2,7 +2,8 @@
 
 Each command reports its own errors in one line (``hwpool: error: ...``): exit 2 for bad usage
 or a request the server refuses (an unknown id, someone else's lease), 1 when no server can be
-reached, 0 otherwise.
+reached, 0 otherwise. Whatever another user wrote (a job's name, a command line, a user name)
+is shown through :func:`printable`, so it can neither drive the terminal nor forge a line.
 """
 
 from __future__ import annotations
@@ -10,14 +11,17 @@ from __future__ import annotations
 import argparse
 import grp
 import json
+import os
 import pwd
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from .._check import int_from_text
 from .._core._memory import format_mib
 from .._core._scheduler import POLICIES
+from .._gpu._env import device_id
 from .._gpu._sizing import capacities_of, sized_gpus
 from .._host._detect import GPUInfo, detect_gpus, gpu_memory_in_use
 from .._server import _listen
@@ -25,9 +29,17 @@ from .._server._host_state import MAX_REQUESTS_PER_CONNECTION, MAX_REQUESTS_PER_
 from .._server._server import ServeConfig, serve
 from .._wire._connection import Wire
 from .._wire._paths import client_socket, socket_path
-from .._wire._protocol import Cancel, Done, ErrorReply, Status, StatusReply, encode
+from .._wire._protocol import (
+    Cancel,
+    Done,
+    ErrorReply,
+    LeaseRecord,
+    StatusReply,
+    WaiterRecord,
+    encode,
+)
 from ._args import gpu_memory_list
-from ._text import one_line
+from ._text import one_line, printable
 
 __all__ = ["register"]
 
@@ -104,8 +116,20 @@ def register(commands: Any) -> None:
     status.add_argument("--json", action="store_true", help="print JSON instead of text")
     status.set_defaults(run=_guarded(_cmd_status))
 
-    cancel = commands.add_parser("cancel", help="withdraw a waiter or revoke a lease by id")
-    cancel.add_argument("id", type=_count, metavar="ID", help="as `hwpool status` shows it")
+    cancel = commands.add_parser(
+        "cancel", help="withdraw waiters or revoke leases: by id, by name, or all of yours"
+    )
+    cancel.add_argument(
+        "ids", type=_count, nargs="*", metavar="ID", help="ids as `hwpool status` shows them"
+    )
+    cancel.add_argument(
+        "--name", metavar="NAME",
+        help="also every request named NAME that you may cancel (yours; an admin's: anyone's)",
+    )  # fmt: skip
+    cancel.add_argument(
+        "--mine", action="store_true",
+        help="also every request of yours (with --name: those of yours named NAME)",
+    )  # fmt: skip
     _socket_option(cancel)
     cancel.set_defaults(run=_guarded(_cmd_cancel))
 
@@ -144,6 +168,8 @@ def _guarded(command: Any) -> Any:
         except _Usage as exc:
             print(f"hwpool: error: {one_line(str(exc))}", file=sys.stderr)
             return 2
+        except BrokenPipeError:  # our reader went away (`| head`): main() ends quietly
+            raise
         except ConnectionError as exc:
             print(f"hwpool: error: {one_line(str(exc))}", file=sys.stderr)
             return 1
@@ -223,33 +249,86 @@ def _group(name: str | None) -> int | None:
 
 
 # ----------------------------------------------------------------- status and cancel
+Record = LeaseRecord | WaiterRecord
+
+
 def _cmd_status(args: argparse.Namespace) -> int:
     wire = Wire(_path(args), role="control")  # it works even at the cap on connections
     try:
-        wire.send_bytes(encode(Status(1)))
-        reply = wire.read()
+        reply = wire.status()
     finally:
         wire.shutdown()
-    if not isinstance(reply, StatusReply):
-        raise ConnectionError(f"unexpected reply to status: {reply.op}")
     report = _report(wire, reply)
     print(json.dumps(report, indent=2) if args.json else _format(report))
     return 0
 
 
 def _cmd_cancel(args: argparse.Namespace) -> int:
+    """Cancel each id named, and each request ``--name``/``--mine`` select; one line per id
+    on what happened. Exit 2 if any was refused (unknown, or not the caller's)."""
+    if not args.ids and args.name is None and not args.mine:
+        raise _Usage("cancel: give the ids to cancel, --name NAME or --mine")
     wire = Wire(_path(args), role="control")  # it works even at the cap on connections
     try:
-        wire.send_bytes(encode(Cancel(1, args.id)))
-        reply = wire.read()
+        reply = wire.status()
+        known: dict[int, Record] = {r.id: r for r in reply.leases}
+        known.update((w.id, w) for w in reply.waiting)
+        ids = list(dict.fromkeys(args.ids))
+        if args.name is not None or args.mine:
+            admin = os.getuid() in (0, wire.welcome.uid)
+            chosen = _chosen(known.values(), admin, args.name, args.mine)
+            if not chosen:
+                print(f"hwpool cancel: nothing to cancel: {_selection(args, admin)}")
+            ids += [i for i in chosen if i not in ids]
+        refused = 0
+        for req, ident in enumerate(ids, 1):
+            line, ok = _cancel_one(wire, req, ident, known.get(ident))
+            refused += not ok
+            print(line if ok else f"hwpool: error: {line}", file=sys.stdout if ok else sys.stderr)
     finally:
         wire.shutdown()
+    return 2 if refused else 0
+
+
+def _chosen(records: Iterable[Record], admin: bool, name: str | None, mine: bool) -> list[int]:
+    """The ids ``--name``/``--mine`` select, in id order: the caller's own requests (with
+    ``--name`` and no ``--mine``, an ``admin``'s selection takes in everyone's)."""
+    me = os.getuid()
+    return sorted(
+        r.id
+        for r in records
+        if (r.uid == me or (admin and not mine)) and (name is None or r.name == name)
+    )
+
+
+def _selection(args: argparse.Namespace, admin: bool) -> str:
+    """What ``--name``/``--mine`` found nothing for, in words (``no request of yours named
+    'x'``)."""
+    named = "" if args.name is None else f" named {printable(repr(args.name))}"
+    mine = " of yours" if args.mine or not admin else ""
+    return f"no request{mine}{named}"
+
+
+def _cancel_one(wire: Wire, req: int, ident: int, record: Record | None) -> tuple[str, bool]:
+    """Cancel ``ident``: the line that says what happened, and whether it was done."""
+    wire.send_bytes(encode(Cancel(req, ident)))
+    reply = wire.read()
     if isinstance(reply, ErrorReply):
-        raise _Usage(reply.message)
+        return one_line(reply.message), False  # the server's message names the id
     if not isinstance(reply, Done):
         raise ConnectionError(f"unexpected reply to cancel: {reply.op}")
-    print(f"cancelled #{args.id}")
-    return 0
+    whose = "" if record is None else f" of {_whose(record)}"
+    if reply.cancelled == "lease":  # what it was when cancelled (a waiter may have been granted)
+        return f"#{ident}: revoked the lease{whose}: its GPUs are free", True
+    if reply.cancelled == "waiter":
+        return f"#{ident}: withdrew the waiting request{whose}", True
+    return f"#{ident}: cancelled{whose}", True  # a server that does not say which
+
+
+def _whose(record: Record) -> str:
+    """``alice pid 4405 [train]``: the owner and name of a request, escaped."""
+    name = "" if record.name is None else f" [{printable(record.name)}]"
+    return f"{printable(_user(record.uid))} pid {record.pid}{name}"
 
 
 def _user(uid: int) -> str:
@@ -278,7 +357,8 @@ def _report(wire: Wire, reply: StatusReply) -> dict[str, Any]:
         },
         "sized_in_memory": totals is not None,
         "gpus": [
-            {"index": g.index, "device_id": g.device_id, "uuid": g.uuid, "name": g.name,
+            {"index": g.index, "device": device_id(g), "device_id": g.device_id, "uuid": g.uuid,
+             "name": g.name,
              "parent": g.parent, "memory_mib": g.memory_mib, "free": share(g.index, free),
              "free_mib": None if totals is None else free,
              "total_mib": None if totals is None else totals[g.index],
@@ -326,10 +406,13 @@ def _held(lease: dict[str, Any]) -> str:
 
 
 def _gpu_line(gpu: dict[str, Any]) -> str:
+    """One GPU: its index, free share and the device a job granted it sees (its UUID, or
+    MIG id, in CUDA_VISIBLE_DEVICES; the index on a host without them)."""
+    device = printable(gpu["device"])
     if gpu["free_mib"] is None:
-        return f"{gpu['index']:>3}  {gpu['free']:.2f}  {gpu['device_id']}"
+        return f"{gpu['index']:>3}  {gpu['free']:.2f}  {device}"
     size = f"{format_mib(gpu['free_mib'])} of {format_mib(gpu['total_mib'])}"
-    line = f"{gpu['index']:>3}  {gpu['free']:.2f}  {size:<20} {gpu['device_id']}"
+    line = f"{gpu['index']:>3}  {gpu['free']:.2f}  {size:<20} {device}"
     used = gpu["in_use_mib"]
     return line if used is None else f"{line}  ({format_mib(used)} in use now, all processes)"
 
@@ -343,15 +426,19 @@ def _asked(waiter: dict[str, Any]) -> str:
 
 
 def _label(item: dict[str, Any]) -> str:
-    parts = [p for p in (item["name"], item["command"]) if p]
+    """``  [name | command]``, escaped; the server leaves out other users' command lines."""
+    parts = [printable(p) for p in (item["name"], item["command"]) if p]
     return f"  [{' | '.join(parts)}]" if parts else ""
 
 
 def _format(report: dict[str, Any]) -> str:
+    """The status as text: every string another user could have chosen goes through
+    ``printable`` (names, command lines, user names, device ids, the socket path)."""
     server = report["server"]
     lines = [
-        f"hwpool server on {report['socket']}: pid {server['pid']}, user {server['user']}, "
-        f"up {server['uptime_s']:.0f} s, {server['version']}"
+        f"hwpool server on {printable(report['socket'])}: pid {server['pid']}, "
+        f"user {printable(server['user'])}, up {server['uptime_s']:.0f} s, "
+        f"{printable(server['version'])}"
     ]
     if server["recovering_s"]:
         lines.append(
@@ -363,7 +450,8 @@ def _format(report: dict[str, Any]) -> str:
     lines += [_gpu_line(g) for g in report["gpus"]]
     lines.append(f"leases ({len(report['leases'])}):")
     lines += [
-        f"  #{x['id']} {x['user']} pid {x['pid']}: {_held(x)}, held {x['held_s']:.1f} s" + _label(x)
+        f"  #{x['id']} {printable(x['user'])} pid {x['pid']}: {_held(x)}, "
+        f"held {x['held_s']:.1f} s" + _label(x)
         for x in report["leases"]
     ]
     lines.append(f"queue ({len(report['waiting'])}, in order):")
@@ -371,8 +459,8 @@ def _format(report: dict[str, Any]) -> str:
         what = _asked(w)
         reserve = f", reserves GPU {','.join(map(str, w['reserved']))}" if w["reserved"] else ""
         lines.append(
-            f"  {w['position']}. #{w['id']} {w['user']} pid {w['pid']}: {what}{reserve}, "
-            f"waiting {w['waited_s']:.1f} s" + _label(w)
+            f"  {w['position']}. #{w['id']} {printable(w['user'])} pid {w['pid']}: {what}"
+            f"{reserve}, waiting {w['waited_s']:.1f} s" + _label(w)
         )
     c = report["counters"]
     lines.append(

@@ -8,6 +8,7 @@ raised, no benchmarks to run), 130 when interrupted with Ctrl-C.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import math
@@ -55,6 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         _check_environment()
         status: int = args.run(args)
+        sys.stdout.flush()  # here, not at exit: a reader that went away is seen below
     except UserError as exc:
         print(f"hwpool: error: {one_line(str(exc))}", file=sys.stderr)
         return 2
@@ -65,9 +67,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("hwpool: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # the reader went away (`hwpool ... | head`): not an error of ours
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _quiet_stdout()
         return 0
     return status
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so that the flush at exit, which would fail again on the
+    closed pipe, writes nowhere (and Python prints no second error)."""
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _parser() -> argparse.ArgumentParser:

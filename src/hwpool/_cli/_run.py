@@ -139,6 +139,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.gpus is not None and args.mem is not None:
         raise _Exit(2, f"give --gpus or --mem, not both (--gpus {args.gpus}, --mem {args.mem} MiB)")
     argv = _command(args.command)
+    if args.name is not None:
+        args.name = _carried(args.name)
     if args.name is not None and len(args.name) > MAX_TEXT:
         raise _Exit(2, f"--name: at most {MAX_TEXT} characters, got {len(args.name)}")
     try:
@@ -147,7 +149,7 @@ def _run(args: argparse.Namespace) -> int:
         raise _Exit(2, str(exc).replace("socket:", "--socket:", 1)) from None
     path = chosen.path
     autostart = not args.no_start and _autostart.autostart_from_env(os.environ) and chosen.per_user
-    label = shlex.join(argv)
+    label = _carried(shlex.join(argv))
     if len(label) > MAX_TEXT:
         label = label[: MAX_TEXT - 3] + "..."
     try:
@@ -210,6 +212,14 @@ def _lease(pool: GPUPool, args: argparse.Namespace, path: Path) -> tuple[GPULeas
     if isinstance(demand, int):
         return pool.lease_full(demand, timeout=args.timeout), plural(demand, "whole GPU")
     return pool.lease(demand, timeout=args.timeout), _share(demand)
+
+
+def _carried(text: str) -> str:
+    """``text`` from the command line as the server can be sent it: an argument's bytes that
+    are not UTF-8 (held as lone surrogates) become ``\\xNN``."""
+    if text.isascii():
+        return text
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 _LOST = (

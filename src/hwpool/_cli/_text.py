@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-__all__ = ["one_line", "plural"]
+from .._printable import printable
+
+__all__ = ["one_line", "plural", "printable"]
 
 
 def plural(count: float, noun: str) -> str:
@@ -11,7 +13,7 @@ def plural(count: float, noun: str) -> str:
     return f"{number} {noun}" if count == 1 else f"{number} {noun}s"
 
 
-def one_line(message: str) -> str:
-    """``message`` with every character that could break the line escaped (``\\n``, ...):
-    a file name may hold a newline, and the error contract is one line."""
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in message)
+one_line = printable
+"""``message`` with every character that could break the line, or drive the terminal, escaped
+(``\\n``, ``\\x1b``, ...): a file name may hold a newline, and the error contract is one line.
+The same function as :func:`printable`, under the name the error paths use."""

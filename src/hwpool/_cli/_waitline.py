@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TextIO
 
 from .._wire._connection import Wire
-from .._wire._protocol import Status, StatusReply, encode
+from .._wire._protocol import StatusReply
 
 __all__ = ["WaitLine"]
 
@@ -61,14 +61,12 @@ class WaitLine:
     def _ask(self, wire: Wire | None, turn: int) -> Wire | None:
         try:
             wire = wire or Wire(self._socket, 5.0)
-            wire.send_bytes(encode(Status(turn + 1)))
-            reply = wire.read()
+            reply = wire.status(turn + 1)
         except (ConnectionError, OSError):
             if wire is not None:
                 wire.shutdown()
             return None
-        if isinstance(reply, StatusReply):
-            self._where = where_in_queue(reply, os.getpid())
+        self._where = where_in_queue(reply, os.getpid())
         return wire
 
     def _draw(self) -> None:

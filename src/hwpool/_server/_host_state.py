@@ -20,11 +20,13 @@ requests (leases and waiters), a uid at most ``max_per_user`` over all its conne
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar, overload
 
 from .._core._capacity import UNITS_PER_GPU
 from .._core._scheduler import Demand, Grant, Scheduler
+from .._printable import printable
 from .._wire._protocol import (
     Acquire,
     Busy,
@@ -52,12 +54,16 @@ __all__ = [
     "ID_BLOCK",
     "MAX_REQUESTS_PER_CONNECTION",
     "MAX_REQUESTS_PER_USER",
+    "Built",
     "Client",
     "Delivery",
     "Entry",
     "HostState",
     "Recovery",
 ]
+
+_Item = TypeVar("_Item")
+_Record = TypeVar("_Record", LeaseRecord, WaiterRecord)
 
 ID_BLOCK = 1024
 """Ids are handed out in blocks whose end is journaled first, so none is reused after a crash."""
@@ -72,7 +78,8 @@ class Client:
     """One connection: the peer's kernel-given identity and its requests by ``req``.
 
     ``token`` is what its hello said to name the client across reconnects ("" if nothing);
-    a ``control`` connection (hello role ``control``) may not acquire or reclaim.
+    a ``control`` connection (hello role ``control``) may not acquire or reclaim. ``user``
+    names the uid for the log (``alice (uid 1000)``; the I/O layer looks it up).
     """
 
     number: int
@@ -81,9 +88,10 @@ class Client:
     entries: dict[int, Entry] = field(default_factory=dict)
     token: str = ""
     control: bool = False
+    user: str = ""
 
     def __str__(self) -> str:
-        return f"uid {self.uid} pid {self.pid}"
+        return f"{self.user or f'uid {self.uid}'} pid {self.pid}"
 
 
 @dataclass(eq=False)
@@ -108,6 +116,11 @@ class Entry:
 
 
 Delivery = tuple[Client, ServerMessage]
+
+
+def _job(entry: Entry) -> str:
+    """``#12 "train"``: a request's id and, if it has one, its name (escaped), for the log."""
+    return f"#{entry.id}" if entry.name is None else f'#{entry.id} "{printable(entry.name)}"'
 
 
 @dataclass
@@ -317,7 +330,7 @@ class HostState:
             if granted is not None:
                 return granted
         held_back = " (held back while recovering)" if self.recovery is not None else ""
-        self.log(f"wait #{entry.id} of {entry.client}: {self._asked(entry.demand)}{held_back}")
+        self.log(f"wait {_job(entry)} of {entry.client}: {self._asked(entry.demand)}{held_back}")
         return (entry.client, Queued(entry.req, entry.id))
 
     def _submit(self, entry: Entry, now: float) -> Delivery | None:
@@ -364,7 +377,7 @@ class HostState:
         self.granted += 1
         self.changes += 1
         self.log(
-            f"grant #{entry.id} to {entry.client}: {self._what(entry.held)}"
+            f"grant {_job(entry)} to {entry.client}: {self._what(entry.held)}"
             + (f" after {waited:.3f} s" if waited > 0.0005 else "")
         )
         return (entry.client, Granted(entry.req, entry.id, grant.gpus, grant.units))
@@ -385,7 +398,7 @@ class HostState:
             self.timed_out += 1
         else:
             self.cancelled += 1
-        self.log(f"withdraw #{entry.id} by {client}" + (" (timed out)" if msg.timed_out else ""))
+        self.log(f"withdraw {_job(entry)} by {client}" + (" (timed out)" if msg.timed_out else ""))
         return self._remove(entry, now)
 
     def _remove(self, entry: Entry, now: float) -> list[Delivery]:
@@ -423,9 +436,8 @@ class HostState:
             entry.held[gpu] -= units
             if not entry.held[gpu]:
                 del entry.held[gpu]
-        self.log(
-            f"release #{entry.id} by {client}: {self._what(parts)}, held {now - entry.since:.3f} s"
-        )
+        held_s = now - entry.since
+        self.log(f"release {_job(entry)} by {client}: {self._what(parts)}, held {held_s:.3f} s")
         if not entry.held:
             self.released += 1
             self._drop(entry)
@@ -449,16 +461,18 @@ class HostState:
                 msg.req,
             )
         notice: ServerMessage
+        by = actor.user or f"uid {actor.uid}"
         if entry.held is not None:
             notice = Revoked(entry.req, entry.id, actor.uid)
-            self.log(f"revoke #{entry.id} of {owner} by uid {actor.uid}: {self._what(entry.held)}")
+            self.log(f"revoke {_job(entry)} of {owner} by {by}: {self._what(entry.held)}")
         else:
-            text = f"request #{entry.id} was cancelled by uid {actor.uid} (hwpool cancel)"
+            text = f"request #{entry.id} was cancelled by {by} (hwpool cancel)"
             notice = ErrorReply(entry.req, ErrorCode.CANCELLED, text)
             self.cancelled += 1
-            self.log(f"cancel #{entry.id} of {owner} by uid {actor.uid}")
+            self.log(f"cancel {_job(entry)} of {owner} by {by}")
+        was: Literal["lease", "waiter"] = "lease" if entry.held is not None else "waiter"
         grants = self._remove(entry, now)
-        return [(actor, Done(msg.req)), (owner, notice), *grants]
+        return [(actor, Done(msg.req, was)), (owner, notice), *grants]
 
     def disconnect(self, client: Client, now: float) -> list[Delivery]:
         """The connection closed: withdraw every waiter of ``client``, then free its leases."""
@@ -635,27 +649,50 @@ class HostState:
         return [g for g in grants if g is not None]
 
     # ----------------------------------------------------------------- views
-    def status(self, req: int, now: float, started: float) -> StatusReply:
-        """The whole host: free units, leases by id, the queue in order (held-back ones last)."""
-        leases = tuple(
-            LeaseRecord(e.id, e.client.uid, e.client.pid, tuple(sorted(e.held.items())),
-                        now - e.since, e.name, e.command)
+    def status(
+        self, req: int, now: float, started: float, viewer: int | None = None
+    ) -> StatusReply:
+        """The whole host as uid ``viewer`` may see it: free units, leases by id, the queue in
+        order (held-back ones last). Command lines may hold secrets: ``viewer`` sees those of
+        its own requests, an admin every one (None: the server's own view, all); every name
+        is shown to all.
+
+        What changes (held amounts, ages, reservations) is taken now, in one step; the records
+        are built as they are read (:class:`Built`), so a long answer sent a line at a time
+        costs the loop one line's records per turn.
+        """
+        admin = viewer is None or viewer in self.admins
+
+        def command(e: Entry) -> str | None:
+            return e.command if admin or e.client.uid == viewer else None
+
+        def lease(item: tuple[Entry, tuple[tuple[int, int], ...], float]) -> LeaseRecord:
+            e, held, age = item
+            return LeaseRecord(e.id, e.client.uid, e.client.pid, held, age, e.name, command(e))
+
+        def waiter(item: tuple[Entry, tuple[int, ...], float]) -> WaiterRecord:
+            e, reserved, age = item
+            count, units, unit = self._wire_demand(e.demand)
+            return WaiterRecord(
+                e.id, e.client.uid, e.client.pid, count, units, reserved, age, e.name,
+                command(e), unit,
+            )  # fmt: skip
+
+        leases = [
+            (e, tuple(sorted(e.held.items())), now - e.since)
             for e in sorted(self._by_id.values(), key=lambda e: e.id)
             if e.held is not None
-        )  # fmt: skip
-        waiting = [(self._by_ticket[w.ticket], w.reserved) for w in self.core.waiters()] + [
-            (e, ()) for e in sorted(self._held_back, key=lambda e: e.id)
         ]
-        records = tuple(
-            WaiterRecord(e.id, e.client.uid, e.client.pid, count, units, reserved,
-                         now - e.since, e.name, e.command, unit)
-            for e, reserved in waiting
-            for count, units, unit in [self._wire_demand(e.demand)]
-        )  # fmt: skip
+        waiting = [
+            (entry, w.reserved, now - entry.since)
+            for w in self.core.waiters()
+            for entry in [self._by_ticket[w.ticket]]
+        ]
+        waiting += [(e, (), now - e.since) for e in sorted(self._held_back, key=lambda e: e.id)]
         left = 0.0 if self.recovery is None else max(0.0, self.recovery.deadline - now)
         return StatusReply(
-            req, self.core.free, leases, records, self.granted, self.released, self.cancelled,
-            self.timed_out, left, now - started,
+            req, self.core.free, Built(leases, lease), Built(waiting, waiter), self.granted,
+            self.released, self.cancelled, self.timed_out, left, now - started,
         )  # fmt: skip
 
     def journal(self) -> Journal:
@@ -700,6 +737,31 @@ def _pairs(held: tuple[tuple[int, int], ...] | None, most: int = 8) -> str:
         return "nothing (a waiter)"
     shown = ", ".join(f"[{gpu}, {units}]" for gpu, units in held[:most])
     return f"[{shown}{', ...' if len(held) > most else ''}]"
+
+
+class Built(Sequence[_Record]):
+    """Records made from ``items`` by ``build`` when they are read (each time: read once)."""
+
+    __slots__ = ("_build", "_items")
+
+    def __init__(self, items: list[_Item], build: Callable[[_Item], _Record]) -> None:
+        self._items: list[Any] = items
+        self._build: Callable[[Any], _Record] = build
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @overload
+    def __getitem__(self, index: int) -> _Record: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[_Record, ...]: ...
+    def __getitem__(self, index: int | slice) -> _Record | tuple[_Record, ...]:
+        if isinstance(index, slice):
+            return tuple(map(self._build, self._items[index]))
+        return self._build(self._items[index])
+
+    def __iter__(self) -> Iterator[_Record]:
+        return map(self._build, self._items)
 
 
 def _bad(message: str, req: int) -> ProtocolError:

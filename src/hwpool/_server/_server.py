@@ -6,26 +6,36 @@ lines become validated messages, messages become calls on the state, and the del
 returns are written to their connections. A connection that closes, for any reason, takes
 its leases and waiters with it. Whatever a client sends, the server answers with an error
 and, for what cannot go on (bad framing, no hello), closes that one connection.
+
+What is written to a connection is never the reason it is dropped: a reply that cannot be
+encoded becomes an ``error`` (``reply_failed``) for its request, and a status answer of any
+length is streamed in lines as the client reads them (``pause_writing``/``resume_writing``),
+computed when the connection's earlier replies are out. Only a client that leaves more than
+``MAX_BUFFERED`` bytes unread is dropped.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import errno
 import fcntl
 import os
+import pwd
 import signal
 import socket
 import sys
 import threading
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
 from .._host._detect import GPUInfo
+from .._printable import printable
 from .._version import __version__
 from .._wire._paths import start_lock_path
 from .._wire._protocol import (
@@ -36,6 +46,7 @@ from .._wire._protocol import (
     ClientMessage,
     Done,
     ErrorCode,
+    ErrorReply,
     Hello,
     LineBuffer,
     ProtocolError,
@@ -48,6 +59,7 @@ from .._wire._protocol import (
     Withdraw,
     decode_client,
     encode,
+    status_lines,
 )
 from .._wire._safety import open_side_file
 from . import _journal
@@ -63,6 +75,7 @@ from ._listen import Peer, ServeError, admitted, bind, hold_lock, peer_of, prepa
 __all__ = ["ServeConfig", "ServeError", "serve"]
 
 MAX_BUFFERED = 4 * 1024 * 1024  # bytes queued to a client that does not read: then it goes
+STREAM_COST = 1024  # what a status answer not yet begun counts against MAX_BUFFERED
 
 
 @dataclass(frozen=True)
@@ -106,7 +119,14 @@ class _Connection(asyncio.Protocol):
         self.timer: asyncio.TimerHandle | None = None
         self.counted = False
         self.role: str | None = None  # its hello's role, once welcomed
-        self.closed = False
+        self.closed = False  # nothing more is read or sent (what is queued still goes out)
+        # What waits to be written, in order, while the transport is paused: encoded lines,
+        # and status answers (generators run as their lines are written).
+        self.backlog: collections.deque[bytes | Iterator[bytes]] = collections.deque()
+        self.backlog_bytes = 0
+        self.paused = False  # the transport's buffer is full: the client reads slowly
+        self.closing = False  # close once the backlog is written
+        self.next_flush: asyncio.Handle | None = None  # the next line of a status, next turn
 
     # ----------------------------------------------------------------- asyncio callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -137,7 +157,17 @@ class _Connection(asyncio.Protocol):
         self.closed = True
         if self.timer is not None:
             self.timer.cancel()
+        self.backlog.clear()
+        if self.next_flush is not None:
+            self.next_flush.cancel()
         self.server.forget(self)
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        self.flush()
 
     # ----------------------------------------------------------------- helpers
     def arm_timer(self) -> None:
@@ -155,25 +185,102 @@ class _Connection(asyncio.Protocol):
         self.fail(ProtocolError(ErrorCode.TIMEOUT, f"{what} after {delay:g} s"))
 
     def send(self, message: ServerMessage) -> None:
+        """Write ``message`` (after what is queued before it); never raises, never drops the
+        connection for what the message is: one that cannot be encoded is logged and becomes
+        an ``error`` for its request."""
         if self.closed or self.transport is None:
             return
-        self.transport.write(encode(message))
-        if self.transport.get_write_buffer_size() > MAX_BUFFERED:
+        self.put(self.encoded(message))
+
+    def stream(self, lines: Iterator[bytes]) -> None:
+        """Write the lines of ``lines`` as the client reads them (a status answer); the
+        generator runs when everything queued before it is written."""
+        if self.closed or self.transport is None:
+            return
+        self.backlog.append(lines)
+        self.backlog_bytes += STREAM_COST
+        self.flush()
+        if self.backlog:  # not all written: the client reads slowly, or asks without reading
+            self.check_unread()
+
+    def put(self, line: bytes) -> None:
+        """Write ``line`` now, or queue it behind what waits (in order)."""
+        assert self.transport is not None
+        if self.backlog or self.paused:
+            self.backlog.append(line)
+            self.backlog_bytes += len(line)
+        else:
+            self.transport.write(line)
+        self.check_unread()
+
+    def flush(self) -> None:
+        """Write from the backlog until the transport's buffer is full or all is out, one
+        line of a status answer per turn of the loop (other clients are served between)."""
+        if self.next_flush is not None:
+            self.next_flush.cancel()
+            self.next_flush = None
+        transport = self.transport
+        while self.backlog and not self.paused and transport is not None:
+            head = self.backlog[0]
+            if isinstance(head, bytes):
+                self.backlog.popleft()
+                self.backlog_bytes -= len(head)
+                transport.write(head)
+                continue
+            try:
+                line = next(head, None)
+            except Exception:  # a bug of ours: the answer ends, the connection goes on
+                self.server.say("internal error:\n" + traceback.format_exc().rstrip())
+                line = None
+            if line is None:
+                self.backlog.popleft()
+                self.backlog_bytes -= STREAM_COST
+                continue
+            transport.write(line)
+            if not self.paused:
+                self.next_flush = asyncio.get_running_loop().call_soon(self.flush)
+            return
+        if not self.backlog and self.closing and transport is not None:
+            transport.close()
+
+    def check_unread(self) -> None:
+        """Drop a client that leaves more than MAX_BUFFERED bytes unread."""
+        assert self.transport is not None
+        if self.transport.get_write_buffer_size() + self.backlog_bytes > MAX_BUFFERED:
             self.server.say(f"dropping {self.describe()}: it does not read its replies")
             self.closed = True
+            self.backlog.clear()
             self.transport.abort()
 
+    def encoded(self, message: ServerMessage) -> bytes:
+        """``message`` as its line; a line that cannot be made (a bug: it is logged) becomes
+        an ``error`` for the message's request instead."""
+        try:
+            return encode(message)
+        except (ValueError, TypeError) as exc:  # over MAX_LINE, or text UTF-8 cannot carry
+            self.server.say(
+                f"cannot send a {message.op} message to {self.describe()}: "
+                f"{printable(str(exc))}; it gets a reply_failed error instead"
+            )
+            req = getattr(message, "req", None)
+            text = f"the server could not encode its {message.op} reply (it is in its log)"
+            return encode(ErrorReply(req, ErrorCode.REPLY_FAILED, text))
+
     def fail(self, error: ProtocolError) -> None:
-        """Report ``error``; close the connection if it is fatal."""
+        """Report ``error``; close the connection if it is fatal (once the reply is out)."""
         self.send(error.reply())
         if error.code.fatal and not self.closed:
-            self.server.say(f"closing {self.describe()}: {error.code}: {error.message}")
-            self.closed = True
-            assert self.transport is not None
-            self.transport.close()  # after the error reply is flushed
+            self.server.say(f"closing {self.describe()}: {error.code}: {printable(error.message)}")
+            self.close_when_sent()
+
+    def close_when_sent(self) -> None:
+        """Read and send nothing more; close once what is queued is written."""
+        self.closed = True
+        self.closing = True
+        self.flush()
 
     def describe(self) -> str:
-        return f"connection of uid {self.peer.uid} pid {self.peer.pid}"
+        return f"connection of {self.server.who(self.peer.uid)} pid {self.peer.pid}"
 
 
 class _Server:
@@ -206,6 +313,19 @@ class _Server:
         self.idle_timer: asyncio.TimerHandle | None = None
         self.stop: asyncio.Event | None = None
         self.start_lock: int | None = None  # held from an idle stop until the process exits
+        self._names: dict[int, str] = {}  # uid -> "alice (uid 1000)", for the log
+
+    def who(self, uid: int) -> str:
+        """``alice (uid 1000)``, or ``uid 1000`` when no user has that uid, for the log;
+        looked up once per uid (a lookup may ask a directory service)."""
+        name = self._names.get(uid)
+        if name is None:
+            try:
+                name = f"{printable(pwd.getpwuid(uid).pw_name)} (uid {uid})"
+            except KeyError:
+                name = f"uid {uid}"
+            self._names[uid] = name
+        return name
 
     def say(self, line: str) -> None:
         """Log one line. From the loop thread, lines are written together once per turn of
@@ -298,7 +418,7 @@ class _Server:
         self.numbers += 1
         conn.client = Client(
             self.numbers, conn.peer.uid, conn.peer.pid, token=hello.token or "",
-            control=hello.role == "control",
+            control=hello.role == "control", user=self.who(conn.peer.uid),
         )  # fmt: skip
         self.by_client[conn.client] = conn
         conn.send(
@@ -322,6 +442,9 @@ class _Server:
             if isinstance(message, Bye):
                 self.goodbye(conn, conn.client, message)
                 return
+            if isinstance(message, Status):
+                conn.stream(self.status_answer(conn.client, message))
+                return
             deliveries = self.dispatch(conn.client, message, time.monotonic())
         except ProtocolError as exc:
             conn.fail(exc)
@@ -337,9 +460,7 @@ class _Server:
         self.after([(client, Done(message.req)), *self.state.disconnect(client, time.monotonic())])
         del self.by_client[client]
         conn.client = None  # connection_lost has nothing left to free
-        conn.closed = True
-        assert conn.transport is not None
-        conn.transport.close()
+        conn.close_when_sent()
 
     def dispatch(self, client: Client, message: ClientMessage, now: float) -> list[Delivery]:
         state = self.state
@@ -356,11 +477,21 @@ class _Server:
                 return state.reclaim(client, message, now)
             case Reclaimed():
                 return state.reclaimed(client, now)
-            case Status():  # answered once the journal is up to date: status is a sync point
-                if state.changes != self.writer.written:
-                    self.write_journal(wait=True)
-                return [(client, state.status(message.req, now, self.started))]
         raise ProtocolError(ErrorCode.HELLO_FIRST, "hello comes first, and once")
+
+    def status_answer(self, client: Client, message: Status) -> Iterator[bytes]:
+        """The lines that answer ``message``: run when the connection's earlier replies are
+        written, so the state it shows is the state then, after the journal is brought up to
+        date (status is a sync point). Never raises: a failure ends it with an error."""
+        try:
+            if self.state.changes != self.writer.written:
+                self.write_journal(wait=True)
+            reply = self.state.status(message.req, time.monotonic(), self.started, client.uid)
+            yield from status_lines(reply, message.stream)
+        except Exception:  # a bug of ours: this answer fails, the connection goes on
+            self.say("internal error:\n" + traceback.format_exc().rstrip())
+            text = "the server could not answer this status (it is in its log)"
+            yield encode(ErrorReply(message.req, ErrorCode.REPLY_FAILED, text))
 
     def after(self, deliveries: list[Delivery]) -> None:
         """Journal what must be journaled first, then send ``deliveries``."""

@@ -26,9 +26,13 @@ from ._protocol import (
     ProtocolError,
     Role,
     ServerMessage,
+    Status,
+    StatusPart,
+    StatusReply,
     Welcome,
     decode_server,
     encode,
+    join_status,
 )
 from ._safety import UntrustedServerError, server_uids, verify_peer
 
@@ -139,6 +143,28 @@ class Wire:
             return decode_server(self._lines.popleft())
         except ProtocolError as exc:
             raise ConnectionError(f"bad message from {str(self.path)!r}: {exc}") from None
+
+    def status(self, req: int = 1) -> StatusReply:
+        """The host's whole state, asked for as ``req`` and read in however many lines it
+        comes (a server too old to stream answers in one); ConnectionError on any other
+        answer (an ``error`` names its reason)."""
+        self.send_bytes(encode(Status(req, stream=True)))
+        parts: list[StatusPart] = []
+        while True:
+            reply = self.read()
+            if isinstance(reply, StatusPart) and reply.req == req:
+                parts.append(reply)
+            elif isinstance(reply, StatusReply) and reply.req == req:
+                return join_status(parts, reply)
+            elif isinstance(reply, ErrorReply):
+                raise ConnectionError(
+                    f"the hwpool server on {str(self.path)!r} did not answer status: "
+                    f"{reply.message}"
+                )
+            else:
+                raise ConnectionError(
+                    f"unexpected reply to status from {str(self.path)!r}: {reply.op}"
+                )
 
     def shutdown(self) -> None:
         """End the connection for both sides (wakes a thread blocked in ``read``)."""

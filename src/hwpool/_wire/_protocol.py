@@ -6,7 +6,9 @@ newline. Every object has an ``op``. The client speaks first (``hello``, carryin
 that every client request carries ``req``, an int the client picks and never reuses on one
 connection; the server answers each request once, with the same ``req`` (an ``acquire``
 that waits also gets a ``queued`` first), except ``release``, ``withdraw`` and ``reclaimed``,
-which are answered only when they fail; it may push ``revoked`` at any time.
+which are answered only when they fail; it may push ``revoked`` at any time. A ``status``
+that asks for ``stream`` may be answered in several lines: ``status_part`` lines, then the
+``status`` line that ends it (see :func:`status_lines`), so that it fits any queue.
 Fields the receiver does not know are ignored, so later versions may add optional ones.
 
 Capacity is counted in the server's units. A server that shares fractions counts
@@ -23,11 +25,13 @@ This module does no I/O: it turns bytes into validated messages and back. Decodi
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import itertools
 import json
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
@@ -60,6 +64,7 @@ __all__ = [
     "Role",
     "ServerMessage",
     "Status",
+    "StatusPart",
     "StatusReply",
     "Unit",
     "WaiterRecord",
@@ -68,7 +73,9 @@ __all__ = [
     "decode_client",
     "decode_server",
     "encode",
+    "join_status",
     "request_for",
+    "status_lines",
 ]
 
 PROTOCOL_VERSION = 1
@@ -76,6 +83,8 @@ MAX_LINE = 64 * 1024
 """The longest line either side accepts, newline included; a longer one is a fatal error."""
 MAX_TEXT = 4096
 """The longest ``name`` or ``command`` string a request may carry (in characters)."""
+MAX_MESSAGE = 1024
+"""The longest ``message`` an ``error`` carries (in characters; a longer one is cut)."""
 MAX_ID = 2**53 - 1  # ids and counters stay exact in any JSON implementation
 MAX_GPUS = 4096
 
@@ -109,6 +118,7 @@ class ErrorCode(enum.StrEnum):
     CANCELLED = "cancelled"  # an admin withdrew this waiting request
     LIMIT = "limit"  # a cap on requests per connection or per uid is reached
     SHUTTING_DOWN = "shutting_down"
+    REPLY_FAILED = "reply_failed"  # the server could not encode its reply: logged, goes on
     INTERNAL = "internal"  # a bug in the server: this connection is closed, the others go on
 
     @property
@@ -229,6 +239,10 @@ class _Fields:
         except TypeError as exc:
             raise self.fail(str(exc)) from None
 
+    def opt_flag(self, key: str) -> bool:
+        """An optional bool, False when left out (or null)."""
+        return False if self.obj.get(key) is None else self.flag(key)
+
     def age(self, key: str) -> float:
         try:
             number = check_real(key, self.get(key))
@@ -244,6 +258,11 @@ class _Fields:
             raise self.fail(f"{key} must be a string, got {value!r}")
         if len(value) > limit:
             raise self.fail(f"{key} is longer than {limit} characters")
+        if not value.isascii():
+            try:
+                value.encode()
+            except UnicodeEncodeError:  # a lone surrogate: no line could carry it on
+                raise self.fail(f"{key} holds a lone surrogate, which UTF-8 cannot carry") from None
         return value
 
     def opt_text(self, key: str) -> str | None:
@@ -451,13 +470,22 @@ class Reclaimed:
 
 @dataclass(frozen=True, slots=True)
 class Status:
-    """Ask for the whole host's state (``hwpool status``, ``snapshot()``)."""
+    """Ask for the whole host's state (``hwpool status``, ``snapshot()``).
+
+    ``stream``: the client reads ``status_part`` lines before the ``status`` that ends the
+    answer, so that the whole state comes, however long the queue. Without it the answer is
+    one line, cut to fit (its ``*_left_out`` counts say how much was left out).
+    """
 
     req: int
+    stream: bool = False
     op: ClassVar[str] = "status"
 
     def wire(self) -> dict[str, object]:
-        return {"op": self.op, "req": self.req}
+        out: dict[str, object] = {"op": self.op, "req": self.req}
+        if self.stream:
+            out["stream"] = True
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -547,7 +575,7 @@ _CLIENT: dict[str, Callable[[_Fields], ClientMessage]] = {
     "release": _release,
     "reclaim": _reclaim,
     "reclaimed": lambda f: Reclaimed(f.num("req")),
-    "status": lambda f: Status(f.num("req")),
+    "status": lambda f: Status(f.num("req"), f.opt_flag("stream")),
     "cancel": lambda f: Cancel(f.num("req"), f.num("id", 1)),
     "bye": lambda f: Bye(f.num("req")),
 }
@@ -644,13 +672,18 @@ class Busy:
 
 @dataclass(frozen=True, slots=True)
 class Done:
-    """Request ``req`` (a cancel, a bye) is done."""
+    """Request ``req`` (a cancel, a bye) is done. For a cancel, ``cancelled`` says what the
+    id was when it was cancelled: a ``lease`` (revoked) or a ``waiter`` (withdrawn)."""
 
     req: int
+    cancelled: Literal["lease", "waiter"] | None = None
     op: ClassVar[str] = "ok"
 
     def wire(self) -> dict[str, object]:
-        return {"op": self.op, "req": self.req}
+        out: dict[str, object] = {"op": self.op, "req": self.req}
+        if self.cancelled is not None:
+            out["cancelled"] = self.cancelled
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -676,7 +709,10 @@ class ErrorReply:
     op: ClassVar[str] = "error"
 
     def wire(self) -> dict[str, object]:
-        return {"op": self.op, "req": self.req, "code": self.code.value, "message": self.message}
+        message = self.message
+        if len(message) > MAX_MESSAGE:  # a message may quote what the client sent
+            message = message[: MAX_MESSAGE - 3] + "..."
+        return {"op": self.op, "req": self.req, "code": self.code.value, "message": message}
 
 
 @dataclass(frozen=True, slots=True)
@@ -731,22 +767,26 @@ class StatusReply:
     """The host's state: free units per GPU, leases, the queue in order, the counters.
 
     ``recovering_s`` is the time left in the grace period after a restart (0 when serving).
+    ``leases_left_out`` and ``waiting_left_out`` count the records a one-line answer (to a
+    status without ``stream``) had no room for: the last ones of each list.
     """
 
     req: int
     free: tuple[int, ...]
-    leases: tuple[LeaseRecord, ...]
-    waiting: tuple[WaiterRecord, ...]
+    leases: Sequence[LeaseRecord]  # a tuple, except on the server (built as it is sent)
+    waiting: Sequence[WaiterRecord]
     granted: int
     released: int
     cancelled: int
     timed_out: int
     recovering_s: float
     uptime_s: float
+    leases_left_out: int = 0
+    waiting_left_out: int = 0
     op: ClassVar[str] = "status"
 
     def wire(self) -> dict[str, object]:
-        return {
+        out: dict[str, object] = {
             "op": self.op, "req": self.req, "free": list(self.free),
             "leases": [lease.wire() for lease in self.leases],
             "waiting": [waiter.wire() for waiter in self.waiting],
@@ -754,9 +794,128 @@ class StatusReply:
             "timed_out": self.timed_out, "recovering_s": round(self.recovering_s, 6),
             "uptime_s": round(self.uptime_s, 6),
         }  # fmt: skip
+        if self.leases_left_out or self.waiting_left_out:
+            out["leases_left_out"] = self.leases_left_out
+            out["waiting_left_out"] = self.waiting_left_out
+        return out
 
 
-ServerMessage = Welcome | Granted | Queued | Busy | Done | Revoked | ErrorReply | StatusReply
+@dataclass(frozen=True, slots=True)
+class StatusPart:
+    """Part of a streamed status answer: more leases and waiters, in order, before the
+    ``status`` line that ends the answer (whose own lists come after these)."""
+
+    req: int
+    leases: tuple[LeaseRecord, ...]
+    waiting: tuple[WaiterRecord, ...]
+    op: ClassVar[str] = "status_part"
+
+    def wire(self) -> dict[str, object]:
+        return {
+            "op": self.op, "req": self.req, "leases": [lease.wire() for lease in self.leases],
+            "waiting": [waiter.wire() for waiter in self.waiting],
+        }  # fmt: skip
+
+
+ServerMessage = (
+    Welcome | Granted | Queued | Busy | Done | Revoked | ErrorReply | StatusReply | StatusPart
+)
+
+
+# ----------------------------------------------------------------- status in parts
+_PART_ROOM = MAX_LINE - 256
+"""What the records of one ``status_part`` line may take; the rest is for its other fields."""
+
+
+def _record_bytes(record: LeaseRecord | WaiterRecord) -> bytes:
+    return _ENCODER.encode(record.wire()).encode()
+
+
+def status_lines(reply: StatusReply, stream: bool) -> Iterator[bytes]:
+    """The lines that answer a status with ``reply``, each at most MAX_LINE bytes.
+
+    With ``stream``: ``status_part`` lines holding the leases, then the waiters, in order, as
+    many per line as fit, and last the ``status`` line with the free units and counters (and
+    empty lists). Without: one ``status`` line, its lists cut to fit and the cut counted in
+    its ``*_left_out`` fields. A generator that encodes each record once, when its line is
+    asked for, so a server holds one line of a long answer at a time. Any one record fits
+    in a line (``name`` and ``command`` are at most MAX_TEXT characters each).
+    """
+    if stream:
+        yield from _parts(reply.req, reply.leases, reply.waiting)
+        yield encode(_cut(reply, len(reply.leases), len(reply.waiting), 0, 0))
+        return
+    room = MAX_LINE - len(encode(_cut(reply, 0, 0, len(reply.leases), len(reply.waiting))))
+    kept = []
+    for records in (reply.leases, reply.waiting):
+        count = 0
+        for record in records:
+            size = len(_record_bytes(record)) + 1
+            if size > room:
+                room = 0  # what follows a record that did not fit stays out too
+                break
+            room -= size
+            count += 1
+        kept.append(count)
+    left_out = len(reply.leases) - kept[0], len(reply.waiting) - kept[1]
+    yield encode(_cut(reply, 0, 0, *left_out))
+
+
+def _parts(
+    req: int, leases: Sequence[LeaseRecord], waiting: Sequence[WaiterRecord]
+) -> Iterator[bytes]:
+    """The ``status_part`` lines that carry ``leases`` and ``waiting``, each as full as fits
+    (the records are read one by one, as the lines are asked for)."""
+    chunks: tuple[list[bytes], list[bytes]] = ([], [])
+    size = 0
+    records: Iterator[tuple[int, LeaseRecord | WaiterRecord]] = itertools.chain(
+        ((0, r) for r in leases), ((1, r) for r in waiting)
+    )
+    for kind, record in records:
+        data = _record_bytes(record)
+        if size + len(data) + 1 > _PART_ROOM and size:
+            yield _part_line(req, *chunks)
+            chunks, size = ([], []), 0
+        chunks[kind].append(data)
+        size += len(data) + 1
+    if size:
+        yield _part_line(req, *chunks)
+
+
+def _part_line(req: int, leases: list[bytes], waiting: list[bytes]) -> bytes:
+    """One ``status_part`` line (as ``StatusPart.wire`` has it) from encoded records."""
+    return b"".join(
+        (b'{"op":"status_part","req":', str(req).encode(), b',"leases":[', b",".join(leases),
+         b'],"waiting":[', b",".join(waiting), b"]}\n")
+    )  # fmt: skip
+
+
+def _cut(
+    reply: StatusReply, lease_at: int, waiter_at: int, leases_out: int, waiting_out: int
+) -> StatusReply:
+    """``reply`` with the records from ``lease_at`` and ``waiter_at`` on, less the last
+    ``leases_out`` and ``waiting_out`` of them (counted as left out)."""
+    return dataclasses.replace(
+        reply,
+        leases=reply.leases[lease_at : len(reply.leases) - leases_out],
+        waiting=reply.waiting[waiter_at : len(reply.waiting) - waiting_out],
+        leases_left_out=leases_out,
+        waiting_left_out=waiting_out,
+    )
+
+
+def join_status(parts: Iterable[StatusPart], last: StatusReply) -> StatusReply:
+    """The whole answer from its ``status_part`` lines and the ``status`` that ended it."""
+    leases: list[LeaseRecord] = []
+    waiting: list[WaiterRecord] = []
+    for part in parts:
+        leases += part.leases
+        waiting += part.waiting
+    if not leases and not waiting:
+        return last
+    return dataclasses.replace(
+        last, leases=(*leases, *last.leases), waiting=(*waiting, *last.waiting)
+    )
 
 
 def _welcome(f: _Fields) -> Welcome:
@@ -776,6 +935,18 @@ def _welcome(f: _Fields) -> Welcome:
         f.num("version"), f.text("server", 256), f.num("pid"), f.num("uid"),
         f.num("units_per_gpu", 1), gpus, f.flag("recovering"), totals,
     )  # fmt: skip
+
+
+_CANCELLED: dict[object, Literal["lease", "waiter"] | None] = {
+    None: None, "lease": "lease", "waiter": "waiter",
+}  # fmt: skip
+
+
+def _done(f: _Fields) -> Done:
+    what = f.obj.get("cancelled")
+    if isinstance(what, (str, type(None))) and what in _CANCELLED:
+        return Done(f.num("req"), _CANCELLED[what])
+    raise f.fail(f"cancelled must be 'lease' or 'waiter', got {what!r}")
 
 
 def _error(f: _Fields) -> ErrorReply:
@@ -807,6 +978,14 @@ def _status(f: _Fields) -> StatusReply:
         tuple(_waiter_record(x) for x in f.objects("waiting")),
         f.num("granted"), f.num("released"), f.num("cancelled"), f.num("timed_out"),
         f.age("recovering_s"), f.age("uptime_s"),
+        f.opt_num("leases_left_out") or 0, f.opt_num("waiting_left_out") or 0,
+    )  # fmt: skip
+
+
+def _status_part(f: _Fields) -> StatusPart:
+    return StatusPart(
+        f.num("req"), tuple(_lease_record(x) for x in f.objects("leases")),
+        tuple(_waiter_record(x) for x in f.objects("waiting")),
     )  # fmt: skip
 
 
@@ -815,10 +994,11 @@ _SERVER: dict[str, Callable[[_Fields], ServerMessage]] = {
     "granted": lambda f: Granted(f.num("req"), f.num("id", 1), f.ints("gpus"), f.num("units")),
     "queued": lambda f: Queued(f.num("req"), f.num("id", 1)),
     "would_block": lambda f: Busy(f.num("req")),
-    "ok": lambda f: Done(f.num("req")),
+    "ok": _done,
     "revoked": lambda f: Revoked(f.num("req"), f.num("id", 1), f.num("by")),
     "error": _error,
     "status": _status,
+    "status_part": _status_part,
 }
 
 
