@@ -174,9 +174,8 @@ def test_another_user_cannot_reclaim_a_lease_and_its_owner_then_can(
         assert status["recovering_s"] > 0
 
         os.kill(alice.pid, signal.SIGCONT)
-        again.wait_for(
-            f"reclaim #{ident} by {pwd.getpwuid(pair.alice).pw_name} (uid {pair.alice}) pid {alice.pid}"
-        )
+        name = pwd.getpwuid(pair.alice).pw_name
+        again.wait_for(f"reclaim #{ident} by {name} (uid {pair.alice}) pid {alice.pid}")
         again.wait_for("recovery over")
         assert [(x["id"], x["uid"]) for x in status_of(path)["leases"]] == [(ident, pair.alice)]
         late = talk_as(pair.bob, pair.gid, path, [hello(), reclaim(1, ident, [[0, FULL]])])
