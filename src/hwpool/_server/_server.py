@@ -3,9 +3,13 @@
 One event-loop thread owns the :class:`HostState` (and through it the core), so nothing is
 locked. Each connection is an ``asyncio.Protocol``: bytes become lines (``LineBuffer``),
 lines become validated messages, messages become calls on the state, and the deliveries it
-returns are written to their connections. A connection that closes, for any reason, takes
-its leases and waiters with it. Whatever a client sends, the server answers with an error
-and, for what cannot go on (bad framing, no hello), closes that one connection.
+returns are written to their connections: write-ahead, once per turn of the loop the changes
+of that turn are appended to the journal, and only then are its replies sent (while the
+journal cannot be written, they wait, and the server says so in its log and its status). A
+connection that closes, for any reason, takes its leases and waiters with it (except when the
+server itself is stopping: then they stay journaled, for the clients to reclaim). Whatever a
+client sends, the server answers with an error and, for what cannot go on (bad framing, no
+hello), closes that one connection.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TextIO
 
@@ -44,6 +48,7 @@ from .._wire._protocol import (
     Release,
     ServerMessage,
     Status,
+    StatusReply,
     Welcome,
     Withdraw,
     decode_client,
@@ -51,11 +56,13 @@ from .._wire._protocol import (
 )
 from . import _journal
 from ._host_state import Client, Delivery, HostState
+from ._journal import JournalEntry
 from ._listen import Peer, ServeError, admitted, bind, hold_lock, peer_of, prepare_directory
 
 __all__ = ["ServeConfig", "ServeError", "serve"]
 
 MAX_BUFFERED = 4 * 1024 * 1024  # bytes queued to a client that does not read: then it goes
+RETRY_S = (0.05, 1.0)  # a journal that cannot be written is tried again after 50 ms .. 1 s
 
 
 @dataclass(frozen=True)
@@ -68,7 +75,6 @@ class ServeConfig:
     grace_s: float = 5.0
     hello_timeout_s: float = 10.0
     max_connections: int = 64  # per uid
-    journal_delay_s: float = 0.05
     idle_timeout_s: float | None = None  # stop after this long with no connection (None: never)
     policy: str = "easy"  # the core's scheduling policy
     totals: tuple[int, ...] | None = None  # MiB shared out per GPU (None: fractions)
@@ -96,6 +102,7 @@ class _Connection(asyncio.Protocol):
         self.timer: asyncio.TimerHandle | None = None
         self.counted = False
         self.closed = False
+        self.ending = False  # it said bye: nothing more is read, the reply is on its way
 
     # ----------------------------------------------------------------- asyncio callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -116,7 +123,7 @@ class _Connection(asyncio.Protocol):
             self.fail(exc)
             return
         for line in lines:
-            if self.closed:
+            if self.closed or self.ending:
                 return
             self.server.handle(self, line)
         if not self.closed:
@@ -185,9 +192,16 @@ class _Server:
         self.by_client: dict[Client, _Connection] = {}
         self.per_uid: dict[int, int] = {}
         self.numbers = 0
-        self.writer = _journal.JournalWriter(self.journal_path, os.getpid(), self.say)
-        self.journaled_limit = 0  # the id limit of the last journal known to be on disk
-        self.journal_timer: asyncio.TimerHandle | None = None
+        self.ids_path = _journal.ids_path(config.socket)
+        self.journal: _journal.JournalFile | None = None  # opened once recovered
+        self.outbox: list[tuple[_Connection, ServerMessage | None]] = []  # None: close it
+        self.unwritten: dict[int, JournalEntry | None] = {}  # changes not on disk yet
+        self.flush_handle: asyncio.Handle | None = None
+        self.journal_error: str | None = None
+        self.journal_failed_at = 0.0
+        self.retry_s = RETRY_S[0]
+        self.recovered_ids: set[int] = set()  # journaled by the previous server, until recovered
+        self.stopping = False
         self.recovery_timer: asyncio.TimerHandle | None = None
         self.idle_timer: asyncio.TimerHandle | None = None
         self.stop: asyncio.Event | None = None
@@ -240,7 +254,8 @@ class _Server:
             self.arm_idle()
         if conn.client is not None:
             self.by_client.pop(conn.client, None)
-            self.after(self.state.disconnect(conn.client, time.monotonic()))
+            if not self.stopping:  # stopping: its requests stay journaled, to be reclaimed
+                self.after(self.state.disconnect(conn.client, time.monotonic()))
 
     def welcome(self, conn: _Connection, hello: Hello) -> None:
         if hello.version != PROTOCOL_VERSION:
@@ -283,12 +298,12 @@ class _Server:
 
     def goodbye(self, conn: _Connection, client: Client, message: Bye) -> None:
         """Free everything of ``client``, say so, then close (its ``close()`` waits for this)."""
-        self.after([(client, Done(message.req)), *self.state.disconnect(client, time.monotonic())])
+        freed = self.state.disconnect(client, time.monotonic())
+        self.outbox += [(conn, Done(message.req)), (conn, None)]
         del self.by_client[client]
         conn.client = None  # connection_lost has nothing left to free
-        conn.closed = True
-        assert conn.transport is not None
-        conn.transport.close()
+        conn.ending = True
+        self.after(freed)
 
     def dispatch(self, client: Client, message: ClientMessage, now: float) -> list[Delivery]:
         state = self.state
@@ -305,38 +320,83 @@ class _Server:
                 return state.reclaim(client, message, now)
             case Reclaimed():
                 return state.reclaimed(client, now)
-            case Status():  # answered once the journal is up to date: status is a sync point
-                if state.changes != self.writer.written:
-                    self.write_journal(wait=True)
-                return [(client, state.status(message.req, now, self.started))]
+            case Status():  # sent after this turn's journal records, like every reply
+                reply = state.status(message.req, now, self.started)
+                return [(client, replace(reply, journal_error=self.journal_error))]
         raise ProtocolError(ErrorCode.HELLO_FIRST, "hello comes first, and once")
 
     def after(self, deliveries: list[Delivery]) -> None:
-        """Journal what must be journaled first, then send ``deliveries``."""
-        if self.state.id_limit > self.journaled_limit:
-            self.write_journal(wait=True)  # a new block of ids is on disk before anyone sees one
-        elif self.state.changes != self.writer.submitted and self.journal_timer is None:
-            loop = asyncio.get_running_loop()
-            self.journal_timer = loop.call_later(self.config.journal_delay_s, self.write_journal)
+        """Send ``deliveries`` once this turn's changes are journaled (write-ahead)."""
+        by_client = self.by_client
         for client, message in deliveries:
-            conn = self.by_client.get(client)
+            conn = by_client.get(client)
             if conn is not None:
-                conn.send(message)
+                self.outbox.append((conn, message))
+        if self.flush_handle is None and self.loop is not None and not self.stopping:
+            self.flush_handle = self.loop.call_soon(self.flush)
 
-    def write_journal(self, *, wait: bool = False) -> None:
-        """Hand the journal to the writer thread; with ``wait``, until it is on disk."""
-        if self.journal_timer is not None:
-            self.journal_timer.cancel()
-            self.journal_timer = None
-        journal, version = self.state.journal(), self.state.changes
-        self.writer.submit(version, journal)
-        if wait and self.writer.wait(version):
-            self.journaled_limit = journal.id_limit
+    def flush(self) -> None:
+        """Journal the changes of this turn of the loop, then send its replies.
+
+        If the journal cannot be written, the replies wait (status replies excepted, so that
+        ``hwpool status`` can say why) and the write is tried again shortly: no grant is
+        ever seen that a restarted server would not know about.
+        """
+        if self.flush_handle is not None:
+            self.flush_handle.cancel()  # (a no-op when this is that call)
+            self.flush_handle = None
+        if self.write_journal():
+            outbox, self.outbox = self.outbox, []
+        else:
+            outbox = [x for x in self.outbox if isinstance(x[1], StatusReply)]
+            self.outbox = [x for x in self.outbox if not isinstance(x[1], StatusReply)]
+        for conn, message in outbox:
+            if message is not None:
+                conn.send(message)
+            elif not conn.closed and conn.transport is not None:
+                conn.closed = True
+                conn.transport.close()  # after its last reply is flushed
+
+    def write_journal(self) -> bool:
+        """Append what changed to the journal; whether it is all on disk now."""
+        assert self.journal is not None
+        state = self.state
+        self.unwritten.update(state.journal_changes())
+        if self.recovered_ids and state.recovery is None:  # recovery over: drop the rest
+            gone = [i for i in self.recovered_ids if not state.has_id(i)]
+            self.unwritten.update(dict.fromkeys(gone))
+            self.recovered_ids = set()
+        try:
+            self.journal.write(state.id_limit, self.unwritten, state.counters())
+        except OSError as exc:
+            self.journal_failed(f"cannot write the journal {str(self.journal_path)!r}: "
+                                f"{exc.strerror or exc}")  # fmt: skip
+            return False
+        self.unwritten = {}
+        if self.journal_error is not None:
+            held = sum(m is not None for _, m in self.outbox)
+            down = time.monotonic() - self.journal_failed_at
+            self.say(f"the journal is written again after {down:.1f} s: {held} held replies go out")
+            self.journal_error, self.retry_s = None, RETRY_S[0]
+        return True
+
+    def journal_failed(self, error: str) -> None:
+        """Say so (once per new error) and try again shortly."""
+        if error != self.journal_error:
+            self.say(f"{error}; nothing new is granted until it is written (trying again)")
+            if self.journal_error is None:
+                self.journal_failed_at = time.monotonic()
+            self.journal_error = error
+        if self.loop is not None and not self.stopping:
+            self.flush_handle = self.loop.call_later(self.retry_s, self.flush)
+            self.retry_s = min(RETRY_S[1], self.retry_s * 2)
 
     # ----------------------------------------------------------------- recovery
     def recover(self) -> None:
-        """Load the journal a previous server left and start the grace period if needed."""
+        """Load the journal a previous server left and start the grace period if needed;
+        then open the journal for this server (its first write replaces the file)."""
         now = time.monotonic()
+        ids_on_disk = self.load_id_limit()
         try:
             journal = _journal.load(self.journal_path)
         except _journal.JournalError as exc:
@@ -345,13 +405,32 @@ class _Server:
                 _journal.Journal(1), now, self.config.grace_s, _alive, complete=False
             )
         else:
-            if journal is None:
-                return
-            if not journal.entries:
-                self.state.next_id = self.state.id_limit = journal.id_limit
-                return
-            self.state.start_recovery(journal, now, self.config.grace_s, _alive)
-        self.check_recovery()
+            if journal is not None:
+                self.state.restore_counters(journal.counters)
+                self.state.next_id = self.state.id_limit = max(self.state.id_limit,
+                                                               journal.id_limit)  # fmt: skip
+                if journal.entries:
+                    self.state.start_recovery(journal, now, self.config.grace_s, _alive)
+        snapshot = self.state.journal()
+        self.recovered_ids = {e.id for e in snapshot.entries}
+        self.journal = _journal.JournalFile(
+            self.journal_path, self.ids_path, os.getpid(), snapshot, ids_on_disk=ids_on_disk,
+            log=self.say,
+        )  # fmt: skip
+        if self.state.recovery is not None:
+            self.check_recovery()
+
+    def load_id_limit(self) -> int:
+        """Start ids at the limit of ``<socket>.ids`` (kept apart from the journal, so that
+        no id is shown twice even if the journal is lost); the limit found there (0: none)."""
+        try:
+            limit = _journal.load_ids(self.ids_path)
+        except _journal.JournalError as exc:
+            self.say(f"{exc}; ids go on from the journal's limit")
+            return 0
+        if limit is not None:
+            self.state.next_id = self.state.id_limit = max(self.state.id_limit, limit)
+        return limit or 0
 
     def check_recovery(self) -> None:
         """End recovery when due (pids may have died since); else look again shortly."""
@@ -402,7 +481,7 @@ class _Server:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
         self.recover()
-        self.write_journal(wait=True)
+        self.flush()  # the journal starts anew from what was recovered
         server = await loop.create_unix_server(lambda: _Connection(self), sock=sock)
         self.say(
             f"serving {len(self.config.gpus)} GPUs on {str(self.config.socket)!r} "
@@ -415,13 +494,24 @@ class _Server:
             await stop.wait()
         finally:
             server.close()
-            for conn in list(self.by_client.values()):
-                conn.fail(ProtocolError(ErrorCode.SHUTTING_DOWN, "the server is stopping"))
-            self.write_journal(wait=True)  # kept: a restarted server lets the clients reclaim
-            self.writer.stop()
+            self.stop_serving()
             self.config.socket.unlink(missing_ok=True)
             self.loop = None
             self.say("stopped")
+
+    def stop_serving(self) -> None:
+        """Journal and send what this turn decided, then close every connection. What the
+        clients hold stays journaled (their disconnections now change nothing), so that a
+        restarted server lets them reclaim it."""
+        self.flush()
+        self.stopping = True
+        if self.outbox:
+            self.say(f"stopping with the journal unwritable: {len(self.outbox)} replies not sent")
+            self.outbox = []
+        for conn in list(self.by_client.values()):
+            conn.fail(ProtocolError(ErrorCode.SHUTTING_DOWN, "the server is stopping"))
+        assert self.journal is not None
+        self.journal.close()
 
 
 def serve(config: ServeConfig, out: TextIO | None = None) -> None:

@@ -692,6 +692,8 @@ class StatusReply:
     """The host's state: free units per GPU, leases, the queue in order, the counters.
 
     ``recovering_s`` is the time left in the grace period after a restart (0 when serving).
+    ``journal_error``: why the server cannot write its journal now (it grants nothing new
+    until it can), or None; sent only when set (older servers never send it).
     """
 
     req: int
@@ -704,10 +706,11 @@ class StatusReply:
     timed_out: int
     recovering_s: float
     uptime_s: float
+    journal_error: str | None = None
     op: ClassVar[str] = "status"
 
     def wire(self) -> dict[str, object]:
-        return {
+        out: dict[str, object] = {
             "op": self.op, "req": self.req, "free": list(self.free),
             "leases": [lease.wire() for lease in self.leases],
             "waiting": [waiter.wire() for waiter in self.waiting],
@@ -715,6 +718,9 @@ class StatusReply:
             "timed_out": self.timed_out, "recovering_s": round(self.recovering_s, 6),
             "uptime_s": round(self.uptime_s, 6),
         }  # fmt: skip
+        if self.journal_error is not None:
+            out["journal_error"] = self.journal_error
+        return out
 
 
 ServerMessage = Welcome | Granted | Queued | Busy | Done | Revoked | ErrorReply | StatusReply
@@ -767,7 +773,7 @@ def _status(f: _Fields) -> StatusReply:
         tuple(_lease_record(x) for x in f.objects("leases")),
         tuple(_waiter_record(x) for x in f.objects("waiting")),
         f.num("granted"), f.num("released"), f.num("cancelled"), f.num("timed_out"),
-        f.age("recovering_s"), f.age("uptime_s"),
+        f.age("recovering_s"), f.age("uptime_s"), f.opt_text("journal_error"),
     )  # fmt: skip
 
 
