@@ -6,6 +6,7 @@ The processes live in tests/hostserver.py; these fixtures start them and always 
 from __future__ import annotations
 
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -53,3 +54,18 @@ def clients() -> Iterator[Callable[..., ClientProc]]:
         if proc.proc.poll() is None:
             proc.proc.kill()
         proc.proc.communicate(timeout=BOUND)
+
+
+@pytest.fixture
+def small_disk() -> Iterator[Path]:
+    """A directory on its own 64 KiB tmpfs, to be filled up (root only; skipped otherwise)."""
+    path = Path(tempfile.mkdtemp(prefix="hwd", dir="/tmp"))
+    mount = ["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", str(path)]
+    try:
+        subprocess.run(mount, check=True, capture_output=True, timeout=BOUND)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        path.rmdir()
+        pytest.skip(f"cannot mount a small tmpfs to fill (needs root and CAP_SYS_ADMIN): {exc}")
+    yield path
+    subprocess.run(["umount", "-l", str(path)], check=False, timeout=BOUND)
+    shutil.rmtree(path, ignore_errors=True)

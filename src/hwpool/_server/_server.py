@@ -364,6 +364,7 @@ class _Server:
         self.unwritten.update(state.journal_changes())
         if self.recovered_ids and state.recovery is None:  # recovery over: drop the rest
             gone = [i for i in self.recovered_ids if not state.has_id(i)]
+            self.count_freed(gone)
             self.unwritten.update(dict.fromkeys(gone))
             self.recovered_ids = set()
         try:
@@ -379,6 +380,17 @@ class _Server:
             self.say(f"the journal is written again after {down:.1f} s: {held} held replies go out")
             self.journal_error, self.retry_s = None, RETRY_S[0]
         return True
+
+    def count_freed(self, ids: list[int]) -> None:
+        """Count what a previous server journaled and nobody reclaimed (now freed) as released
+        leases and cancelled waiters, so that the counters add up across restarts."""
+        assert self.journal is not None
+        live = self.journal.live
+        for entry in (live[i] for i in ids if i in live):
+            if entry.held is not None:
+                self.state.released += 1
+            else:
+                self.state.cancelled += 1
 
     def journal_failed(self, error: str) -> None:
         """Say so (once per new error) and try again shortly."""
@@ -397,6 +409,7 @@ class _Server:
         then open the journal for this server (its first write replaces the file)."""
         now = time.monotonic()
         ids_on_disk = self.load_id_limit()
+        journal: _journal.Journal | None = None
         try:
             journal = _journal.load(self.journal_path)
         except _journal.JournalError as exc:
@@ -404,19 +417,20 @@ class _Server:
             self.state.start_recovery(
                 _journal.Journal(1), now, self.config.grace_s, _alive, complete=False
             )
-        else:
-            if journal is not None:
-                self.state.restore_counters(journal.counters)
-                self.state.next_id = self.state.id_limit = max(self.state.id_limit,
-                                                               journal.id_limit)  # fmt: skip
-                if journal.entries:
-                    self.state.start_recovery(journal, now, self.config.grace_s, _alive)
+        if journal is not None:
+            self.state.restore_counters(journal.counters)
+            limit = max(self.state.id_limit, journal.id_limit)
+            self.state.next_id = self.state.id_limit = limit
+            if journal.entries:
+                self.state.start_recovery(journal, now, self.config.grace_s, _alive)
         snapshot = self.state.journal()
         self.recovered_ids = {e.id for e in snapshot.entries}
         self.journal = _journal.JournalFile(
-            self.journal_path, self.ids_path, os.getpid(), snapshot, ids_on_disk=ids_on_disk,
-            log=self.say,
+            self.journal_path, self.ids_path, os.getpid(), journal or snapshot,
+            ids_on_disk=ids_on_disk, log=self.say,
         )  # fmt: skip
+        self.count_freed([i for i in self.journal.live if i not in self.recovered_ids])
+        self.journal.live = {e.id: e for e in snapshot.entries}  # what the first write puts
         if self.state.recovery is not None:
             self.check_recovery()
 
