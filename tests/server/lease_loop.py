@@ -1,7 +1,8 @@
 """A client for the kill/restart loop: takes and gives back leases until told to stop.
 
 ``python lease_loop.py SOCKET OUT SEED STOP``: until the file STOP exists, acquire a random
-share of a GPU (a quarter, a half or a whole one), hold it a few milliseconds, release it.
+share of a GPU (a quarter, a half or a whole one), hold it a few milliseconds, release it,
+then idle a few milliseconds (so that the host is empty at times, as after a quiet spell).
 Each lease is written to OUT as ``lease GPU UNITS START END``: monotonic seconds (the clock
 is the same in every process), from the moment the grant is known until just before the
 release is sent, a span within the server's own. A request that fails (the server is away
@@ -62,11 +63,13 @@ def main() -> None:
                 grant = backend.acquire_blocking(Demand(1, units), 5.0)
             except (TimeoutError, ConnectionError) as exc:
                 out.write(f"retry {type(exc).__name__}\n")
+                time.sleep(0.05)  # the server is away: do not spin
                 continue
             start = time.monotonic()
-            time.sleep(rng.random() * 0.01)
+            time.sleep(rng.random() * 0.02)
             out.write(f"lease {grant.gpus[0]} {units} {start!r} {time.monotonic()!r}\n")
             backend.release(grant)
+            time.sleep(rng.random() * 0.05)  # idle now and then: the host is sometimes empty
         backend.close()
 
 

@@ -50,6 +50,8 @@ def test_a_grant_is_journaled_before_its_reply_reaches_the_client(
     args = ("--gpus", "1", "--grace", "8")
     server = start_server(*args)
     mine = UnixBackend(server.socket)
+    mine.release(mine.acquire_blocking(Demand(1, FULL), BOUND))  # the first block of ids
+    assert not status_of(server.socket)["leases"]  # (the released lease is gone)
     grant = mine.acquire_blocking(Demand(1, FULL), BOUND)
     kill(server)  # at once: a journal written after the reply would not have it yet
     [entry] = journaled(server).entries

@@ -201,6 +201,7 @@ class _Server:
         self.journal_failed_at = 0.0
         self.retry_s = RETRY_S[0]
         self.recovered_ids: set[int] = set()  # journaled by the previous server, until recovered
+        self.pending_seen = -1  # how many of them recovery still expected at the last write
         self.stopping = False
         self.recovery_timer: asyncio.TimerHandle | None = None
         self.idle_timer: asyncio.TimerHandle | None = None
@@ -362,11 +363,8 @@ class _Server:
         assert self.journal is not None
         state = self.state
         self.unwritten.update(state.journal_changes())
-        if self.recovered_ids and state.recovery is None:  # recovery over: drop the rest
-            gone = [i for i in self.recovered_ids if not state.has_id(i)]
-            self.count_freed(gone)
-            self.unwritten.update(dict.fromkeys(gone))
-            self.recovered_ids = set()
+        if self.recovered_ids:
+            self.journal_recovered()
         try:
             self.journal.write(state.id_limit, self.unwritten, state.counters())
         except OSError as exc:
@@ -380,6 +378,25 @@ class _Server:
             self.say(f"the journal is written again after {down:.1f} s: {held} held replies go out")
             self.journal_error, self.retry_s = None, RETRY_S[0]
         return True
+
+    def journal_recovered(self) -> None:
+        """Journal as gone what the previous server journaled and recovery no longer expects
+        (reclaimed under another id, given up by its client, of a dead pid; at the end of
+        recovery, all that was not reclaimed), so that a second crash does not wait for it."""
+        state, recovery = self.state, self.state.recovery
+        if recovery is not None and len(recovery.pending) == self.pending_seen:
+            return
+        expected = {} if recovery is None else recovery.pending
+        gone = [
+            i for i in self.recovered_ids
+            if i not in expected and not state.has_id(i) and i not in self.unwritten
+        ]  # fmt: skip
+        self.count_freed(gone)
+        self.unwritten.update(dict.fromkeys(gone))
+        self.recovered_ids.difference_update(gone)
+        self.pending_seen = len(expected)
+        if recovery is None:
+            self.recovered_ids = set()
 
     def count_freed(self, ids: list[int]) -> None:
         """Count what a previous server journaled and nobody reclaimed (now freed) as released
