@@ -15,6 +15,7 @@ hello), closes that one connection.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import errno
 import fcntl
@@ -62,6 +63,7 @@ from ._listen import Peer, ServeError, admitted, bind, hold_lock, peer_of, prepa
 __all__ = ["ServeConfig", "ServeError", "serve"]
 
 MAX_BUFFERED = 4 * 1024 * 1024  # bytes queued to a client that does not read: then it goes
+LINES_PER_TURN = 32  # lines of one connection served per turn of the loop
 RETRY_S = (0.05, 1.0)  # a journal that cannot be written is tried again after 50 ms .. 1 s
 
 
@@ -103,6 +105,8 @@ class _Connection(asyncio.Protocol):
         self.counted = False
         self.closed = False
         self.ending = False  # it said bye: nothing more is read, the reply is on its way
+        self.lines: collections.deque[bytes] = collections.deque()  # received, not served yet
+        self.draining = False  # lines wait for the next turn of the loop; reading is paused
 
     # ----------------------------------------------------------------- asyncio callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -122,10 +126,31 @@ class _Connection(asyncio.Protocol):
         except ProtocolError as exc:
             self.fail(exc)
             return
-        for line in lines:
+        self.lines.extend(lines)
+        if not self.draining:
+            self.drain()
+
+    def drain(self) -> None:
+        """Serve up to LINES_PER_TURN lines, then let the loop serve the others: one client
+        writing thousands of requests at once does not stall anyone else's round trip (its
+        socket is not read meanwhile, so what it sends waits in the kernel, not here)."""
+        lines = self.lines
+        for _ in range(min(len(lines), LINES_PER_TURN)):
             if self.closed or self.ending:
-                return
-            self.server.handle(self, line)
+                lines.clear()
+                break
+            self.server.handle(self, lines.popleft())
+        assert self.transport is not None
+        if lines and not self.closed:
+            if not self.draining:
+                self.draining = True
+                self.transport.pause_reading()
+            asyncio.get_running_loop().call_soon(self.drain)
+            return
+        if self.draining:
+            self.draining = False
+            if not self.closed and not self.transport.is_closing():
+                self.transport.resume_reading()
         if not self.closed:
             self.arm_timer()
 
