@@ -1,11 +1,13 @@
-"""``hwpool serve`` under a flood: one client queues 20,000 waiters, another measures its round trips.
+"""``hwpool serve`` flooded: one client queues 20,000 waiters, another times its round trips.
 
 The server shares two GPUs in memory (``--gpu-memory 80GiB,10GiB``). The flooder, a process
 of its own, holds GPU 0 whole and then queues N waiters for 40GiB each (only GPU 0 can ever
 hold one), all written at once on one connection, and reads their ``queued`` replies. The
 prober, in this process, takes 4GiB (which only GPU 1 has free) and gives it back, again and
-again: first alone, then for as long as the flood lasts. Every waiter is journaled (an id
-block every 1024, a line each); the prober's round trips show what that costs the others.
+again: first alone, then for as long as the flood lasts (until the flooder has every reply),
+then while the flooder's connection closes and the server frees its waiters. Every waiter
+is journaled (an id block every 1024, a line each); the prober's round trips show what that
+costs the others.
 
 It prints the prober's p50, p99 and maximum round trip (acquire, reply received) alone and
 during the flood, and how long the flood took. Aim: the maximum during the flood under
@@ -30,8 +32,9 @@ GIB = 1024
 PROBE_GIB = 4
 
 
-def _flood(path: str, waiters: int, started: Any, seconds: Any) -> None:
-    """The flooder: hold GPU 0, queue ``waiters`` for it, read every reply; its duration."""
+def _flood(path: str, waiters: int, started: Any, seconds: Any, leave: Any) -> None:
+    """The flooder: hold GPU 0, queue ``waiters`` for it, read every reply (the flood's
+    duration in ``seconds``); close its connection once told to ``leave``."""
     sock = socket.socket(socket.AF_UNIX)
     sock.connect(path)
     sock.sendall(encode(Hello(PROTOCOL_VERSION, "flood")))
@@ -39,7 +42,9 @@ def _flood(path: str, waiters: int, started: Any, seconds: Any) -> None:
     reader = sock.makefile("rb")
     assert json.loads(reader.readline())["op"] == "welcome"
     assert json.loads(reader.readline())["op"] == "granted"
-    lines = b"".join(encode(Acquire(r, 1, 40 * GIB, True, unit="mib")) for r in range(2, waiters + 2))
+    lines = b"".join(
+        encode(Acquire(r, 1, 40 * GIB, True, unit="mib")) for r in range(2, waiters + 2)
+    )
     started.set()
     start = time.perf_counter()
     sock.sendall(lines)
@@ -50,6 +55,7 @@ def _flood(path: str, waiters: int, started: Any, seconds: Any) -> None:
     seconds.value = time.perf_counter() - start
     if ops != {"queued": waiters}:
         print(f"flood replies: {ops}")
+    assert leave.wait(60)
     sock.close()
 
 
@@ -74,14 +80,16 @@ def measure(path: Path, waiters: int) -> dict[str, Any]:
     pool = hwpool.connect(path)
     alone = _probe(pool, lambda: True, 500)
     ctx = mp.get_context("fork")
-    started, seconds = ctx.Event(), ctx.Value("d", 0.0)
-    flooder = ctx.Process(target=_flood, args=(str(path), waiters, started, seconds))
+    started, seconds, leave = ctx.Event(), ctx.Value("d", 0.0), ctx.Event()
+    flooder = ctx.Process(target=_flood, args=(str(path), waiters, started, seconds, leave))
     flooder.start()
     assert started.wait(60)
-    during = _probe(pool, lambda: not flooder.is_alive(), 50)
+    during = _probe(pool, lambda: seconds.value > 0, 50)
+    leave.set()  # its connection closes: the server frees its waiters
+    freed = _probe(pool, lambda: not flooder.is_alive(), 50)
     flooder.join()
     pool.close()
-    return {"alone": alone, "during": during, "flood_s": seconds.value}
+    return {"alone": alone, "during": during, "freed": freed, "flood_s": seconds.value}
 
 
 def main(argv: list[str] | None = None) -> str:
@@ -98,9 +106,9 @@ def main(argv: list[str] | None = None) -> str:
         f"{PROBE_GIB}GiB",
         f"{'prober round trip':<28}{'pairs':>7}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}",
     ]
-    for name in ("alone", "during"):
+    labels = {"alone": "alone", "during": "during the flood", "freed": "as its waiters go"}
+    for name, label in labels.items():
         p50, p99, most = _figures(result[name])
-        label = "alone" if name == "alone" else "during the flood"
         lines.append(f"{label:<28}{len(result[name]):>7}{p50:>9.2f}{p99:>9.2f}{most:>9.2f}")
     worst = _figures(result["during"])[2]
     lines.append(f"max round trip during the flood: {worst:.2f} ms (aim < 10 ms)")

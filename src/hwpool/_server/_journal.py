@@ -118,16 +118,21 @@ def _line(record: Mapping[str, object]) -> str:
 
 
 def _entry_line(entry: JournalEntry) -> str:
-    held = None if entry.held is None else [list(p) for p in entry.held]
-    return _line({
-        "op": "queued" if held is None else "granted", "id": entry.id, "uid": entry.uid,
-        "pid": entry.pid, "count": entry.count, "units": entry.units, "held": held,
-        "token": entry.token,
-    })  # fmt: skip
+    """One entry's record (formatted directly: every field but the token is an int)."""
+    if entry.held is None:
+        op, held = "queued", "null"
+    else:
+        op, held = "granted", "[" + ",".join(f"[{g},{u}]" for g, u in entry.held) + "]"
+    return (
+        f'{{"op":"{op}","id":{entry.id},"uid":{entry.uid},"pid":{entry.pid},'
+        f'"count":{entry.count},"units":{entry.units},"held":{held},'
+        f'"token":{json.dumps(entry.token)}}}\n'
+    )
 
 
 def _gone_line(entry: JournalEntry) -> str:
-    return _line({"op": "withdrawn" if entry.held is None else "released", "id": entry.id})
+    op = "withdrawn" if entry.held is None else "released"
+    return f'{{"op":"{op}","id":{entry.id}}}\n'
 
 
 def _ids_line(limit: int) -> str:

@@ -63,7 +63,7 @@ from ._listen import Peer, ServeError, admitted, bind, hold_lock, peer_of, prepa
 __all__ = ["ServeConfig", "ServeError", "serve"]
 
 MAX_BUFFERED = 4 * 1024 * 1024  # bytes queued to a client that does not read: then it goes
-LINES_PER_TURN = 32  # lines of one connection served per turn of the loop
+LINES_PER_TURN = 16  # lines of one connection served per turn of the loop
 RETRY_S = (0.05, 1.0)  # a journal that cannot be written is tried again after 50 ms .. 1 s
 
 
