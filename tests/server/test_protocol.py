@@ -209,3 +209,12 @@ def test_check_bool_accepts_only_bools() -> None:
     assert check_bool("wait", False) is False
     with pytest.raises(TypeError, match="wait must be a bool, got 0"):
         check_bool("wait", 0)
+
+
+def test_a_status_says_why_the_journal_cannot_be_written_only_when_it_cannot() -> None:
+    plain = p.StatusReply(7, (0,), (), (), 0, 0, 0, 0, 0.0, 1.0)
+    assert b"journal_error" not in p.encode(plain)  # what older clients read, unchanged
+    failing = p.StatusReply(7, (0,), (), (), 0, 0, 0, 0, 0.0, 1.0, "ENOSPC")
+    assert p.decode_server(p.encode(failing)[:-1]) == failing
+    with pytest.raises(ProtocolError, match="journal_error"):
+        p.decode_server(p.encode(plain)[:-2] + b',"journal_error":5}')
