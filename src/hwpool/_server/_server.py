@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TextIO
@@ -416,19 +417,19 @@ class _Server:
             i for i in self.recovered_ids
             if i not in expected and not state.has_id(i) and i not in self.unwritten
         ]  # fmt: skip
-        self.count_freed(gone)
+        assert self.journal is not None
+        live = self.journal.live
+        self.count_freed(live[i] for i in gone if i in live)
         self.unwritten.update(dict.fromkeys(gone))
         self.recovered_ids.difference_update(gone)
         self.pending_seen = len(expected)
         if recovery is None:
             self.recovered_ids = set()
 
-    def count_freed(self, ids: list[int]) -> None:
+    def count_freed(self, entries: Iterable[JournalEntry]) -> None:
         """Count what a previous server journaled and nobody reclaimed (now freed) as released
         leases and cancelled waiters, so that the counters add up across restarts."""
-        assert self.journal is not None
-        live = self.journal.live
-        for entry in (live[i] for i in ids if i in live):
+        for entry in entries:
             if entry.held is not None:
                 self.state.released += 1
             else:
@@ -467,12 +468,12 @@ class _Server:
                 self.state.start_recovery(journal, now, self.config.grace_s, _alive)
         snapshot = self.state.journal()
         self.recovered_ids = {e.id for e in snapshot.entries}
+        if journal is not None:  # what dead pids held is freed already
+            self.count_freed(e for e in journal.entries if e.id not in self.recovered_ids)
         self.journal = _journal.JournalFile(
-            self.journal_path, self.ids_path, os.getpid(), journal or snapshot,
-            ids_on_disk=ids_on_disk, log=self.say,
+            self.journal_path, self.ids_path, os.getpid(), snapshot, ids_on_disk=ids_on_disk,
+            log=self.say,
         )  # fmt: skip
-        self.count_freed([i for i in self.journal.live if i not in self.recovered_ids])
-        self.journal.live = {e.id: e for e in snapshot.entries}  # what the first write puts
         if self.state.recovery is not None:
             self.check_recovery()
 
