@@ -15,10 +15,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from test_host_state import acquire, client, host
 
 from hostserver import BOUND
+from hwpool._core._capacity import UNITS_PER_GPU
 from hwpool._server import _journal
 from hwpool._server._journal import Counters, Journal, JournalEntry, JournalError, JournalFile
+from hwpool._wire import _protocol as p
 
 FULL = 1000
 
@@ -207,3 +210,22 @@ def test_side_files_are_never_written_through_a_symlink(tmp_path: Path) -> None:
     file.write(1025, {1: lease(1)}, Counters())  # the planted link is removed, not followed
     assert target.read_text() == "keep"
     assert _journal.load(file.path) is not None
+
+
+def test_the_state_hands_over_what_changed_since_it_was_last_asked() -> None:
+    state = host(1)
+    a, b = client(pid=1), client(pid=2, number=2)
+    acquire(state, a, 1)  # id 1, granted
+    acquire(state, b, 1)  # id 2, waits
+    assert state.journal_changes() == {
+        1: JournalEntry(1, 1000, 1, 1, UNITS_PER_GPU, ((0, UNITS_PER_GPU),)),
+        2: JournalEntry(2, 1000, 2, 1, UNITS_PER_GPU),
+    }
+    assert state.journal_changes() == {}
+    state.release(a, p.Release(9, 1), 1.0)  # 1 goes, 2 is granted
+    assert state.journal_changes() == {
+        1: None,
+        2: JournalEntry(2, 1000, 2, 1, UNITS_PER_GPU, ((0, UNITS_PER_GPU),)),
+    }
+    assert state.counters() == Counters(granted=2, released=1)
+    assert state.journal().counters == state.counters()
