@@ -58,9 +58,10 @@ def clients() -> Iterator[Callable[..., ClientProc]]:
 
 @pytest.fixture
 def small_disk() -> Iterator[Path]:
-    """A directory on its own 64 KiB tmpfs, to be filled up (root only; skipped otherwise)."""
+    """A directory on its own small tmpfs (512 KiB: a journal grows to about 110 KiB before it
+    is compacted), to be filled up (root only; skipped otherwise)."""
     path = Path(tempfile.mkdtemp(prefix="hwd", dir="/tmp"))
-    mount = ["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", str(path)]
+    mount = ["mount", "-t", "tmpfs", "-o", "size=512k,mode=0700", "tmpfs", str(path)]
     try:
         subprocess.run(mount, check=True, capture_output=True, timeout=BOUND)
     except (OSError, subprocess.CalledProcessError) as exc:
