@@ -194,3 +194,17 @@ class ServerFarm:
         for server in self.servers.values():
             server.kill()
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def fill(directory: Path) -> Path:
+    """Fill the file system of ``directory`` to the last byte; the file that does it."""
+    path = directory / "filler"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        for size in (65536, 4096, 1):
+            with contextlib.suppress(OSError):  # ENOSPC: as full as pieces of this size go
+                while True:
+                    os.write(fd, b"\0" * size)
+    finally:
+        os.close(fd)
+    return path

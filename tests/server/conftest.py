@@ -6,6 +6,7 @@ The processes live in tests/hostserver.py; these fixtures start them and always 
 from __future__ import annotations
 
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -66,3 +67,19 @@ def pair() -> Iterator[Users]:
         pytest.skip(reason)
     with local_users() as made:
         yield made
+
+
+@pytest.fixture
+def small_disk() -> Iterator[Path]:
+    """A directory on its own small tmpfs (512 KiB: a journal grows to about 110 KiB before it
+    is compacted), to be filled up (root only; skipped otherwise)."""
+    path = Path(tempfile.mkdtemp(prefix="hwd", dir="/tmp"))
+    mount = ["mount", "-t", "tmpfs", "-o", "size=512k,mode=0700", "tmpfs", str(path)]
+    try:
+        subprocess.run(mount, check=True, capture_output=True, timeout=BOUND)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        path.rmdir()
+        pytest.skip(f"cannot mount a small tmpfs to fill (needs root and CAP_SYS_ADMIN): {exc}")
+    yield path
+    subprocess.run(["umount", "-l", str(path)], check=False, timeout=BOUND)
+    shutil.rmtree(path, ignore_errors=True)

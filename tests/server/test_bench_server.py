@@ -36,3 +36,12 @@ def test_load_bench_checks_what_is_left(capsys: pytest.CaptureFixture[str]) -> N
     table = load("bench_server_load").main(["--quick"])
     assert "no lease or waiter left" in table and "grants/s" in table and "RSS" in table
     assert table in capsys.readouterr().out
+
+
+def test_flood_bench_times_the_others_during_and_after_a_flood(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    table = load("bench_server_flood").main(["--quick"])
+    for label in ("alone", "during the flood", "as its waiters go", "max round trip"):
+        assert label in table
+    assert table in capsys.readouterr().out

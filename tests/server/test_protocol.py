@@ -333,3 +333,12 @@ def test_an_error_message_is_cut_so_that_its_line_always_fits() -> None:
 def test_status_stream_must_be_a_bool() -> None:
     with pytest.raises(ProtocolError, match="stream"):
         p.decode_client(b'{"op":"status","req":1,"stream":"yes"}')
+
+
+def test_a_status_says_why_the_journal_cannot_be_written_only_when_it_cannot() -> None:
+    plain = p.StatusReply(7, (0,), (), (), 0, 0, 0, 0, 0.0, 1.0)
+    assert b"journal_error" not in p.encode(plain)  # what older clients read, unchanged
+    failing = p.StatusReply(7, (0,), (), (), 0, 0, 0, 0, 0.0, 1.0, journal_error="ENOSPC")
+    assert p.decode_server(p.encode(failing)[:-1]) == failing
+    with pytest.raises(ProtocolError, match="journal_error"):
+        p.decode_server(p.encode(plain)[:-2] + b',"journal_error":5}')

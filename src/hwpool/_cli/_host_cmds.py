@@ -353,7 +353,7 @@ def _report(wire: Wire, reply: StatusReply) -> dict[str, Any]:
         "server": {
             "pid": welcome.pid, "uid": welcome.uid, "user": _user(welcome.uid),
             "version": welcome.server, "uptime_s": reply.uptime_s,
-            "recovering_s": reply.recovering_s,
+            "recovering_s": reply.recovering_s, "journal_error": reply.journal_error,
         },
         "sized_in_memory": totals is not None,
         "gpus": [
@@ -445,6 +445,8 @@ def _format(report: dict[str, Any]) -> str:
             f"recovering after a restart: nothing new is granted for {server['recovering_s']:.1f}"
             " s more, while clients reclaim their leases"
         )
+    if server["journal_error"] is not None:
+        lines.append(f"journal not writable: nothing new is granted ({server['journal_error']})")
     sized = report["sized_in_memory"]
     lines.append("GPU  free  memory free          device" if sized else "GPU  free  device")
     lines += [_gpu_line(g) for g in report["gpus"]]

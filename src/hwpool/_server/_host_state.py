@@ -48,7 +48,7 @@ from .._wire._protocol import (
     Withdraw,
     request_for,
 )
-from ._journal import Journal, JournalEntry
+from ._journal import Counters, Journal, JournalEntry
 
 __all__ = [
     "ID_BLOCK",
@@ -201,6 +201,7 @@ class HostState:
         self.next_id = first_id
         self.id_limit = first_id  # ids below this are journaled as used
         self.changes = 0  # bumped on every change worth journaling
+        self._dirty: set[int] = set()  # ids whose journal record changed: journal_changes()
         self.recovery: Recovery | None = None
         self._by_id: dict[int, Entry] = {}
         self._by_ticket: dict[int, Entry] = {}
@@ -354,7 +355,7 @@ class HostState:
         client.entries[msg.req] = entry
         self._by_id[entry.id] = entry
         self._per_uid[client.uid] = self._per_uid.get(client.uid, 0) + 1
-        self.changes += 1
+        self._touch(entry)
         return entry
 
     def _drop(self, entry: Entry) -> None:
@@ -366,7 +367,12 @@ class HostState:
             self._per_uid[uid] = left
         else:
             del self._per_uid[uid]
+        self._touch(entry)
+
+    def _touch(self, entry: Entry) -> None:
+        """``entry`` changed (added, granted, released in part, gone): journal it anew."""
         self.changes += 1
+        self._dirty.add(entry.id)
 
     def _granted(self, entry: Entry, grant: Grant, now: float) -> Delivery:
         waited = now - entry.since
@@ -375,7 +381,7 @@ class HostState:
         entry.granted_as = grant.ticket
         entry.since = now
         self.granted += 1
-        self.changes += 1
+        self._touch(entry)
         self.log(
             f"grant {_job(entry)} to {entry.client}: {self._what(entry.held)}"
             + (f" after {waited:.3f} s" if waited > 0.0005 else "")
@@ -442,7 +448,7 @@ class HostState:
             self.released += 1
             self._drop(entry)
         else:
-            self.changes += 1
+            self._touch(entry)
         return self._deliver(grants, now)
 
     def cancel(self, actor: Client, msg: Cancel, now: float) -> list[Delivery]:
@@ -706,7 +712,29 @@ class HostState:
         entries = [_journaled(e) for e in (*held, *queue)]
         if self.recovery is not None:
             entries += self.recovery.pending.values()
-        return Journal(self.id_limit, tuple(entries))
+        return Journal(self.id_limit, tuple(entries), self.counters())
+
+    def journal_changes(self) -> dict[int, JournalEntry | None]:
+        """What changed since the last call, by id: the entry as it is now, None if gone.
+
+        (What recovery still expects is not among them: the I/O layer keeps what it loaded
+        until recovery is over, then asks :meth:`has_id` which of it is gone.)
+        """
+        dirty, self._dirty = self._dirty, set()
+        by_id = self._by_id
+        return {i: None if i not in by_id else _journaled(by_id[i]) for i in dirty}
+
+    def has_id(self, ident: int) -> bool:
+        """Whether lease or waiter ``ident`` is here."""
+        return ident in self._by_id
+
+    def counters(self) -> Counters:
+        """The counters, for the journal (they go on across restarts)."""
+        return Counters(self.granted, self.released, self.cancelled, self.timed_out)
+
+    def restore_counters(self, counters: Counters) -> None:
+        """Go on from ``counters`` (a previous server's, from its journal)."""
+        self.granted, self.released, self.cancelled, self.timed_out = counters
 
     def _what(self, parts: dict[int, int]) -> str:
         """``0.5 of GPU 1``, ``6144 MiB of GPU 1`` or ``GPUs 0, 1``: what ``gpu -> units``

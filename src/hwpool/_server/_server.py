@@ -3,9 +3,13 @@
 One event-loop thread owns the :class:`HostState` (and through it the core), so nothing is
 locked. Each connection is an ``asyncio.Protocol``: bytes become lines (``LineBuffer``),
 lines become validated messages, messages become calls on the state, and the deliveries it
-returns are written to their connections. A connection that closes, for any reason, takes
-its leases and waiters with it. Whatever a client sends, the server answers with an error
-and, for what cannot go on (bad framing, no hello), closes that one connection.
+returns are written to their connections: write-ahead, once per turn of the loop the changes
+of that turn are appended to the journal, and only then are its replies sent (while the
+journal cannot be written, they wait, and the server says so in its log and its status). A
+connection that closes, for any reason, takes its leases and waiters with it (except when the
+server itself is stopping: then they stay journaled, for the clients to reclaim). Whatever a
+client sends, the server answers with an error and, for what cannot go on (bad framing, no
+hello), closes that one connection.
 
 What is written to a connection is never the reason it is dropped: a reply that cannot be
 encoded becomes an ``error`` (``reply_failed``) for its request, and a status answer of any
@@ -29,8 +33,8 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TextIO
 
@@ -55,6 +59,7 @@ from .._wire._protocol import (
     Release,
     ServerMessage,
     Status,
+    StatusReply,
     Welcome,
     Withdraw,
     decode_client,
@@ -70,12 +75,15 @@ from ._host_state import (
     Delivery,
     HostState,
 )
+from ._journal import JournalEntry
 from ._listen import Peer, ServeError, admitted, bind, hold_lock, peer_of, prepare_directory
 
 __all__ = ["ServeConfig", "ServeError", "serve"]
 
 MAX_BUFFERED = 4 * 1024 * 1024  # bytes queued to a client that does not read: then it goes
 STREAM_COST = 1024  # what a status answer not yet begun counts against MAX_BUFFERED
+LINES_PER_TURN = 16  # lines of one connection served per turn of the loop
+RETRY_S = (0.05, 1.0)  # a journal that cannot be written is tried again after 50 ms .. 1 s
 
 
 @dataclass(frozen=True)
@@ -91,7 +99,6 @@ class ServeConfig:
     max_control_connections: int = 8  # per uid, beyond those: for status and cancel only
     max_requests_per_connection: int = MAX_REQUESTS_PER_CONNECTION  # leases and waiters
     max_requests_per_user: int = MAX_REQUESTS_PER_USER  # leases and waiters, per uid
-    journal_delay_s: float = 0.05
     idle_timeout_s: float | None = None  # stop after this long with no connection (None: never)
     policy: str = "easy"  # the core's scheduling policy
     totals: tuple[int, ...] | None = None  # MiB shared out per GPU (None: fractions)
@@ -127,6 +134,9 @@ class _Connection(asyncio.Protocol):
         self.paused = False  # the transport's buffer is full: the client reads slowly
         self.closing = False  # close once the backlog is written
         self.next_flush: asyncio.Handle | None = None  # the next line of a status, next turn
+        self.ending = False  # it said bye: nothing more is read, the reply is on its way
+        self.lines: collections.deque[bytes] = collections.deque()  # received, not served yet
+        self.draining = False  # lines wait for the next turn of the loop; reading is paused
 
     # ----------------------------------------------------------------- asyncio callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -146,10 +156,31 @@ class _Connection(asyncio.Protocol):
         except ProtocolError as exc:
             self.fail(exc)
             return
-        for line in lines:
-            if self.closed:
-                return
-            self.server.handle(self, line)
+        self.lines.extend(lines)
+        if not self.draining:
+            self.drain()
+
+    def drain(self) -> None:
+        """Serve up to LINES_PER_TURN lines, then let the loop serve the others: one client
+        writing thousands of requests at once does not stall anyone else's round trip (its
+        socket is not read meanwhile, so what it sends waits in the kernel, not here)."""
+        lines = self.lines
+        for _ in range(min(len(lines), LINES_PER_TURN)):
+            if self.closed or self.ending:
+                lines.clear()
+                break
+            self.server.handle(self, lines.popleft())
+        assert self.transport is not None
+        if lines and not self.closed:
+            if not self.draining:
+                self.draining = True
+                self.transport.pause_reading()
+            asyncio.get_running_loop().call_soon(self.drain)
+            return
+        if self.draining:
+            self.draining = False
+            if not self.closed and not self.transport.is_closing():
+                self.transport.resume_reading()
         if not self.closed:
             self.arm_timer()
 
@@ -306,9 +337,19 @@ class _Server:
         self.per_uid: dict[int, int] = {}  # connections, welcomed or not, per uid
         self.per_role: dict[tuple[int, str], int] = {}  # welcomed connections per uid and role
         self.numbers = 0
-        self.writer = _journal.JournalWriter(self.journal_path, os.getpid(), self.say)
-        self.journaled_limit = 0  # the id limit of the last journal known to be on disk
-        self.journal_timer: asyncio.TimerHandle | None = None
+        self.ids_path = _journal.ids_path(config.socket)
+        self.journal: _journal.JournalFile | None = None  # opened once recovered
+        # Replies of this turn, sent once its changes are journaled. None: close it after what
+        # comes before; an iterator: a status answer, streamed (it waits for nothing).
+        self.outbox: list[tuple[_Connection, ServerMessage | Iterator[bytes] | None]] = []
+        self.unwritten: dict[int, JournalEntry | None] = {}  # changes not on disk yet
+        self.flush_handle: asyncio.Handle | None = None
+        self.journal_error: str | None = None
+        self.journal_failed_at = 0.0
+        self.retry_s = RETRY_S[0]
+        self.recovered_ids: set[int] = set()  # journaled by the previous server, until recovered
+        self.pending_seen = -1  # how many of them recovery still expected at the last write
+        self.stopping = False
         self.recovery_timer: asyncio.TimerHandle | None = None
         self.idle_timer: asyncio.TimerHandle | None = None
         self.stop: asyncio.Event | None = None
@@ -403,7 +444,8 @@ class _Server:
                 del self.per_role[key]
         if conn.client is not None:
             self.by_client.pop(conn.client, None)
-            self.after(self.state.disconnect(conn.client, time.monotonic()))
+            if not self.stopping:  # stopping: its requests stay journaled, to be reclaimed
+                self.after(self.state.disconnect(conn.client, time.monotonic()))
 
     def welcome(self, conn: _Connection, hello: Hello) -> None:
         if hello.version != PROTOCOL_VERSION:
@@ -442,12 +484,13 @@ class _Server:
             if isinstance(message, Bye):
                 self.goodbye(conn, conn.client, message)
                 return
-            if isinstance(message, Status):
-                conn.stream(self.status_answer(conn.client, message))
+            if isinstance(message, Status):  # after this turn's replies, like every reply
+                self.outbox.append((conn, self.status_answer(conn.client, message)))
+                self.after([])
                 return
             deliveries = self.dispatch(conn.client, message, time.monotonic())
         except ProtocolError as exc:
-            conn.fail(exc)
+            self.refuse(conn, exc)
             return
         except Exception:  # a bug of ours: this connection goes, the server stays
             self.say("internal error:\n" + traceback.format_exc().rstrip())
@@ -455,12 +498,23 @@ class _Server:
             return
         self.after(deliveries)
 
+    def refuse(self, conn: _Connection, error: ProtocolError) -> None:
+        """Answer ``error``: a fatal one at once (the connection goes), any other in order
+        with the replies of this turn, which wait for the journal."""
+        if error.code.fatal or conn.client is None:
+            conn.fail(error)
+            return
+        self.outbox.append((conn, error.reply()))
+        self.after([])
+
     def goodbye(self, conn: _Connection, client: Client, message: Bye) -> None:
         """Free everything of ``client``, say so, then close (its ``close()`` waits for this)."""
-        self.after([(client, Done(message.req)), *self.state.disconnect(client, time.monotonic())])
+        freed = self.state.disconnect(client, time.monotonic())
+        self.outbox += [(conn, Done(message.req)), (conn, None)]
         del self.by_client[client]
         conn.client = None  # connection_lost has nothing left to free
-        conn.close_when_sent()
+        conn.ending = True
+        self.after(freed)
 
     def dispatch(self, client: Client, message: ClientMessage, now: float) -> list[Delivery]:
         state = self.state
@@ -482,11 +536,11 @@ class _Server:
     def status_answer(self, client: Client, message: Status) -> Iterator[bytes]:
         """The lines that answer ``message``: run when the connection's earlier replies are
         written, so the state it shows is the state then, after the journal is brought up to
-        date (status is a sync point). Never raises: a failure ends it with an error."""
+        date, or says why it cannot be (``journal_error``). Never raises: a failure ends it
+        with an error."""
         try:
-            if self.state.changes != self.writer.written:
-                self.write_journal(wait=True)
             reply = self.state.status(message.req, time.monotonic(), self.started, client.uid)
+            reply = replace(reply, journal_error=self.journal_error)
             yield from status_lines(reply, message.stream)
         except Exception:  # a bug of ours: this answer fails, the connection goes on
             self.say("internal error:\n" + traceback.format_exc().rstrip())
@@ -494,31 +548,107 @@ class _Server:
             yield encode(ErrorReply(message.req, ErrorCode.REPLY_FAILED, text))
 
     def after(self, deliveries: list[Delivery]) -> None:
-        """Journal what must be journaled first, then send ``deliveries``."""
-        if self.state.id_limit > self.journaled_limit:
-            self.write_journal(wait=True)  # a new block of ids is on disk before anyone sees one
-        elif self.state.changes != self.writer.submitted and self.journal_timer is None:
-            loop = asyncio.get_running_loop()
-            self.journal_timer = loop.call_later(self.config.journal_delay_s, self.write_journal)
+        """Send ``deliveries`` once this turn's changes are journaled (write-ahead)."""
+        by_client = self.by_client
         for client, message in deliveries:
-            conn = self.by_client.get(client)
+            conn = by_client.get(client)
             if conn is not None:
+                self.outbox.append((conn, message))
+        if self.flush_handle is None and self.loop is not None and not self.stopping:
+            self.flush_handle = self.loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Journal the changes of this turn of the loop, then send its replies.
+
+        If the journal cannot be written, the replies wait (status replies excepted, so that
+        ``hwpool status`` can say why) and the write is tried again shortly: no grant is
+        ever seen that a restarted server would not know about.
+        """
+        if self.flush_handle is not None:
+            self.flush_handle.cancel()  # (a no-op when this is that call)
+            self.flush_handle = None
+        if self.write_journal():
+            outbox, self.outbox = self.outbox, []
+        else:
+            outbox = [x for x in self.outbox if _is_status(x[1])]
+            self.outbox = [x for x in self.outbox if not _is_status(x[1])]
+        for conn, message in outbox:
+            if message is None:
+                conn.close_when_sent()
+            elif isinstance(message, Iterator):
+                conn.stream(message)
+            else:
                 conn.send(message)
 
-    def write_journal(self, *, wait: bool = False) -> None:
-        """Hand the journal to the writer thread; with ``wait``, until it is on disk."""
-        if self.journal_timer is not None:
-            self.journal_timer.cancel()
-            self.journal_timer = None
-        journal, version = self.state.journal(), self.state.changes
-        self.writer.submit(version, journal)
-        if wait and self.writer.wait(version):
-            self.journaled_limit = journal.id_limit
+    def write_journal(self) -> bool:
+        """Append what changed to the journal; whether it is all on disk now."""
+        assert self.journal is not None
+        state = self.state
+        self.unwritten.update(state.journal_changes())
+        if self.recovered_ids:
+            self.journal_recovered()
+        try:
+            self.journal.write(state.id_limit, self.unwritten, state.counters())
+        except OSError as exc:
+            self.journal_failed(f"cannot write the journal {str(self.journal_path)!r}: "
+                                f"{exc.strerror or exc}")  # fmt: skip
+            return False
+        self.unwritten = {}
+        if self.journal_error is not None:
+            held = sum(m is not None for _, m in self.outbox)
+            down = time.monotonic() - self.journal_failed_at
+            self.say(f"the journal is written again after {down:.1f} s: {held} held replies go out")
+            self.journal_error, self.retry_s = None, RETRY_S[0]
+        return True
+
+    def journal_recovered(self) -> None:
+        """Journal as gone what the previous server journaled and recovery no longer expects
+        (reclaimed under another id, given up by its client, of a dead pid; at the end of
+        recovery, all that was not reclaimed), so that a second crash does not wait for it."""
+        state, recovery = self.state, self.state.recovery
+        if recovery is not None and len(recovery.pending) == self.pending_seen:
+            return
+        expected = {} if recovery is None else recovery.pending
+        gone = [
+            i for i in self.recovered_ids
+            if i not in expected and not state.has_id(i) and i not in self.unwritten
+        ]  # fmt: skip
+        assert self.journal is not None
+        live = self.journal.live
+        self.count_freed(live[i] for i in gone if i in live)
+        self.unwritten.update(dict.fromkeys(gone))
+        self.recovered_ids.difference_update(gone)
+        self.pending_seen = len(expected)
+        if recovery is None:
+            self.recovered_ids = set()
+
+    def count_freed(self, entries: Iterable[JournalEntry]) -> None:
+        """Count what a previous server journaled and nobody reclaimed (now freed) as released
+        leases and cancelled waiters, so that the counters add up across restarts."""
+        for entry in entries:
+            if entry.held is not None:
+                self.state.released += 1
+            else:
+                self.state.cancelled += 1
+
+    def journal_failed(self, error: str) -> None:
+        """Say so (once per new error) and try again shortly."""
+        if error != self.journal_error:
+            self.say(f"{error}; nothing new is granted until it is written (trying again)")
+            if self.journal_error is None:
+                self.journal_failed_at = time.monotonic()
+            self.journal_error = error
+        if self.loop is not None and not self.stopping:
+            self.flush_handle = self.loop.call_later(self.retry_s, self.flush)
+            self.retry_s = min(RETRY_S[1], self.retry_s * 2)
 
     # ----------------------------------------------------------------- recovery
     def recover(self) -> None:
-        """Load the journal a previous server left and start the grace period if needed."""
+        """Load the journal a previous server left and start the grace period if needed;
+        then open the journal for this server (its first write replaces the file)."""
         now = time.monotonic()
+        ids_on_disk = self.load_id_limit()
+        journal: _journal.Journal | None = None
         try:
             journal = _journal.load(self.journal_path)
         except _journal.JournalError as exc:
@@ -526,14 +656,34 @@ class _Server:
             self.state.start_recovery(
                 _journal.Journal(1), now, self.config.grace_s, _alive, complete=False
             )
-        else:
-            if journal is None:
-                return
-            if not journal.entries:
-                self.state.next_id = self.state.id_limit = journal.id_limit
-                return
-            self.state.start_recovery(journal, now, self.config.grace_s, _alive)
-        self.check_recovery()
+        if journal is not None:
+            self.state.restore_counters(journal.counters)
+            limit = max(self.state.id_limit, journal.id_limit)
+            self.state.next_id = self.state.id_limit = limit
+            if journal.entries:
+                self.state.start_recovery(journal, now, self.config.grace_s, _alive)
+        snapshot = self.state.journal()
+        self.recovered_ids = {e.id for e in snapshot.entries}
+        if journal is not None:  # what dead pids held is freed already
+            self.count_freed(e for e in journal.entries if e.id not in self.recovered_ids)
+        self.journal = _journal.JournalFile(
+            self.journal_path, self.ids_path, os.getpid(), snapshot, ids_on_disk=ids_on_disk,
+            log=self.say,
+        )  # fmt: skip
+        if self.state.recovery is not None:
+            self.check_recovery()
+
+    def load_id_limit(self) -> int:
+        """Start ids at the limit of ``<socket>.ids`` (kept apart from the journal, so that
+        no id is shown twice even if the journal is lost); the limit found there (0: none)."""
+        try:
+            limit = _journal.load_ids(self.ids_path)
+        except _journal.JournalError as exc:
+            self.say(f"{exc}; ids go on from the journal's limit")
+            return 0
+        if limit is not None:
+            self.state.next_id = self.state.id_limit = max(self.state.id_limit, limit)
+        return limit or 0
 
     def check_recovery(self) -> None:
         """End recovery when due (pids may have died since); else look again shortly."""
@@ -588,7 +738,7 @@ class _Server:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
         self.recover()
-        self.write_journal(wait=True)
+        self.flush()  # the journal starts anew from what was recovered
         server = await loop.create_unix_server(lambda: _Connection(self), sock=sock)
         self.say(
             f"serving {len(self.config.gpus)} GPUs on {str(self.config.socket)!r} "
@@ -601,13 +751,29 @@ class _Server:
             await stop.wait()
         finally:
             server.close()
-            for conn in list(self.by_client.values()):
-                conn.fail(ProtocolError(ErrorCode.SHUTTING_DOWN, "the server is stopping"))
-            self.write_journal(wait=True)  # kept: a restarted server lets the clients reclaim
-            self.writer.stop()
+            self.stop_serving()
             self.config.socket.unlink(missing_ok=True)
             self.loop = None
             self.say("stopped")
+
+    def stop_serving(self) -> None:
+        """Journal and send what this turn decided, then close every connection. What the
+        clients hold stays journaled (their disconnections now change nothing), so that a
+        restarted server lets them reclaim it."""
+        self.flush()
+        self.stopping = True
+        if self.outbox:
+            self.say(f"stopping with the journal unwritable: {len(self.outbox)} replies not sent")
+            self.outbox = []
+        for conn in list(self.by_client.values()):
+            conn.fail(ProtocolError(ErrorCode.SHUTTING_DOWN, "the server is stopping"))
+        assert self.journal is not None
+        self.journal.close()
+
+
+def _is_status(message: ServerMessage | Iterator[bytes] | None) -> bool:
+    """Whether ``message`` is a status answer (sent even while the journal cannot be)."""
+    return isinstance(message, StatusReply | Iterator)
 
 
 def serve(config: ServeConfig, out: TextIO | None = None) -> None:

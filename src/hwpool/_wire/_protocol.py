@@ -769,6 +769,8 @@ class StatusReply:
     ``recovering_s`` is the time left in the grace period after a restart (0 when serving).
     ``leases_left_out`` and ``waiting_left_out`` count the records a one-line answer (to a
     status without ``stream``) had no room for: the last ones of each list.
+    ``journal_error``: why the server cannot write its journal now (it grants nothing new
+    until it can), or None; sent only when set (older servers never send it).
     """
 
     req: int
@@ -783,6 +785,7 @@ class StatusReply:
     uptime_s: float
     leases_left_out: int = 0
     waiting_left_out: int = 0
+    journal_error: str | None = None
     op: ClassVar[str] = "status"
 
     def wire(self) -> dict[str, object]:
@@ -797,6 +800,8 @@ class StatusReply:
         if self.leases_left_out or self.waiting_left_out:
             out["leases_left_out"] = self.leases_left_out
             out["waiting_left_out"] = self.waiting_left_out
+        if self.journal_error is not None:
+            out["journal_error"] = self.journal_error
         return out
 
 
@@ -979,6 +984,7 @@ def _status(f: _Fields) -> StatusReply:
         f.num("granted"), f.num("released"), f.num("cancelled"), f.num("timed_out"),
         f.age("recovering_s"), f.age("uptime_s"),
         f.opt_num("leases_left_out") or 0, f.opt_num("waiting_left_out") or 0,
+        f.opt_text("journal_error"),
     )  # fmt: skip
 
 
