@@ -1,0 +1,122 @@
+"""GPUPool after a KeyboardInterrupt at any line of the scheduling core (issue 22, item 7).
+
+Before: Ctrl-C inside the core (between two statements of its submit path, say) left it
+inconsistent: later releases raised "cannot release ... only ... held", capacity showed as
+used with nothing holding it, and Ctrl-C itself came out as KeyError.
+
+Here the main thread runs a fixed round of blocking calls on GPUPool(4) (grants at once,
+whole GPUs, a request that waits and times out, releases with a waiter in another thread, a
+partial release of whole GPUs) while KeyboardInterrupt is raised at the n-th line that runs in
+``hwpool/_core``, for n = 1, 2, ... until the round runs through. After each, the caller does
+what a caller can: it retries a release that was cut short (done already: ValueError; not
+done: it goes through) and releases what it holds. Then every GPU is free, nothing waits, the
+other thread got its GPUs, and the pool's books are empty.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from hwpool import GPUPool
+from hwpool._backends._local import LocalBackend
+from injection import Injection, every_line
+
+WAIT_S = 10.0
+
+
+def backend_of(pool: GPUPool) -> LocalBackend:
+    backend = pool._backend
+    assert isinstance(backend, LocalBackend)
+    return backend
+
+
+class Caller:
+    """The main thread's grants, as it knows them."""
+
+    def __init__(self, pool: GPUPool) -> None:
+        self.pool = pool
+        self.held: list[tuple[int, float]] = []
+        self.releasing: tuple[int, float] | None = None  # a release that was cut short
+
+    def take(self, fraction: float, expected_s: float | None = None) -> None:
+        gpu = self.pool.acquire_blocking(fraction, expected_s=expected_s)
+        self.held.append((gpu, fraction))
+
+    def take_full(self, count: int) -> None:
+        self.held += [(gpu, 1.0) for gpu in self.pool.acquire_full_blocking(count)]
+
+    def wait_briefly(self, count: int) -> None:
+        """A request that queues behind what is held and times out: a cancel in the core."""
+        with pytest.raises(TimeoutError):
+            self.pool.acquire_full_blocking(count, timeout=0.0)
+
+    def give(self) -> None:
+        self.releasing = self.held.pop(0)
+        self.pool.release(*self.releasing)
+        self.releasing = None
+
+    def recover(self) -> None:
+        """Retry a release that was cut short, then give back the rest."""
+        if self.releasing is not None:
+            try:
+                self.pool.release(*self.releasing)
+            except ValueError as exc:  # it had its full effect
+                assert "no grant" in str(exc)
+            self.releasing = None
+        while self.held:
+            self.give()
+
+
+class Waiter(threading.Thread):
+    """Another thread waiting for every GPU: released work reaches it through the core."""
+
+    def __init__(self, pool: GPUPool) -> None:
+        super().__init__(name="waiting-for-all", daemon=True)
+        self.pool = pool
+        self.got: list[int] = []
+
+    def run(self) -> None:
+        self.got = self.pool.acquire_full_blocking(self.pool.num_gpus, timeout=WAIT_S)
+        for gpu in self.got:
+            self.pool.release(gpu)
+
+    def start_queued(self) -> None:
+        """Start, and return once the core has queued its request."""
+        self.start()
+        deadline = time.monotonic() + WAIT_S
+        while not self.pool.snapshot().waiting:
+            assert time.monotonic() < deadline, "the waiting thread never queued"
+            time.sleep(0.001)
+
+
+def one_round(injection: Injection) -> None:
+    pool = GPUPool(4)
+    caller, waiter = Caller(pool), Waiter(pool)
+    try:
+        with injection.active():
+            caller.take(0.5)
+            caller.take_full(2)
+            caller.take(0.25, expected_s=1.0)
+            caller.wait_briefly(4)
+        waiter.start_queued()
+        with injection.active():
+            while caller.held:
+                caller.give()
+    except KeyboardInterrupt:
+        assert injection.fired
+    caller.recover()
+    if waiter.is_alive() or waiter.ident is not None:
+        waiter.join(WAIT_S)
+        assert not waiter.is_alive() and waiter.got == [0, 1, 2, 3], "the waiter never got in"
+    snap = pool.snapshot()
+    assert snap.free == (1.0,) * 4 and snap.waiting == ()
+    assert snap.granted == snap.released
+    backend = backend_of(pool)
+    assert not backend._live and not backend._waiters and not backend._returns
+
+
+def test_keyboard_interrupt_at_every_line_of_the_core_under_gpupool() -> None:
+    assert every_line(one_round) > 50
