@@ -125,7 +125,9 @@ class LocalBackend:
                 self._owner = get_ident()
                 if self._closed:
                     raise PoolClosedError("the GPU pool is closed")
-                self._begin()
+                if self._returns or self._dirty:  # self._begin(), inline: the hot path
+                    self._drain()
+                self._dirty = True
                 taken = self._core.grant_now(demand, now=self._clock(), expected=expected)
                 if taken is not None:
                     self._live[taken.ticket] = grant = taken
@@ -184,7 +186,9 @@ class LocalBackend:
             self._owner = get_ident()
             if self._closed:
                 raise PoolClosedError("the GPU pool is closed")
-            self._begin()
+            if self._returns or self._dirty:  # self._begin(), inline: the hot path
+                self._drain()
+            self._dirty = True
             waiter.demand, waiter.expected = demand, expected
             ticket, grant = self._core.submit(demand, now=self._clock(), expected=expected)
             if grant is None:
@@ -222,22 +226,32 @@ class LocalBackend:
         """
         ticket = grant.ticket
         held = self._live.get(ticket)
+        if held is grant or held == grant:
+            # Handed in, to be applied by the next section (or the enclosing one), dated
+            # now; released from then on. CPython runs signal handlers only after a call
+            # returns (and at loop back-edges): none can run between the `del` and the
+            # append, so the grant is never off _live without being in _returns.
+            now = self._clock()
+            try:
+                del self._live[ticket]
+            except KeyError:  # another thread released it meanwhile
+                raise _not_held(grant) from None
+            self._returns.append((held, now))
+            if self._waiters and not (self._owner == get_ident() and self._lock.locked()):
+                self._settle_now()  # someone may be waiting for exactly this
+            return
         if held is None:
             raise _not_held(grant)
         try:
-            if held is grant or held == grant:
-                # Handed in, to be applied by the next section (or the enclosing one), dated
-                # now: moved from _live to _returns inside one C call (extend runs the lazy
-                # pop itself), which no signal handler can split; released from then on.
-                handed = zip(map(self._live.pop, (ticket,)), (self._clock(),), strict=True)
-                try:
-                    self._returns.extend(handed)
-                except KeyError:  # another thread released it meanwhile
-                    raise _not_held(grant) from None
-                if self._waiters and not (self._owner == get_ident() and self._lock.locked()):
-                    self._settle()  # someone may be waiting for exactly this: apply it now
-            else:
-                self._release_part(grant)
+            self._release_part(grant)
+        except BaseException:
+            self._recover()
+            raise
+
+    def _settle_now(self) -> None:
+        """``_settle()``, repairing at once if an exception cuts it short."""
+        try:
+            self._settle()
         except BaseException:
             self._recover()
             raise
@@ -270,10 +284,8 @@ class LocalBackend:
             else:
                 now = self._clock()
                 self._collect(self._core.release_many(parts, ticket=part.ticket, now=now))
-            if self._returns:
-                self._apply_returns()
             self._dirty = False
-        self._settle()
+        self._settle()  # and what others handed in meanwhile
 
     def _held_by(self, grant: Grant) -> tuple[tuple[int, int], ...]:
         """``(gpu, units)`` that ``grant`` holds on each GPU (as ``Scheduler.held``, read
@@ -328,21 +340,17 @@ class LocalBackend:
     # ----------------------------------------------------------------- under the lock
     def _begin(self) -> None:
         """Start changing things, under the lock: rebuild the core if an exception cut an
-        earlier section short, mark the backend dirty until this section ends (it sets
-        ``self._dirty = False``), and apply what was handed in."""
-        if self._dirty:
-            self._rebuild()
+        earlier section short, apply what was handed in, and mark the backend dirty until
+        this section ends (it sets ``self._dirty = False``)."""
+        if self._returns or self._dirty:
+            self._drain()
         self._dirty = True
-        if self._returns:
-            self._apply_returns()
 
     def _drain(self) -> None:
         """Apply what was handed in without the lock (and repair after an exception)."""
-        self._begin()
-        self._dirty = False
-
-    def _apply_returns(self) -> None:
-        """Apply the releases and withdrawals handed in, in order (in a section)."""
+        if self._dirty:
+            self._rebuild()
+        self._dirty = True
         returns, core = self._returns, self._core
         while returns:
             item = returns[0]
@@ -359,6 +367,7 @@ class LocalBackend:
                     grants = self._release_in_core(grant, at)
             if grants:
                 self._collect(grants)
+        self._dirty = False
 
     def _release_in_core(self, grant: Grant, now: float | None = None) -> list[Grant]:
         ticket, core = grant.ticket, self._core
