@@ -22,7 +22,9 @@ import pytest
 
 from hwpool import GPUPool
 from hwpool._backends._local import LocalBackend
-from injection import Injection, every_line
+from hwpool._core._capacity import UNITS_PER_GPU
+from hwpool._core._scheduler import Demand, Grant
+from injection import LOCAL_BACKEND, Injection, every_line
 
 WAIT_S = 10.0
 
@@ -92,6 +94,18 @@ class Waiter(threading.Thread):
             time.sleep(0.001)
 
 
+def check_settled(pool: GPUPool, waiter: Waiter) -> None:
+    """Every GPU free, nothing waiting, the other thread served, the books empty."""
+    if waiter.ident is not None:
+        waiter.join(WAIT_S)
+        assert not waiter.is_alive() and waiter.got == [0, 1, 2, 3], "the waiter never got in"
+    snap = pool.snapshot()
+    assert snap.free == (1.0,) * 4 and snap.waiting == ()
+    assert snap.granted == snap.released
+    backend = backend_of(pool)
+    assert not backend._live and not backend._waiters and not backend._returns
+
+
 def one_round(injection: Injection) -> None:
     pool = GPUPool(4)
     caller, waiter = Caller(pool), Waiter(pool)
@@ -108,15 +122,70 @@ def one_round(injection: Injection) -> None:
     except KeyboardInterrupt:
         assert injection.fired
     caller.recover()
-    if waiter.is_alive() or waiter.ident is not None:
-        waiter.join(WAIT_S)
-        assert not waiter.is_alive() and waiter.got == [0, 1, 2, 3], "the waiter never got in"
-    snap = pool.snapshot()
-    assert snap.free == (1.0,) * 4 and snap.waiting == ()
-    assert snap.granted == snap.released
-    backend = backend_of(pool)
-    assert not backend._live and not backend._waiters and not backend._returns
+    check_settled(pool, waiter)
 
 
 def test_keyboard_interrupt_at_every_line_of_the_core_under_gpupool() -> None:
     assert every_line(one_round) > 50
+
+
+class BackendCaller:
+    """The same round on the backend itself, whose release is all or nothing: a release cut
+    short either went through (a retry raises ValueError) or did not (a retry does it)."""
+
+    def __init__(self, backend: LocalBackend) -> None:
+        self.backend = backend
+        self.held: list[Grant] = []
+        self.releasing: Grant | None = None
+
+    def take_now(self, units: int) -> None:
+        grant = self.backend.acquire_now(Demand(1, units))
+        assert grant is not None
+        self.held.append(grant)
+
+    def take(self, demand: Demand, expected: float | None = None) -> None:
+        grant = self.backend.acquire_blocking(demand, None, expected)
+        if len(grant.gpus) == 1:
+            self.held.append(grant)
+        else:  # given back one GPU at a time: a part, then the rest
+            self.held += [grant._replace(gpus=(gpu,)) for gpu in grant.gpus]
+
+    def give(self) -> None:
+        self.releasing = self.held.pop(0)
+        self.backend.release(self.releasing)
+        self.releasing = None
+
+    def recover(self) -> None:
+        if self.releasing is not None:
+            try:
+                self.backend.release(self.releasing)
+            except ValueError as exc:  # it had its full effect
+                assert "not held" in str(exc)
+            self.releasing = None
+        while self.held:
+            self.give()
+
+
+def backend_round(injection: Injection) -> None:
+    pool = GPUPool(4)
+    caller, waiter = BackendCaller(backend_of(pool)), Waiter(pool)
+    try:
+        with injection.active():
+            caller.take_now(UNITS_PER_GPU // 2)
+            caller.take(Demand(2, UNITS_PER_GPU))
+            caller.take(Demand(1, UNITS_PER_GPU // 4), expected=1.0)
+            with pytest.raises(TimeoutError):
+                caller.backend.acquire_blocking(Demand(4, UNITS_PER_GPU), 0.0)
+        waiter.start_queued()
+        with injection.active():
+            while caller.held:
+                caller.give()
+    except KeyboardInterrupt:
+        assert injection.fired
+    caller.recover()
+    check_settled(pool, waiter)
+
+
+def test_keyboard_interrupt_at_every_line_of_the_local_backend_and_core() -> None:
+    # The backend's own books too: the waiters, the grants handed out and handed in.
+    assert every_line(backend_round, LOCAL_BACKEND) > 100

@@ -134,12 +134,12 @@ class LocalBackend:
                 self._dirty = False
             if self._wake or self._returns:
                 self._settle()
+            return grant
         except BaseException:
             self._recover()
             if grant is not None:  # on our books, but the caller will never see it
                 self.release(grant)
             raise
-        return grant
 
     async def acquire(
         self, demand: Demand, timeout: float | None, expected: float | None = None
@@ -226,34 +226,27 @@ class LocalBackend:
         """
         ticket = grant.ticket
         held = self._live.get(ticket)
-        if held is grant or held == grant:
-            # Handed in, to be applied by the next section (or the enclosing one), dated
-            # now; released from then on. CPython runs signal handlers only after a call
-            # returns (and at loop back-edges): none can run between the `del` and the
-            # append, so the grant is never off _live without being in _returns.
-            now = self._clock()
-            try:
-                del self._live[ticket]
-            except KeyError:  # another thread released it meanwhile
-                raise _not_held(grant) from None
-            self._returns.append((held, now))
-            if self._waiters and not (self._owner == get_ident() and self._lock.locked()):
-                self._settle_now()  # someone may be waiting for exactly this
-            return
-        if held is None:
-            raise _not_held(grant)
         try:
-            self._release_part(grant)
+            if held is grant or held == grant:
+                # Handed in, to be applied by the next section (or the enclosing one), dated
+                # now; released from then on. The grant is never off _live without being in
+                # _returns: CPython runs signal handlers (and raises other asynchronous
+                # exceptions) only after a call returns, at a loop's back edge or on
+                # entering a function, so nothing comes between the `del` and the append;
+                # and on one line, not even a trace function.
+                now = self._clock()
+                try:
+                    del self._live[ticket]; self._returns.append((held, now))  # noqa: E702  # fmt: skip
+                except KeyError:  # another thread released it meanwhile
+                    raise _not_held(grant) from None
+                if self._waiters and not (self._owner == get_ident() and self._lock.locked()):
+                    self._settle()  # someone may be waiting for exactly this: apply it now
+            elif held is None:
+                raise _not_held(grant)
+            else:
+                self._release_part(grant)
         except BaseException:
-            self._recover()
-            raise
-
-    def _settle_now(self) -> None:
-        """``_settle()``, repairing at once if an exception cuts it short."""
-        try:
-            self._settle()
-        except BaseException:
-            self._recover()
+            self._recover()  # a waiter must not wait for the next call
             raise
 
     def _release_part(self, part: Grant) -> None:
@@ -325,11 +318,15 @@ class LocalBackend:
         while wake or returns:
             while wake:
                 try:
-                    waiter = wake.popleft()
+                    waiter = wake[0]  # taken off only once told: an exception loses none
                 except IndexError:  # another thread woke it
                     break
                 if not waiter.deliver():
                     returns.append(_GaveUp(waiter, _Reason.LOST))
+                try:  # noqa: SIM105 (contextlib.suppress costs a call per waiter woken)
+                    wake.remove(waiter)
+                except ValueError:  # another thread told it too (telling twice is harmless)
+                    pass
             if returns:
                 if self._owner == get_ident() and self._lock.locked():
                     return

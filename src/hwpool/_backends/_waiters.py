@@ -119,5 +119,5 @@ class _Delivery:
 
     def __del__(self) -> None:
         waiter, self.waiter = self.waiter, None
-        if waiter is not None:
+        if waiter is not None and not waiter.future.done():  # told twice: once is enough
             waiter.on_lost(waiter)
