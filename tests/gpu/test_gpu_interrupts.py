@@ -189,3 +189,20 @@ def backend_round(injection: Injection) -> None:
 def test_keyboard_interrupt_at_every_line_of_the_local_backend_and_core() -> None:
     # The backend's own books too: the waiters, the grants handed out and handed in.
     assert every_line(backend_round, LOCAL_BACKEND) > 100
+
+
+def test_a_bad_release_inside_the_threads_own_section_does_not_deadlock() -> None:
+    # A finalizer may release (wrongly) while its thread is inside a section: the repair
+    # after the error must leave the work to that section, not wait for its lock.
+    pool = GPUPool(1)
+    backend = backend_of(pool)
+    backend._lock.acquire()
+    try:
+        backend._owner = threading.get_ident()
+        backend._dirty = True  # as inside a section
+        with pytest.raises(ValueError, match="not held"):
+            backend.release(Grant(99, (0,), UNITS_PER_GPU))
+        backend._dirty = False
+    finally:
+        backend._lock.release()
+    assert pool.snapshot().free == (1.0,)

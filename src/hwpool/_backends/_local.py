@@ -290,7 +290,10 @@ class LocalBackend:
     def _recover(self) -> None:
         """After an exception: rebuild the core at once if it cut a section short, so that
         a waiter the section would have granted does not wait for the next call (should a
-        second exception cut this short too, the next section does it)."""
+        second exception cut this short too, the next section does it). Inside this
+        thread's own section (a finalizer's release) that section does it."""
+        if self._owner == get_ident() and self._lock.locked():
+            return
         if self._dirty:
             with self._lock:
                 self._owner = get_ident()
