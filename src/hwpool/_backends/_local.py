@@ -3,7 +3,8 @@
 How the lock is used, and why (finalizers and Ctrl-C can run our code at awkward moments):
 
 - State is touched only in a *section*: ``with self._lock:`` (which Ctrl-C cannot split from
-  the acquire), then ``self._owner = get_ident()``, then ``_drain()`` of what was handed in.
+  the acquire), then ``self._owner = get_ident()``, then ``_begin()``, which applies what was
+  handed in.
   Granted waiters go to ``self._wake`` and are woken after the lock is dropped, by
   ``_settle()``, which every section is followed by; whatever an exception leaves there is
   woken by the next one.

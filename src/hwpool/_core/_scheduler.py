@@ -281,7 +281,9 @@ class Scheduler:
     ``submit`` and ``grant_now`` take new requests, ``release`` and ``cancel`` report what
     finished or gave up; each returns the grants it made so the caller can wake those waiters.
     Demands come validated from the fronts (GPUPool, the trace reader); a bad release or
-    cancel raises ValueError or KeyError and leaves the state unchanged.
+    cancel raises ValueError or KeyError and leaves the state unchanged. No call is atomic
+    under an exception raised inside it (KeyboardInterrupt from a signal handler, MemoryError):
+    a front that sees one rebuilds the core from its own books with :meth:`rebuild`.
     """
 
     def __init__(
@@ -988,20 +990,7 @@ class Scheduler:
         demand or ``now``, a repeated ticket, or more held on a GPU than its total.
         """
         clock = self._time(now)
-        grants = [(ticket, self._checked_parts(ticket, parts)) for ticket, parts in held]
-        queue = sorted((self._checked_waiter(*entry) for entry in waiting), key=_first)
-        tickets = [ticket for ticket, _ in grants] + [entry[0] for entry in queue]
-        if len(set(tickets)) != len(tickets):
-            raise ValueError(f"tickets must be distinct, got {sorted(tickets)}")
-        taken = [0] * self.num_gpus
-        for _, parts in grants:
-            for gpu, units in parts:
-                taken[gpu] += units
-        for gpu, units in enumerate(taken):
-            if units > self._totals[gpu]:
-                raise ValueError(
-                    f"cannot hold {units} units on GPU {gpu}: its total is {self._totals[gpu]}"
-                )
+        grants, queue = self._checked_books(held, waiting)
         at = self._commit(clock)
         self._start_over()
         self._durations.forget_runs()
@@ -1021,6 +1010,30 @@ class Scheduler:
         if not queue:
             return []
         return self._walk_easy(at) if self._easy else self._walk()
+
+    def _checked_books(
+        self,
+        held: Iterable[tuple[int, Iterable[tuple[int, int]]]],
+        waiting: Iterable[tuple[int, Demand, float | None]],
+    ) -> tuple[
+        list[tuple[int, tuple[tuple[int, int], ...]]], list[tuple[int, Demand, float | None]]
+    ]:
+        """What :meth:`rebuild` is given, checked (changing nothing); the waiting in order."""
+        grants = [(ticket, self._checked_parts(ticket, parts)) for ticket, parts in held]
+        queue = sorted((self._checked_waiter(*entry) for entry in waiting), key=_first)
+        tickets = [ticket for ticket, _ in grants] + [entry[0] for entry in queue]
+        if len(set(tickets)) != len(tickets):
+            raise ValueError(f"tickets must be distinct, got {sorted(tickets)}")
+        taken = [0] * self.num_gpus
+        for _, parts in grants:
+            for gpu, units in parts:
+                taken[gpu] += units
+        for gpu, units in enumerate(taken):
+            if units > self._totals[gpu]:
+                raise ValueError(
+                    f"cannot hold {units} units on GPU {gpu}: its total is {self._totals[gpu]}"
+                )
+        return grants, queue
 
     def _checked_parts(
         self, ticket: object, parts: Iterable[tuple[int, int]]
