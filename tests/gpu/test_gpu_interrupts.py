@@ -15,6 +15,7 @@ other thread got its GPUs, and the pool's books are empty.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -206,3 +207,78 @@ def test_a_bad_release_inside_the_threads_own_section_does_not_deadlock() -> Non
     finally:
         backend._lock.release()
     assert pool.snapshot().free == (1.0,)
+
+
+class AsyncCaller:
+    """Tasks of one event loop waiting on futures: what they hold and are giving back."""
+
+    def __init__(self, backend: LocalBackend) -> None:
+        self.backend = backend
+        self.held: list[Grant] = []
+        self.releasing: list[Grant] = []
+        self.interrupted = False
+        self.main: asyncio.Task[object] | None = None
+
+    def give(self, grant: Grant) -> None:
+        self.held.remove(grant)
+        self.releasing.append(grant)
+        self.backend.release(grant)
+        self.releasing.remove(grant)
+
+    async def hold(self, demand: Demand) -> None:
+        try:
+            grant = await self.backend.acquire(demand, None)
+            self.held.append(grant)
+            try:
+                await asyncio.sleep(0)
+            finally:
+                self.give(grant)
+        except KeyboardInterrupt:  # out of a task, asyncio would only log it: end the round
+            self.interrupted = True
+            assert self.main is not None
+            self.main.cancel()
+
+    async def round(self) -> None:
+        """The round in the main task; an interrupt in any task ends it. What it leaves
+        running (tasks waiting on futures) ``asyncio.run`` then cancels."""
+        self.main = asyncio.current_task()
+        try:
+            await self._round()
+        except KeyboardInterrupt:
+            self.interrupted = True
+        except asyncio.CancelledError:
+            assert self.interrupted
+
+    async def _round(self) -> None:
+        first = self.backend.acquire_now(Demand(2, UNITS_PER_GPU))
+        assert first is not None
+        self.held.append(first)
+        demands = (Demand(1, UNITS_PER_GPU // 2), Demand(2, UNITS_PER_GPU), Demand(1, 1000))
+        tasks = [asyncio.create_task(self.hold(demand)) for demand in demands]
+        await asyncio.sleep(0)  # every task queues behind `first`
+        self.give(first)
+        await asyncio.gather(*tasks)
+
+    def recover(self) -> None:
+        for grant in [*self.releasing, *self.held]:
+            try:
+                self.backend.release(grant)
+            except ValueError as exc:  # it had its full effect
+                assert "not held" in str(exc)
+
+
+def async_round(injection: Injection) -> None:
+    pool = GPUPool(2)
+    caller = AsyncCaller(backend_of(pool))
+    with injection.active():
+        asyncio.run(caller.round())  # what it leaves running, it cancels
+    assert caller.interrupted == injection.fired
+    caller.recover()
+    snap = pool.snapshot()
+    assert snap.free == (1.0, 1.0) and snap.waiting == ()
+    backend = backend_of(pool)
+    assert not backend._live and not backend._waiters and not backend._returns
+
+
+def test_keyboard_interrupt_at_every_line_with_tasks_waiting_on_futures() -> None:
+    assert every_line(async_round, LOCAL_BACKEND) > 100
