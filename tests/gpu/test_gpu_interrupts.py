@@ -16,8 +16,10 @@ other thread got its GPUs, and the pool's books are empty.
 from __future__ import annotations
 
 import asyncio
+import signal
 import threading
 import time
+from types import FrameType
 
 import pytest
 
@@ -282,3 +284,42 @@ def async_round(injection: Injection) -> None:
 
 def test_keyboard_interrupt_at_every_line_with_tasks_waiting_on_futures() -> None:
     assert every_line(async_round, LOCAL_BACKEND) > 100
+
+
+def test_keyboard_interrupt_storm_in_the_core_and_the_backend() -> None:
+    # Real signals this time, where CPython runs handlers: SIGALRM every 50 us, whose handler
+    # raises KeyboardInterrupt (once per round) when it lands in the core or the backend.
+    if not hasattr(signal, "setitimer"):
+        pytest.skip("needs setitimer")
+    armed, hits = [False], [0]
+
+    def storm(signum: int, frame: FrameType | None) -> None:
+        if armed[0] and frame is not None and frame.f_code.co_filename.startswith(LOCAL_BACKEND):
+            armed[0] = False
+            hits[0] += 1
+            raise KeyboardInterrupt
+
+    pool = GPUPool(2)
+    caller = BackendCaller(backend_of(pool))
+    previous = signal.signal(signal.SIGALRM, storm)
+    signal.setitimer(signal.ITIMER_REAL, 5e-5, 5e-5)
+    try:
+        for _ in range(2000):
+            armed[0] = True
+            try:
+                caller.take_now(UNITS_PER_GPU // 2)
+                caller.take_now(UNITS_PER_GPU // 4)
+                with pytest.raises(TimeoutError):  # queued behind them, then cancelled
+                    caller.backend.acquire_blocking(Demand(2, UNITS_PER_GPU), 0.0)
+                while caller.held:
+                    caller.give()
+            except KeyboardInterrupt:
+                pass
+            armed[0] = False
+            caller.recover()
+            snap = pool.snapshot()
+            assert snap.free == (1.0, 1.0) and snap.waiting == ()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert hits[0] > 0  # the storm did land in the core or the backend
