@@ -30,6 +30,7 @@ from hwpool._core._scheduler import Demand, Grant
 from injection import LOCAL_BACKEND, Injection, every_line
 
 WAIT_S = 10.0
+SCHEDULER_FILES = ("_scheduler.py", "_durations.py")
 
 
 def backend_of(pool: GPUPool) -> LocalBackend:
@@ -323,3 +324,51 @@ def test_keyboard_interrupt_storm_in_the_core_and_the_backend() -> None:
         signal.setitimer(signal.ITIMER_REAL, 0, 0)
         signal.signal(signal.SIGALRM, previous)
     assert hits[0] > 0  # the storm did land in the core or the backend
+
+
+def test_keyboard_interrupt_storm_under_gpupool_releases_what_it_forgot() -> None:
+    # GPUPool.release takes a grant off its own books, then asks the backend: a release
+    # that raises must therefore have had its full effect. Before, a Ctrl-C in the backend's
+    # release (before it touched its books) gave nothing back, and the grant was lost.
+    # Not here: one landing on the very entry of release, before any of its code ran: there
+    # the front itself would have to put the grant back.
+    if not hasattr(signal, "setitimer"):
+        pytest.skip("needs setitimer")
+    armed, hits = [False], [0]
+    entry = LocalBackend.release.__code__
+    # The backend and the scheduling core under it (GPUPool itself converts fractions with
+    # other parts of the core, before it forgets the grant).
+    under = (LOCAL_BACKEND[1], *(f"{LOCAL_BACKEND[0]}/{name}" for name in SCHEDULER_FILES))
+
+    def storm(signum: int, frame: FrameType | None) -> None:
+        if (
+            armed[0]
+            and frame is not None
+            and frame.f_code.co_filename.startswith(under)
+            and not (frame.f_code is entry and frame.f_lasti == 0)
+        ):
+            armed[0] = False
+            hits[0] += 1
+            raise KeyboardInterrupt
+
+    pool = GPUPool(2)
+    previous = signal.signal(signal.SIGALRM, storm)
+    signal.setitimer(signal.ITIMER_REAL, 5e-5, 5e-5)
+    try:
+        for _ in range(2000):
+            held = [(pool.acquire_nowait(0.5), 0.5), (pool.acquire_nowait(0.25), 0.25)]
+            armed[0] = True
+            try:
+                while held:
+                    pool.release(*held[-1])
+                    held.pop()
+            except KeyboardInterrupt:
+                held.pop()  # GPUPool forgot it: the backend must have released it
+            armed[0] = False
+            for gpu, fraction in held:
+                pool.release(gpu, fraction)
+            assert pool.snapshot().free == (1.0, 1.0)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert hits[0] > 0

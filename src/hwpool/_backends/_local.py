@@ -32,6 +32,7 @@ How the lock is used, and why (finalizers and Ctrl-C can run our code at awkward
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import threading
 import time
@@ -223,19 +224,14 @@ class LocalBackend:
         """Give back ``grant``, or a part of it (same ticket and units, some of its GPUs).
 
         Raises ValueError, changing nothing, for a grant that is not held (released already,
-        or not granted here). Never waits for a section of its own thread (see module doc).
+        or not granted here). Any other exception (Ctrl-C) leaves it released. Never waits for
+        a section of its own thread (see module doc).
         """
         ticket = grant.ticket
-        held = self._live.get(ticket)
         try:
+            held = self._live.get(ticket)
             if held is grant or held == grant:
-                # Handed in, to be applied by the next section (or the enclosing one), dated
-                # now; released from then on. The grant is never off _live without being in
-                # _returns: CPython runs signal handlers (and raises other asynchronous
-                # exceptions) only after a call returns, at a loop's back edge or on
-                # entering a function, so nothing comes between the `del` and the append;
-                # and on one line, not even a trace function.
-                now = self._clock()
+                now = self._clock()  # self._hand_in(held), inline: the hot path
                 try:
                     del self._live[ticket]; self._returns.append((held, now))  # noqa: E702  # fmt: skip
                 except KeyError:  # another thread released it meanwhile
@@ -246,9 +242,38 @@ class LocalBackend:
                 raise _not_held(grant)
             else:
                 self._release_part(grant)
+        except ValueError:
+            raise
         except BaseException:
+            self._finish_release(grant)
             self._recover()  # a waiter must not wait for the next call
             raise
+
+    def _finish_release(self, grant: Grant) -> None:
+        """Finish a release that an exception (Ctrl-C) cut short before it took effect: the
+        caller has taken the grant off its own books already (GPUPool does), so a release
+        that raises has had its full effect."""
+        held = self._live.get(grant.ticket)
+        if held is grant or held == grant:
+            self._hand_in(held)
+        elif held is not None:
+            with contextlib.suppress(ValueError):  # not a part of it, or released already
+                self._release_part(grant)
+
+    def _hand_in(self, held: Grant) -> None:
+        """Hand in all of ``held`` (on our books), to be applied by the next section (or the
+        enclosing one), dated now; it is released from then on.
+
+        The grant is never off _live without being in _returns: CPython runs signal handlers
+        (and raises other asynchronous exceptions) only after a call returns, at a loop's
+        back edge or on entering a function, so nothing comes between the `del` and the
+        append; and on one line, not even a trace function.
+        """
+        now = self._clock()
+        try:
+            del self._live[held.ticket]; self._returns.append((held, now))  # noqa: E702  # fmt: skip
+        except KeyError:  # another thread released it meanwhile
+            raise _not_held(held) from None
 
     def _release_part(self, part: Grant) -> None:
         """Release some GPUs of a grant of several; the rest stays held under its ticket."""
