@@ -3,7 +3,8 @@
 How the lock is used, and why (finalizers and Ctrl-C can run our code at awkward moments):
 
 - State is touched only in a *section*: ``with self._lock:`` (which Ctrl-C cannot split from
-  the acquire), then ``self._owner = get_ident()``, then ``_drain()`` of what was handed in.
+  the acquire), then ``self._owner = get_ident()``, then ``_begin()``, which applies what was
+  handed in.
   Granted waiters go to ``self._wake`` and are woken after the lock is dropped, by
   ``_settle()``, which every section is followed by; whatever an exception leaves there is
   woken by the next one.
@@ -16,13 +17,22 @@ How the lock is used, and why (finalizers and Ctrl-C can run our code at awkward
   the lock once.
 - Grants that cannot be delivered are handed back in a loop, never by recursion, and every
   other request parked on the same closed loop is withdrawn with them.
-- A section that queues a request marks the backend dirty until it is done; if an exception
-  (KeyboardInterrupt) cuts it short, the next section reconciles the core with the waiters.
+- Exceptions: the core's calls are not atomic, and a signal handler (Ctrl-C's
+  KeyboardInterrupt) may raise between any two of its lines, or of ours. So every section
+  marks the backend dirty while it changes anything (from ``_begin`` to its end), and one
+  that finds it dirty first rebuilds the core from what this backend knows (``_rebuild``):
+  ``_live`` and the releases handed in are held, the parked waiters wait, in ticket order;
+  nothing else survives. A call cut short has had its full effect, or none, as the caller
+  sees it: a release or withdrawal counts from the moment its grant or waiter left our books,
+  a grant only once it is on them (``acquire_now`` gives back one it could not return).
+  Each change to our books is one step that no signal handler can split, or an order where a
+  split leaves something the rebuild reads right (``_collect``, ``_drain``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import threading
 import time
@@ -111,18 +121,27 @@ class LocalBackend:
     def acquire_now(self, demand: Demand, expected: float | None = None) -> Grant | None:
         """Grant at once where that jumps no waiter, else None; ``expected``: the caller's
         guess of the hold time in seconds, or None to let the core learn it."""
-        with self._lock:
-            self._owner = get_ident()
-            if self._closed:
-                raise PoolClosedError("the GPU pool is closed")
-            if self._returns or self._dirty:
-                self._drain()
-            grant = self._core.grant_now(demand, now=self._clock(), expected=expected)
-            if grant is not None:
-                self._live[grant.ticket] = grant
-        if self._wake or self._returns:
-            self._settle()
-        return grant
+        grant = None
+        try:
+            with self._lock:
+                self._owner = get_ident()
+                if self._closed:
+                    raise PoolClosedError("the GPU pool is closed")
+                if self._returns or self._dirty:  # self._begin(), inline: the hot path
+                    self._drain()
+                self._dirty = True
+                taken = self._core.grant_now(demand, now=self._clock(), expected=expected)
+                if taken is not None:
+                    self._live[taken.ticket] = grant = taken
+                self._dirty = False
+            if self._wake or self._returns:
+                self._settle()
+            return grant
+        except BaseException:
+            self._recover()
+            if grant is not None:  # on our books, but the caller will never see it
+                self.release(grant)
+            raise
 
     async def acquire(
         self, demand: Demand, timeout: float | None, expected: float | None = None
@@ -169,9 +188,10 @@ class LocalBackend:
             self._owner = get_ident()
             if self._closed:
                 raise PoolClosedError("the GPU pool is closed")
-            if self._returns or self._dirty:
+            if self._returns or self._dirty:  # self._begin(), inline: the hot path
                 self._drain()
-            self._dirty = True  # until the core and self._waiters agree again
+            self._dirty = True
+            waiter.demand, waiter.expected = demand, expected
             ticket, grant = self._core.submit(demand, now=self._clock(), expected=expected)
             if grant is None:
                 waiter.ticket = ticket
@@ -188,12 +208,12 @@ class LocalBackend:
         """A blocking wait timed out: withdraw it and raise, unless a grant won the race."""
         with self._lock:
             self._owner = get_ident()
-            if self._returns or self._dirty:
-                self._drain()
+            self._begin()
             withdrawn = waiter.grant is None and self._waiters.pop(waiter.ticket, None) is not None
             if withdrawn:
                 self._timed_out += 1
                 self._collect(self._core.cancel(waiter.ticket, now=self._clock()))
+            self._dirty = False
         self._settle()
         if withdrawn:
             raise TimeoutError(f"no GPU capacity granted within timeout={timeout}s")
@@ -204,39 +224,64 @@ class LocalBackend:
         """Give back ``grant``, or a part of it (same ticket and units, some of its GPUs).
 
         Raises ValueError, changing nothing, for a grant that is not held (released already,
-        or not granted here). Never waits for a section of its own thread (see module doc).
+        or not granted here). Any other exception (Ctrl-C) leaves it released. Never waits for
+        a section of its own thread (see module doc).
         """
-        held = self._live.pop(grant.ticket, None)
+        ticket = grant.ticket
+        try:
+            held = self._live.get(ticket)
+            if held is grant or held == grant:
+                now = self._clock()  # self._hand_in(held), inline: the hot path
+                try:
+                    del self._live[ticket]; self._returns.append((held, now))  # noqa: E702  # fmt: skip
+                except KeyError:  # another thread released it meanwhile
+                    raise _not_held(grant) from None
+                if self._waiters and not (self._owner == get_ident() and self._lock.locked()):
+                    self._settle()  # someone may be waiting for exactly this: apply it now
+            elif held is None:
+                raise _not_held(grant)
+            else:
+                self._release_part(grant)
+        except ValueError:
+            raise
+        except BaseException:
+            self._finish_release(grant)
+            self._recover()  # a waiter must not wait for the next call
+            raise
+
+    def _finish_release(self, grant: Grant) -> None:
+        """Finish a release that an exception (Ctrl-C) cut short before it took effect: the
+        caller has taken the grant off its own books already (GPUPool does), so a release
+        that raises has had its full effect."""
+        held = self._live.get(grant.ticket)
         if held is grant or held == grant:
-            if not self._waiters or (self._owner == get_ident() and self._lock.locked()):
-                # Applied by the next section (or the enclosing one), dated now.
-                self._returns.append((held, self._clock()))
-                return
-            with self._lock:  # someone may be waiting for exactly this: apply it now
-                self._owner = get_ident()
-                if self._returns or self._dirty:
-                    self._drain()
-                self._released += 1
-                grants = self._release_in_core(held, self._clock())
-                if grants:
-                    self._collect(grants)
-            if self._wake or self._returns:
-                self._settle()
-            return
-        if held is None:
-            raise ValueError(
-                f"grant {grant.ticket} ({_describe(grant)}) is not held: "
-                "it was released already, or was not granted by this pool"
-            )
-        self._live[held.ticket] = held  # a part: decided under the lock
-        self._release_part(grant)
+            self._hand_in(held)
+        elif held is not None:
+            with contextlib.suppress(ValueError):  # not a part of it, or released already
+                self._release_part(grant)
+
+    def _hand_in(self, held: Grant) -> None:
+        """Hand in all of ``held`` (on our books), to be applied by the next section (or the
+        enclosing one), dated now; it is released from then on.
+
+        The grant is never off _live without being in _returns: CPython runs signal handlers
+        (and raises other asynchronous exceptions) only after a call returns, at a loop's
+        back edge or on entering a function, so nothing comes between the `del` and the
+        append; and on one line, not even a trace function.
+        """
+        now = self._clock()
+        try:
+            del self._live[held.ticket]; self._returns.append((held, now))  # noqa: E702  # fmt: skip
+        except KeyError:  # another thread released it meanwhile
+            raise _not_held(held) from None
 
     def _release_part(self, part: Grant) -> None:
+        """Release some GPUs of a grant of several; the rest stays held under its ticket."""
         with self._lock:
             self._owner = get_ident()
             held = self._live.get(part.ticket)
             rest = () if held is None else tuple(g for g in held.gpus if g not in part.gpus)
-            each = {} if held is None else dict(self._core.held(held))
+            each = {} if held is None else dict(self._held_by(held))
             if (
                 held is None
                 or any(part.units not in (held.units, each.get(g)) for g in part.gpus)
@@ -244,16 +289,42 @@ class LocalBackend:
                 or len(rest) + len(part.gpus) != len(held.gpus)
             ):
                 raise ValueError(f"{_describe(part)} is not held under grant {part.ticket}")
-            if self._returns or self._dirty:
-                self._drain()
-            if rest:  # a whole-GPU grant of mixed sizes keeps units 0 (see Scheduler.held)
-                self._live[part.ticket] = Grant(part.ticket, rest, held.units)
+            # A whole-GPU grant of mixed sizes keeps units 0 (see Scheduler.held).
+            kept = Grant(part.ticket, rest, held.units) if rest else None
+            parts = [(g, each[g]) for g in part.gpus]
+            repair, self._dirty = self._dirty, True
+            if kept is not None:  # released from here on (nothing a signal can split)
+                self._live[part.ticket] = kept
             else:
                 del self._live[part.ticket]
                 self._released += 1
-            parts = [(g, each[g]) for g in part.gpus]
-            now = self._clock()
-            self._collect(self._core.release_many(parts, ticket=part.ticket, now=now))
+            if repair:  # the rebuild reads _live: the part is released there
+                self._rebuild()
+            else:
+                now = self._clock()
+                self._collect(self._core.release_many(parts, ticket=part.ticket, now=now))
+            self._dirty = False
+        self._settle()  # and what others handed in meanwhile
+
+    def _held_by(self, grant: Grant) -> tuple[tuple[int, int], ...]:
+        """``(gpu, units)`` that ``grant`` holds on each GPU (as ``Scheduler.held``, read
+        without calling the core: nothing before a release's commit may be cut short)."""
+        if grant.units:
+            return tuple((gpu, grant.units) for gpu in grant.gpus)
+        return tuple((gpu, self._totals[gpu]) for gpu in grant.gpus)
+
+    def _recover(self) -> None:
+        """After an exception: rebuild the core at once if it cut a section short, so that
+        a waiter the section would have granted does not wait for the next call (should a
+        second exception cut this short too, the next section does it). Inside this
+        thread's own section (a finalizer's release) that section does it."""
+        if self._owner == get_ident() and self._lock.locked():
+            return
+        if self._dirty:
+            with self._lock:
+                self._owner = get_ident()
+                if self._dirty:
+                    self._drain()
         self._settle()
 
     def _abandon(self, waiter: Waiter, reason: _Reason) -> None:
@@ -276,11 +347,15 @@ class LocalBackend:
         while wake or returns:
             while wake:
                 try:
-                    waiter = wake.popleft()
+                    waiter = wake[0]  # taken off only once told: an exception loses none
                 except IndexError:  # another thread woke it
                     break
                 if not waiter.deliver():
                     returns.append(_GaveUp(waiter, _Reason.LOST))
+                try:  # noqa: SIM105 (contextlib.suppress costs a call per waiter woken)
+                    wake.remove(waiter)
+                except ValueError:  # another thread told it too (telling twice is harmless)
+                    pass
             if returns:
                 if self._owner == get_ident() and self._lock.locked():
                     return
@@ -289,16 +364,27 @@ class LocalBackend:
                     self._drain()
 
     # ----------------------------------------------------------------- under the lock
+    def _begin(self) -> None:
+        """Start changing things, under the lock: rebuild the core if an exception cut an
+        earlier section short, apply what was handed in, and mark the backend dirty until
+        this section ends (it sets ``self._dirty = False``)."""
+        if self._returns or self._dirty:
+            self._drain()
+        self._dirty = True
+
     def _drain(self) -> None:
         """Apply what was handed in without the lock (and repair after an exception)."""
         if self._dirty:
-            self._reconcile()
+            self._rebuild()
+        self._dirty = True
         returns, core = self._returns, self._core
         while returns:
-            item = returns.popleft()
+            item = returns[0]
             if isinstance(item, _GaveUp):
-                grants = self._give_up(*item)
+                grants = self._give_up(*item)  # done again if cut short: it may be
+                returns.popleft()
             else:
+                returns.popleft()  # released from here on, whatever cuts this short
                 self._released += 1
                 grant, at = item
                 if len(grant.gpus) == 1 and grant.units:
@@ -307,6 +393,7 @@ class LocalBackend:
                     grants = self._release_in_core(grant, at)
             if grants:
                 self._collect(grants)
+        self._dirty = False
 
     def _release_in_core(self, grant: Grant, now: float | None = None) -> list[Grant]:
         ticket, core = grant.ticket, self._core
@@ -319,16 +406,20 @@ class LocalBackend:
         """Hand each grant to its waiter, to be woken by ``_settle``; a grant whose waiter is
         gone goes straight back, in this loop, not by recursion."""
         i = 0
+        waiters = self._waiters
         while i < len(grants):
             grant = grants[i]
             i += 1
-            waiter = self._waiters.pop(grant.ticket, None)
+            ticket = grant.ticket
+            waiter = waiters.get(ticket)
             if waiter is None:
                 grants += self._release_in_core(grant)
                 continue
+            # In this order: a waiter both parked and live is granted (see _rebuild).
             waiter.grant = grant
-            self._live[grant.ticket] = grant
+            self._live[ticket] = grant
             self._wake.append(waiter)
+            del waiters[ticket]
 
     def _give_up(self, waiter: Waiter, reason: _Reason) -> list[Grant]:
         """Withdraw ``waiter``'s request, or give back the grant that reached it too late."""
@@ -366,28 +457,39 @@ class LocalBackend:
                 grants += self._core.cancel(waiter.ticket)
         return grants
 
-    def _reconcile(self) -> None:
-        """Repair what an exception inside ``_enqueue`` left: a queued ticket with no waiter,
-        or capacity taken in the core that no grant holds."""
-        for entry in list(self._core.waiters()):
-            if entry.ticket not in self._waiters and self._core.is_waiting(entry.ticket):
-                self._cancelled += 1
-                self._collect(self._core.cancel(entry.ticket))
-        held = [0] * len(self._gpus)
-        returned = (item[0] for item in self._returns if not isinstance(item, _GaveUp))
-        for grant in [*self._live.values(), *returned]:
-            for gpu, units in self._core.held(grant):
-                held[gpu] += units
-        totals = self._totals  # free + held == total
-        for gpu, free in enumerate(self._core.free):
-            orphaned = totals[gpu] - free - held[gpu]
-            if orphaned > 0:
-                self._collect(self._core.release(gpu, orphaned))
-        self._dirty = False
+    def _rebuild(self) -> None:
+        """Rebuild the core from our books after an exception cut a section short.
+
+        Held: ``_live`` and the releases handed in but not applied (``_drain`` applies them
+        next). Waiting: the parked waiters, in ticket order, less those ``close()`` woke. A
+        waiter that is also live was being handed its grant: that is finished here. Whatever
+        else the core had (a request queued for a caller that got the exception instead,
+        capacity taken by no grant) is gone; the core grants what now fits.
+        """
+        live, waiters, wake = self._live, self._waiters, self._wake
+        for ticket, waiter in list(waiters.items()):
+            if ticket in live or waiter.closed:
+                if ticket in live and waiter not in wake:
+                    wake.append(waiter)
+                del waiters[ticket]
+            else:
+                waiter.grant = None
+        returned = [item[0] for item in self._returns if not isinstance(item, _GaveUp)]
+        core = self._core
+        held = [(grant.ticket, core.held(grant)) for grant in [*live.values(), *returned]]
+        waiting = [(ticket, w.demand, w.expected) for ticket, w in waiters.items()]
+        self._collect(core.rebuild(held, waiting, now=self._clock()))
 
     # ----------------------------------------------------------------- introspection
     def snapshot(self) -> PoolSnapshot:
         """Free capacity per GPU, the queue in order and the counters, taken atomically."""
+        try:
+            return self._snapshot()
+        except BaseException:
+            self._recover()
+            raise
+
+    def _snapshot(self) -> PoolSnapshot:
         now = time.monotonic()
         with self._lock:
             self._owner = get_ident()
@@ -436,15 +538,22 @@ class LocalBackend:
 
         Grants still held may be released afterwards (that is a no-op in effect). Idempotent.
         """
+        try:
+            self._close()
+        except BaseException:
+            self._recover()
+            raise
+
+    def _close(self) -> None:
         with self._lock:
             self._owner = get_ident()
-            if self._returns or self._dirty:
-                self._drain()
+            self._begin()
             self._closed = True
             for waiter in self._waiters.values():
-                waiter.closed = True
+                waiter.closed = True  # first: a closed waiter is no longer waiting
                 self._wake.append(waiter)
             self._waiters.clear()
+            self._dirty = False
         self._settle()
 
 
@@ -453,6 +562,13 @@ def _granted_to(waiter: Waiter) -> Grant:
     if waiter.grant is None:
         raise PoolClosedError("the GPU pool was closed while this request waited")
     return waiter.grant
+
+
+def _not_held(grant: Grant) -> ValueError:
+    return ValueError(
+        f"grant {grant.ticket} ({_describe(grant)}) is not held: "
+        "it was released already, or was not granted by this pool"
+    )
 
 
 def _describe(grant: Grant) -> str:

@@ -12,7 +12,7 @@ import threading
 from asyncio.events import _get_running_loop
 from collections.abc import Callable
 
-from .._core._scheduler import Grant
+from .._core._scheduler import Demand, Grant
 
 __all__ = ["AsyncWaiter", "ThreadWaiter", "Waiter"]
 
@@ -22,11 +22,14 @@ class _Parked:
 
     ``ticket`` is 0 until the core has queued it; ``since`` is when it started waiting;
     ``returned`` says its grant went back to the pool undelivered; ``closed`` that ``close()``
-    woke it, with no grant.
+    woke it, with no grant. ``demand`` and ``expected`` are what it asked the core for, set
+    when it is queued, so that the core can be rebuilt with it after an exception.
     """
 
-    __slots__ = ("closed", "grant", "returned", "since", "ticket")
+    __slots__ = ("closed", "demand", "expected", "grant", "returned", "since", "ticket")
     closed: bool
+    demand: Demand
+    expected: float | None
     grant: Grant | None
     returned: bool
     since: float
@@ -116,5 +119,5 @@ class _Delivery:
 
     def __del__(self) -> None:
         waiter, self.waiter = self.waiter, None
-        if waiter is not None:
+        if waiter is not None and not waiter.future.done():  # told twice: once is enough
             waiter.on_lost(waiter)

@@ -82,6 +82,12 @@ class Durations:
             self._take(guess, gpu, taken, now)
             units -= taken
 
+    def forget_runs(self) -> None:
+        """Drop every running grant, keeping what was learned (for ``Scheduler.rebuild``)."""
+        self._runs.clear()
+        for on_gpu in self._on_gpu:
+            on_gpu.clear()
+
     def _take(self, ticket: int, gpu: int, units: int, now: float) -> None:
         on_gpu, run = self._on_gpu[gpu], self._runs[ticket]
         held = run[_HELD]

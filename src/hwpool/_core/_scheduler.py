@@ -151,6 +151,16 @@ def _share(units: int, total: int) -> int:
     return max(1, -(-units * total // UNITS_PER_GPU))
 
 
+def _first(entry: tuple[int, Demand, float | None]) -> int:
+    return entry[0]
+
+
+def _check_rebuilt_ticket(ticket: object) -> int:
+    if type(ticket) is not int:
+        raise TypeError(f"ticket must be an int, got {ticket!r}")
+    return ticket
+
+
 class Waiter(NamedTuple):
     """A waiting request as the core sees it: its ticket, demand and current reservation."""
 
@@ -271,7 +281,9 @@ class Scheduler:
     ``submit`` and ``grant_now`` take new requests, ``release`` and ``cancel`` report what
     finished or gave up; each returns the grants it made so the caller can wake those waiters.
     Demands come validated from the fronts (GPUPool, the trace reader); a bad release or
-    cancel raises ValueError or KeyError and leaves the state unchanged.
+    cancel raises ValueError or KeyError and leaves the state unchanged. No call is atomic
+    under an exception raised inside it (KeyboardInterrupt from a signal handler, MemoryError):
+    a front that sees one rebuilds the core from its own books with :meth:`rebuild`.
     """
 
     def __init__(
@@ -312,7 +324,17 @@ class Scheduler:
         self.policy = policy
         self._easy = policy == "easy"
         self._uniform = len(set(totals)) == 1  # the fast path; else the plain walk
-        self._free = list(totals)
+        self._tickets = itertools.count(1)
+        # Under easy: the clock, and what was learned (with the grants running).
+        self._now = 0.0
+        self._durations = Durations(self.num_gpus)
+        # Relative demands on GPUs of different sizes: share in units -> need on each GPU.
+        self._relative_needs: dict[int, list[int]] = {}
+        self._start_over()
+
+    def _start_over(self) -> None:
+        """Set what :meth:`rebuild` makes afresh: every GPU free, nobody waiting."""
+        self._free = list(self._totals)
         self._queue: OrderedDict[int, Demand] = OrderedDict()
         self._reserved: dict[int, tuple[int, ...]] = {}
         self._fraction_index = _DemandIndex()  # units of waiting single-GPU demands
@@ -323,18 +345,13 @@ class Scheduler:
         # the tail still reserves.
         self._open: list[int] = list(range(self.num_gpus))
         self._reserving = True
-        self._tickets = itertools.count(1)
-        # Under easy: the clock, what was learned, the head, and the waiters without a hint
-        # per demand (FIFO within each), those with one apart.
-        self._now = 0.0
-        self._durations = Durations(self.num_gpus)
+        # Under easy: the head, and the waiters without a hint per demand (FIFO within
+        # each), those with one apart.
         self._head: Head | None = None
         self._open_of: Head | None = None  # the head self._open_easy was made for
         self._open_easy: list[int] = []
         self._classes: dict[Demand, deque[int]] = {}
         self._hints: dict[int, float] = {}
-        # Relative demands on GPUs of different sizes: share in units -> need on each GPU.
-        self._relative_needs: dict[int, list[int]] = {}
 
     # ----------------------------------------------------------------- queries
     @property
@@ -950,6 +967,92 @@ class Scheduler:
         if self._easy:  # held from before: its start is unknown, so nothing is learned
             self._durations.start(grant.ticket, None, dict.fromkeys(gpus, units), at)
         return grant
+
+    def rebuild(
+        self,
+        held: Iterable[tuple[int, Iterable[tuple[int, int]]]],
+        waiting: Iterable[tuple[int, Demand, float | None]],
+        *,
+        now: float | None = None,
+    ) -> list[Grant]:
+        """Start over from what the caller knows; return the waiters granted as a result.
+
+        The core's calls are not atomic: an exception inside one (KeyboardInterrupt from a
+        signal handler, MemoryError) can leave it half done, with capacity taken by no grant
+        or a ticket half queued. A caller that saw one hands in what its own callers hold,
+        ``(ticket, ((gpu, units), ...))`` per grant, and the requests still waiting,
+        ``(ticket, demand, expected)``, with the tickets this core gave them. The core keeps
+        only its clock, its ticket numbers and the hold times learned so far, takes the held
+        capacity, queues the waiting requests in ticket order (the order they came in) and
+        grants what now fits, as a release would. A request cut short by the exception is in
+        neither list: it had no effect. Grants held from before are learned from no more.
+        Raises ValueError (or TypeError), changing nothing, for a bad GPU, units, ticket,
+        demand or ``now``, a repeated ticket, or more held on a GPU than its total.
+        """
+        clock = self._time(now)
+        grants, queue = self._checked_books(held, waiting)
+        at = self._commit(clock)
+        self._start_over()
+        self._durations.forget_runs()
+        for ticket, parts in grants:
+            for gpu, units in parts:
+                self._free[gpu] -= units
+            if self._easy:  # its start is unknown here, so nothing is learned from it
+                self._durations.start(ticket, None, dict(parts), at)
+        for ticket, demand, hint in queue:
+            self._queue[ticket] = demand
+            if not self._easy:
+                self._index_of(demand).add(self._key_of(demand))
+            elif hint is None:
+                self._classes.setdefault(demand, deque()).append(ticket)
+            else:
+                self._hints[ticket] = hint
+        if not queue:
+            return []
+        return self._walk_easy(at) if self._easy else self._walk()
+
+    def _checked_books(
+        self,
+        held: Iterable[tuple[int, Iterable[tuple[int, int]]]],
+        waiting: Iterable[tuple[int, Demand, float | None]],
+    ) -> tuple[
+        list[tuple[int, tuple[tuple[int, int], ...]]], list[tuple[int, Demand, float | None]]
+    ]:
+        """What :meth:`rebuild` is given, checked (changing nothing); the waiting in order."""
+        grants = [(ticket, self._checked_parts(ticket, parts)) for ticket, parts in held]
+        queue = sorted((self._checked_waiter(*entry) for entry in waiting), key=_first)
+        tickets = [ticket for ticket, _ in grants] + [entry[0] for entry in queue]
+        if len(set(tickets)) != len(tickets):
+            raise ValueError(f"tickets must be distinct, got {sorted(tickets)}")
+        taken = [0] * self.num_gpus
+        for _, parts in grants:
+            for gpu, units in parts:
+                taken[gpu] += units
+        for gpu, units in enumerate(taken):
+            if units > self._totals[gpu]:
+                raise ValueError(
+                    f"cannot hold {units} units on GPU {gpu}: its total is {self._totals[gpu]}"
+                )
+        return grants, queue
+
+    def _checked_parts(
+        self, ticket: object, parts: Iterable[tuple[int, int]]
+    ) -> tuple[tuple[int, int], ...]:
+        """A held grant's ``(gpu, units)`` for :meth:`rebuild`, checked: distinct GPUs."""
+        _check_rebuilt_ticket(ticket)
+        checked = tuple((self._check_gpu(gpu), self._check_units(units)) for gpu, units in parts)
+        gpus = [gpu for gpu, _ in checked]
+        if not gpus or len(set(gpus)) != len(gpus):
+            raise ValueError(
+                f"grant {ticket!r} must hold distinct GPUs, at least one, got {list(checked)}"
+            )
+        return checked
+
+    def _checked_waiter(
+        self, ticket: object, demand: Demand, hint: float | None
+    ) -> tuple[int, Demand, float | None]:
+        """A waiting request for :meth:`rebuild`, checked, its demand as the walk takes it."""
+        return _check_rebuilt_ticket(ticket), self._admit(demand), check_timeout(hint, "expected")
 
     # ------------------------------------------------------------ easy (rules 3e-7e)
     def _submit_easy(
