@@ -60,6 +60,34 @@ hold under both policies:
    index of the demands still waiting, without scanning them. On GPUs of one size this walk
    is the fast path; GPUs of different sizes take a plainer walk with the same rules.
 
+Owners, shares and priorities (both policies; issue 23). "Queue order" in the rules above
+is this order, taken at the ``now`` of each call:
+
+8. Every demand has an owner (any hashable; default None) and a priority (an int; default
+   0). An owner's *usage* is the GPU-seconds of its grants, finished and running up to
+   ``now`` (``u`` units on a GPU of ``total`` count ``u / total`` GPUs), decayed
+   exponentially with the scheduler's ``half_life`` (default an hour): the usage of Slurm's
+   classic fair-share factor (priority/multifactor plugin, ``PriorityDecayHalfLife``). Its
+   *share* comes from ``shares`` (default 1). Usage is kept in O(1) per grant and release.
+9. Queue order: owners by usage / share, least first (ties: the owner whose earliest waiter
+   came first), and each owner's waiters together in its own order (rule 10): Slurm's order
+   by fair-share factor, ``2 ** (-usage / share)``, which ranks owners alike. Usage changes
+   with time, so the order is taken afresh at each call, in O(owners log owners): a box has
+   tens of owners. Work-conserving: the order only ranks waiters; an owner alone gets every
+   GPU, and backfill (rules 4, 4e) is unchanged.
+10. Within an owner: higher priority first, FIFO within a priority. A priority never passes
+   another owner's waiter. With one owner at one priority (the default) the order is FIFO
+   and every decision is exactly what it was before owners.
+10e. Under ``easy`` the head is the first waiter in queue order *when a head is chosen*, and
+   stays head (rules 3e-6e) until granted or cancelled, with one exception: while no other
+   head has yielded, a head yields, once in its wait, to the first waiter in queue order if
+   that waiter's owner has strictly less usage per share (a user whose flood holds the head
+   does not make a newcomer wait for it). The yielded waiter becomes head again as soon as
+   the one it yielded to is granted or cancelled, so every head's wait stays bounded: its
+   own rule-6e bound plus one other head's.
+10r. Under ``reserve-all`` a new arrival backfills (rule 4) and reserves at the tail, as
+   before; its owner's place in the order counts from the next walk (release or cancel).
+
 Invariants after every call: per GPU ``0 <= free <= total``; a ticket is waiting, granted or
 gone, never two; reservations are disjoint and held only by waiters.
 """
@@ -72,13 +100,14 @@ import heapq
 import itertools
 import math
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from .._check import check_int, check_real, check_timeout
 from ._capacity import UNITS_PER_GPU
 from ._durations import Durations
+from ._fairshare import DEFAULT_HALF_LIFE, OwnerQueue, Usage, check_half_life, check_shares
 
 __all__ = ["POLICIES", "Demand", "Grant", "Head", "Scheduler", "Waiter"]
 
@@ -99,13 +128,17 @@ class Demand:
     ``count > 1`` always means whole GPUs; ``whole=True`` asks for one (or ``count``) whole
     GPUs of any size, where ``units`` is not used for fitting. ``relative=True`` (with
     ``count == 1``) makes ``units`` a share of one GPU in ``UNITS_PER_GPU`` units, whatever
-    its size: on GPUs of different sizes its need differs per GPU (rule 1).
+    its size: on GPUs of different sizes its need differs per GPU (rule 1). ``owner`` (any
+    hashable; default None, one owner for all) and ``priority`` (an int, higher first; default
+    0) place it in the queue (rules 8-10); they never change where it fits.
     """
 
     count: int
     units: int
     whole: bool = False
     relative: bool = False
+    owner: Hashable = None
+    priority: int = 0
 
 
 class Grant(NamedTuple):
@@ -280,12 +313,19 @@ class Scheduler:
         units_per_gpu: int | None = None,
         *,
         policy: str = "easy",
+        shares: Mapping[Hashable, float] | None = None,
+        half_life: float = DEFAULT_HALF_LIFE,
     ) -> None:
         """``gpus``: a count of GPUs of ``units_per_gpu`` units each (default a whole GPU's
         ``UNITS_PER_GPU``), or a sequence giving each GPU's total in units (any positive
         ints; then ``units_per_gpu`` is not given and reads as the largest total).
-        ``policy``: one of :data:`POLICIES` (see the module docstring).
+        ``policy``: one of :data:`POLICIES` (see the module docstring). ``shares``: owner ->
+        share (a finite number > 0; owners not named have 1); ``half_life``: seconds of the
+        caller's clock over which usage counts half (rule 8; default
+        :data:`~hwpool._core._fairshare.DEFAULT_HALF_LIFE`, an hour).
         """
+        checked_shares = check_shares(shares)
+        checked_half_life = check_half_life(half_life)
         if not isinstance(policy, str):
             raise TypeError(f"policy must be a str, got {policy!r} ({type(policy).__name__})")
         if policy not in POLICIES:
@@ -335,6 +375,15 @@ class Scheduler:
         self._hints: dict[int, float] = {}
         # Relative demands on GPUs of different sizes: share in units -> need on each GPU.
         self._relative_needs: dict[int, list[int]] = {}
+        # Owners (rules 8-10): usage per owner, each owner's waiters, and whether the order
+        # differs from FIFO (more than one owner, or more than one priority, waits).
+        self._usage = Usage(totals, checked_shares, checked_half_life)
+        self._owner_queues: dict[Hashable, OwnerQueue] = {}
+        self._fair = False
+        # Under easy (rule 10e): the head that yielded its place, until it is head again,
+        # and the waiters that have yielded once (they never yield again).
+        self._resume: int | None = None
+        self._yielded: set[int] = set()
 
     # ----------------------------------------------------------------- queries
     @property
@@ -363,10 +412,25 @@ class Scheduler:
         return ticket in self._queue
 
     def waiters(self) -> Iterator[Waiter]:
-        """The waiting requests in queue order, with their current reservations."""
+        """The waiting requests in queue order (rule 9, as of the latest ``now``), with their
+        current reservations."""
         reserved = self.reservations() if self._easy else self._reserved
-        for ticket, demand in self._queue.items():
+        for ticket, demand in list(self._in_order()):
             yield Waiter(ticket, demand, reserved.get(ticket, ()))
+
+    def usage(self, owner: Hashable, now: float | None = None) -> float:
+        """``owner``'s recent usage in GPU-seconds, decayed with the half-life (rule 8), at
+        ``now`` (default: the latest time given); 0 for an owner never granted."""
+        return self._usage.usage(owner, max(self._now, self._time(now)))
+
+    def share(self, owner: Hashable) -> float:
+        """``owner``'s share (1 unless the scheduler's ``shares`` name it)."""
+        return self._usage.share(owner)
+
+    @property
+    def half_life(self) -> float:
+        """Seconds over which usage counts half (rule 8)."""
+        return self._usage.half_life
 
     def reservations(self) -> dict[int, tuple[int, ...]]:
         """Reserved GPUs per waiting ticket (waiters that reserve nothing are absent)."""
@@ -416,12 +480,16 @@ class Scheduler:
                 return None
             ticket, units = next(self._tickets), demand.units
             key = (demand.count, units, False)  # _class_of(demand), inline
-            self._durations.start(ticket, key, dict.fromkeys(gpus, units), at)
+            held = dict.fromkeys(gpus, units)
+            self._usage.start(ticket, demand.owner, held.items(), at)
+            self._durations.start(ticket, key, held, at)
             return _grant((ticket, gpus, units))
         gpus = self._take_new(demand)
         if gpus is None:
             return None
-        return _grant((next(self._tickets), gpus, self._units_of(demand, gpus)))
+        return self._accounted(
+            _grant((next(self._tickets), gpus, self._units_of(demand, gpus))), demand.owner
+        )
 
     def submit(
         self, demand: Demand, *, now: float | None = None, expected: float | None = None
@@ -446,10 +514,10 @@ class Scheduler:
         ticket = next(self._tickets)
         gpus = self._take_new(demand)
         if gpus is not None:
-            return ticket, _grant((ticket, gpus, demand.units))
+            return ticket, self._accounted(_grant((ticket, gpus, demand.units)), demand.owner)
         if not self._queue:
             self._tail.reset()
-        self._queue[ticket] = demand
+        self._enqueue(ticket, demand)
         self._index_of(demand).add(self._key_of(demand))
         reserved = self._tail.reserve(demand.count)
         if reserved is not None:
@@ -479,9 +547,10 @@ class Scheduler:
             self._check_ticket(ticket)
         self._now = max(self._now, clock)
         free[gpu] += units
+        at = self._now
+        self._usage.finish(ticket, gpu, units, at)
         if not self._easy:
             return self._walk() if self._queue else []
-        at = self._now
         self._durations.finish(ticket, gpu, units, at)
         return self._walk_easy(at) if self._queue else []
 
@@ -506,6 +575,7 @@ class Scheduler:
         at = self._commit(clock)
         for gpu, units in pending.items():
             self._free[gpu] += units
+            self._usage.finish(ticket, gpu, units, at)
             if self._easy:
                 self._durations.finish(ticket, gpu, units, at)
         if not self._queue:
@@ -526,7 +596,7 @@ class Scheduler:
             if self._head is not None and self._head.ticket == ticket:
                 self._head = None
             return self._walk_easy(at)
-        demand = self._queue.pop(ticket)
+        demand = self._unqueue(ticket)
         self._index_of(demand).remove(self._key_of(demand))
         return self._walk()
 
@@ -554,6 +624,8 @@ class Scheduler:
         of whole GPUs, or of a share outside 1..UNITS_PER_GPU units.
         """
         count, units = demand.count, demand.units
+        if demand.owner is not None or demand.priority.__class__ is not int or demand.priority:
+            self._check_owner(demand)
         if demand.relative:
             return self._admit_relative(demand)
         if count > 1 or demand.whole:
@@ -564,9 +636,13 @@ class Scheduler:
                 )
             if self._uniform:
                 if units != self.units_per_gpu or demand.whole:
-                    return Demand(count, self.units_per_gpu)
+                    return Demand(
+                        count, self.units_per_gpu, owner=demand.owner, priority=demand.priority
+                    )
             elif count > 1 and not demand.whole:
-                return Demand(count, units, whole=True)
+                return Demand(
+                    count, units, whole=True, owner=demand.owner, priority=demand.priority
+                )
             return demand
         if not 1 <= units <= self.units_per_gpu:
             raise ValueError(
@@ -588,8 +664,85 @@ class Scheduler:
                 f"(a whole GPU), got {units!r}"
             )
         if self._uniform:
-            return Demand(1, _share(units, self.units_per_gpu))
+            return Demand(
+                1,
+                _share(units, self.units_per_gpu),
+                owner=demand.owner,
+                priority=demand.priority,
+            )
         return demand
+
+    @staticmethod
+    def _check_owner(demand: Demand) -> None:
+        """TypeError naming the value for an owner that cannot be hashed or a priority that
+        is not an int."""
+        try:
+            hash(demand.owner)
+        except TypeError:
+            raise TypeError(
+                f"owner must be hashable, got {demand.owner!r} ({type(demand.owner).__name__})"
+            ) from None
+        if type(demand.priority) is not int:
+            check_int("priority", demand.priority)  # TypeError naming it
+            raise TypeError(f"priority must be an int, got {demand.priority!r}")
+
+    # --------------------------------------------------------- owners (rules 8-10)
+    def _enqueue(self, ticket: int, demand: Demand) -> None:
+        """Put a waiter at the end of its owner's queue at its priority."""
+        self._queue[ticket] = demand
+        queues = self._owner_queues
+        queue = queues.get(demand.owner)
+        if queue is None:
+            queue = queues[demand.owner] = OwnerQueue()
+        queue.add(ticket, demand.priority)
+        self._fair = len(queues) > 1 or len(queue.priorities) > 1
+
+    def _unqueue(self, ticket: int) -> Demand:
+        """Take a waiter out of the queue and its owner's queue; return its demand."""
+        demand = self._queue.pop(ticket)
+        queues = self._owner_queues
+        queue = queues[demand.owner]
+        queue.remove(ticket, demand.priority)
+        if not queue.priorities:
+            del queues[demand.owner]
+        if self._fair:
+            self._fair = len(queues) > 1 or any(len(q.priorities) > 1 for q in queues.values())
+        return demand
+
+    def _accounted(self, grant: Grant, owner: Hashable) -> Grant:
+        """``grant`` of ``owner``, counted in its usage from now (rule 8)."""
+        self._usage.start(grant.ticket, owner, self.held(grant), self._now)
+        return grant
+
+    def _ranked(self) -> list[tuple[Hashable, OwnerQueue]]:
+        """The owners with waiters, fairest first (rule 9): least usage per share at the
+        latest ``now``, ties to the owner whose earliest waiter came first."""
+        ratio, now = self._usage.ratio, self._now
+        keyed = sorted(
+            (ratio(owner, now), queue.earliest(), owner)
+            for owner, queue in self._owner_queues.items()
+        )
+        return [(owner, self._owner_queues[owner]) for _, _, owner in keyed]
+
+    def _in_order(self) -> Iterable[tuple[int, Demand]]:
+        """The waiters in queue order (rule 9): FIFO while one owner at one priority waits."""
+        if not self._fair:
+            return self._queue.items()
+        return self._fair_items(self._ranked())
+
+    def _fair_items(
+        self, ranked: list[tuple[Hashable, OwnerQueue]]
+    ) -> Iterator[tuple[int, Demand]]:
+        queue = self._queue
+        for _, owner_queue in ranked:
+            for ticket in owner_queue:
+                yield ticket, queue[ticket]
+
+    def _first(self) -> int:
+        """The first waiter in queue order (the queue is not empty)."""
+        if not self._fair:
+            return next(iter(self._queue))
+        return self._ranked()[0][1].first()
 
     def _needs_of(self, demand: Demand) -> list[int]:
         """Units a relative ``demand`` needs on each GPU (rule 1), memoised per share."""
@@ -695,7 +848,7 @@ class Scheduler:
         visited = 0
         seen: tuple[dict[int, int], dict[int, int]] | None = None
         p = 0  # order.p, kept in a local on the hot path
-        for ticket, demand in self._queue.items():
+        for ticket, demand in self._in_order():
             if p == n:
                 break
             if seen is not None:
@@ -720,17 +873,16 @@ class Scheduler:
             if chosen is not None:
                 reserved[ticket] = chosen
             elif seen is None:  # reservations stop here: count what the walk has passed
-                seen = ({}, {})
-                for passed in itertools.islice(self._queue.values(), visited):
-                    self._tally(seen, passed)
+                seen = self._seen_upto(visited)
         order.p = p
         return self._dequeued(grants)
 
     def _dequeued(self, grants: list[Grant]) -> list[Grant]:
         """Take the waiters a walk granted out of the queue and its index; return ``grants``."""
         for grant in grants:
-            done = self._queue.pop(grant.ticket)
+            done = self._unqueue(grant.ticket)
             self._index_of(done).remove(self._key_of(done))
+            self._accounted(grant, done.owner)
         return grants
 
     # ------------------------------------------------- GPUs of different sizes (plain walk)
@@ -819,11 +971,12 @@ class Scheduler:
         ticket = next(self._tickets)
         gpus = self._take_new(demand)
         if gpus is not None:
-            return ticket, _grant((ticket, gpus, self._units_of(demand, gpus)))
+            grant = _grant((ticket, gpus, self._units_of(demand, gpus)))
+            return ticket, self._accounted(grant, demand.owner)
         if not self._queue:
             self._open = list(range(self.num_gpus))
             self._reserving = True
-        self._queue[ticket] = demand
+        self._enqueue(ticket, demand)
         self._index_of(demand).add(self._key_of(demand))
         if self._reserving:
             chosen = self._reserve_general(demand, self._open)
@@ -865,7 +1018,7 @@ class Scheduler:
     def _seen_upto(self, visited: int) -> tuple[dict[int, int], dict[int, int]]:
         """The demands of the first ``visited`` waiters, tallied for the early stop."""
         seen: tuple[dict[int, int], dict[int, int]] = ({}, {})
-        for passed in itertools.islice(self._queue.values(), visited):
+        for _, passed in itertools.islice(self._in_order(), visited):
             self._tally(seen, passed)
         return seen
 
@@ -879,7 +1032,7 @@ class Scheduler:
         reserving = True
         seen: tuple[dict[int, int], dict[int, int]] | None = None
         visited = 0
-        for ticket, demand in self._queue.items():
+        for ticket, demand in self._in_order():
             if not open_gpus:
                 break
             visited += 1
@@ -946,7 +1099,7 @@ class Scheduler:
         at = self._commit(self._time(now))
         for gpu in gpus:
             self._free[gpu] -= units
-        grant = Grant(next(self._tickets), tuple(gpus), units)
+        grant = self._accounted(Grant(next(self._tickets), tuple(gpus), units), None)
         if self._easy:  # held from before: its start is unknown, so nothing is learned
             self._durations.start(grant.ticket, None, dict.fromkeys(gpus, units), at)
         return grant
@@ -959,13 +1112,15 @@ class Scheduler:
         gpus = self._place_new_easy(demand, hint, now)
         if gpus is not None:
             return ticket, self._granted(ticket, demand, gpus, now, hint)
-        self._queue[ticket] = demand
+        self._enqueue(ticket, demand)
         if hint is None:
             self._classes.setdefault(demand, deque()).append(ticket)
         else:
             self._hints[ticket] = hint
         if self._head is None:  # the queue was empty: this is its head
             self._head = self._choose_head(ticket, demand, now)
+        elif self._fair:
+            self._head = self._yield_head(self._head, now)
         return ticket, None
 
     def _place_new_easy(
@@ -992,12 +1147,15 @@ class Scheduler:
             held = {gpus[0]: units}
         else:
             held = dict.fromkeys(gpus, units) if units else {g: self._totals[g] for g in gpus}
+        self._usage.start(ticket, demand.owner, held.items(), now)
         self._durations.start(ticket, _class_of(demand), held, now, hint)
         return grant
 
     def _dequeue(self, ticket: int) -> Demand:
         """Take a waiter out of the queue and out of its class (O(class) for a middle one)."""
-        demand = self._queue.pop(ticket)
+        demand = self._unqueue(ticket)
+        if self._yielded:
+            self._yielded.discard(ticket)
         if self._hints.pop(ticket, None) is None:
             waiting = self._classes[demand]
             if waiting[0] == ticket:
@@ -1081,22 +1239,28 @@ class Scheduler:
         head (rule 3e), then backfill behind it (rule 4e)."""
         grants: list[Grant] = []
         queue = self._queue
-        while queue:
-            ticket, demand = next(iter(queue.items()))
+        head = self._head
+        while queue:  # the head, else the next head (rule 10e)
+            ticket = self._next_head() if head is None else head.ticket
+            demand = queue[ticket]
             gpus = self._fit_general(demand, None, take=True)
             if gpus is None:
                 break
             hint = self._hints.get(ticket)
             self._dequeue(ticket)
             grants.append(self._granted(ticket, demand, gpus, now, hint))
+            head = None
         if not queue:
             self._head = None
             return grants
-        ticket, demand = next(iter(queue.items()))
-        head = self._head
-        if head is None or head.ticket != ticket:
-            head = self._choose_head(ticket, demand, now)
-        elif now >= head.shadow and not head.moved:  # overdue: move once, if sooner elsewhere
+        kept = head
+        if head is None:
+            ticket = self._next_head()
+            head = self._choose_head(ticket, queue[ticket], now)
+        if self._fair:
+            head = self._yield_head(head, now)
+        if head is kept and now >= head.shadow and not head.moved:  # overdue: move once
+            ticket, demand = head.ticket, queue[head.ticket]
             better = self._choose_head(ticket, demand, now, moved=True)
             if better.gpus != head.gpus and better.shadow < self._drain(head, demand, now):
                 head = better._replace(since=head.since)
@@ -1110,6 +1274,9 @@ class Scheduler:
         Waiters without a hint are taken per demand, the earliest of each first: once one is
         refused, the rest of its demand would be too (capacity only falls during the walk),
         so each walk looks at one waiter per demand plus those granted and those with hints.
+        A demand includes its owner and priority, whose waiters are FIFO (rule 10); the
+        streams merge on the ticket, or, when owners or priorities differ, on (the owner's
+        rank, minus the priority, the ticket): the queue order of rule 9.
         """
         queue, free, totals = self._queue, self._free, self._totals
         top = max(free)
@@ -1118,8 +1285,14 @@ class Scheduler:
         idle = sum(1 for gpu, f in enumerate(free) if f == totals[gpu])
         # Only demands that could fit somewhere now: the others wait whatever the rules say.
         # (A relative demand is judged by its need on the smallest GPU: a lower bound.)
-        streams: list[Iterator[int]] = [
-            iter(waiting)
+        fair = self._fair
+        rank = {owner: i for i, (owner, _) in enumerate(self._ranked())} if fair else {}
+        streams: list[Iterator[Any]] = [
+            (
+                iter(waiting)
+                if not fair
+                else self._keyed(waiting, rank[demand.owner], -demand.priority)
+            )
             for demand, waiting in self._classes.items()
             if (
                 demand.count <= idle
@@ -1127,19 +1300,20 @@ class Scheduler:
                 else self._key_of(demand) <= top
             )
         ]
-        streams.append(iter(self._hints))
+        streams.append(self._hinted_in_order(rank) if fair else iter(self._hints))
         hinted = len(streams) - 1
-        heap: list[tuple[int, int]] = []
+        heap: list[tuple[Any, int]] = []
         for index, stream in enumerate(streams):
-            ticket = next(stream, None)
-            if ticket == head.ticket:
-                ticket = next(stream, None)
-            if ticket is not None:
-                heap.append((ticket, index))
+            key = next(stream, None)
+            if key is not None and (key[2] if fair else key) == head.ticket:
+                key = next(stream, None)
+            if key is not None:
+                heap.append((key, index))
         heapq.heapify(heap)
         granted: list[tuple[int, Demand]] = []
         while heap and any(free):
-            ticket, index = heap[0]
+            key, index = heap[0]
+            ticket = key[2] if fair else key
             demand = queue[ticket]
             hint = self._hints.get(ticket) if index == hinted else None
             gpus = self._backfill_fit(demand, self._durations.guess(_class_of(demand), hint), now)
@@ -1150,12 +1324,60 @@ class Scheduler:
                 grants.append(self._granted(ticket, demand, gpus, now, hint))
                 granted.append((ticket, demand))
             following = next(streams[index], None)
+            if following is not None and fair and following[2] == head.ticket:
+                following = next(streams[index], None)  # the head, behind others in order
             if following is None:
                 heapq.heappop(heap)
             else:
                 heapq.heapreplace(heap, (following, index))
         for ticket, _ in granted:
             self._dequeue(ticket)
+
+    def _next_head(self) -> int:
+        """The waiter to become head (rule 10e): one that yielded its place, once the waiter
+        it yielded to is gone, else the first in queue order."""
+        resume = self._resume
+        if resume is not None:
+            if resume in self._queue:
+                return resume
+            self._resume = None
+        return self._first()
+
+    def _yield_head(self, head: Head, now: float) -> Head:
+        """``head``, or the first waiter in queue order if ``head`` yields to it (rule 10e):
+        only to a waiter of an owner with strictly less usage per share, only while no other
+        head has yielded, and only once in a head's wait."""
+        if head.ticket == self._resume:
+            self._resume = None  # head again: the yield is over
+        if (self._resume is not None and self._resume in self._queue) or (
+            head.ticket in self._yielded
+        ):
+            return head
+        first = self._first()
+        if first == head.ticket:
+            return head
+        queue, ratio = self._queue, self._usage.ratio
+        if ratio(queue[first].owner, now) >= ratio(queue[head.ticket].owner, now):
+            return head  # the same owner (a priority), or a tie: the head keeps its place
+        self._yielded.add(head.ticket)
+        self._resume = head.ticket
+        return self._choose_head(first, queue[first], now)
+
+    @staticmethod
+    def _keyed(tickets: Iterable[int], rank: int, priority: int) -> Iterator[tuple[int, int, int]]:
+        """``tickets`` of one owner and priority as queue-order keys (rule 9)."""
+        for ticket in tickets:
+            yield rank, priority, ticket
+
+    def _hinted_in_order(self, rank: dict[Hashable, int]) -> Iterator[tuple[int, int, int]]:
+        """The waiters with a hint as queue-order keys, sorted (O(h log h) per walk)."""
+        queue = self._queue
+        keys = []
+        for ticket in self._hints:
+            demand = queue[ticket]
+            keys.append((rank[demand.owner], -demand.priority, ticket))
+        keys.sort()
+        return iter(keys)
 
     # ----------------------------------------------------------------- clock and hints
     def _time(self, now: object) -> float:
