@@ -369,3 +369,20 @@ class OwnersMachine(RuleBasedStateMachine):
 
 OwnersMachine.TestCase.settings = settings(max_examples=120, stateful_step_count=40)
 TestOwnersMachine = OwnersMachine.TestCase
+
+
+# ----------------------------------------------------------------- usage bookkeeping
+def test_usage_follows_partial_and_ticketless_releases() -> None:
+    core = Scheduler(2, U, policy="reserve-all", half_life=1e9)  # next to no decay
+    _, both = core.submit(Demand(2, U, owner="a"), now=0.0)
+    assert both is not None
+    core.release(0, U, ticket=both.ticket, now=10.0)  # one GPU back: a holds one more
+    core.release(1, U, now=20.0)  # no ticket: the only grant there is a's
+    assert core.usage("a", 20.0) == pytest.approx(30.0, rel=1e-6)  # 2 x 10 s + 1 x 10 s
+    assert core.usage("a", 30.0) == pytest.approx(30.0, rel=1e-6)  # nothing held since
+    _, small = core.submit(Demand(1, U // 4, owner="b"), now=30.0)
+    _, other = core.submit(Demand(1, U // 2, owner="c"), now=30.0)
+    assert small is not None and other is not None and small.gpus == other.gpus
+    core.release(small.gpus[0], U // 2, now=40.0)  # no ticket: c's, which holds exactly that
+    assert core.usage("c", 50.0) == pytest.approx(5.0, rel=1e-6)
+    assert core.usage("b", 50.0) == pytest.approx(5.0, rel=1e-6)  # still running

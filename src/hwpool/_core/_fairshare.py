@@ -70,7 +70,7 @@ class _Account:
 class Usage:
     """Decayed GPU-seconds per owner, with the grants each holds (rules 8-9)."""
 
-    __slots__ = ("_accounts", "_decay", "_grants", "_on_gpu", "_per_unit", "half_life", "shares")
+    __slots__ = ("_accounts", "_decay", "_grants", "_per_unit", "half_life", "shares")
 
     def __init__(
         self, totals: Sequence[int], shares: Mapping[Hashable, float], half_life: float
@@ -80,8 +80,8 @@ class Usage:
         self._decay = math.log(2.0) / half_life
         self._per_unit = [1.0 / total for total in totals]  # GPUs per unit on each GPU
         self._accounts: dict[Hashable, _Account] = {}
-        self._grants: dict[int, list[object]] = {}  # ticket -> [account, parts left]
-        self._on_gpu: list[dict[int, int]] = [{} for _ in totals]  # gpu -> ticket -> units
+        # ticket -> (its owner's account, GPU -> units it still holds), in grant order
+        self._grants: dict[int, tuple[_Account, dict[int, int]]] = {}
 
     def share(self, owner: Hashable) -> float:
         """``owner``'s share (1 for an owner the shares do not name)."""
@@ -103,8 +103,13 @@ class Usage:
         return account.used
 
     def ratio(self, owner: Hashable, now: float) -> float:
-        """Usage over share: the smaller, the sooner the owner is served (rule 8)."""
-        return self.usage(owner, now) / self.share(owner)
+        """Usage over share: the smaller, the sooner the owner is served (rule 9)."""
+        account = self._accounts.get(owner)
+        if account is None:
+            return 0.0
+        if now > account.since:
+            self._advance(account, now)
+        return account.used / self.shares.get(owner, 1.0)
 
     def running(self, owner: Hashable) -> float:
         """GPUs ``owner`` holds now."""
@@ -112,52 +117,62 @@ class Usage:
         return 0.0 if account is None else account.rate
 
     def start(
-        self, ticket: int, owner: Hashable, held: Iterable[tuple[int, int]], now: float
+        self,
+        ticket: int,
+        owner: Hashable,
+        held: Mapping[int, int] | Iterable[tuple[int, int]],
+        now: float,
     ) -> None:
-        """Record the grant ``ticket`` of ``owner`` holding ``(gpu, units)`` from ``now``."""
+        """Record the grant ``ticket`` of ``owner`` holding ``held`` (GPU -> units, or pairs;
+        copied) from ``now``."""
         account = self._accounts.get(owner)
         if account is None:
             account = self._accounts[owner] = _Account(now)
-        self._advance(account, now)
-        parts = 0
-        for gpu, units in held:
-            self._on_gpu[gpu][ticket] = units
-            account.rate += units * self._per_unit[gpu]
-            parts += 1
+        elif now > account.since:
+            self._advance(account, now)
+        parts = dict(held)
+        per_unit = self._per_unit
+        for gpu, units in parts.items():
+            account.rate += units * per_unit[gpu]
         account.grants += 1
-        self._grants[ticket] = [account, parts]
+        self._grants[ticket] = (account, parts)
 
     def finish(self, ticket: int | None, gpu: int, units: int, now: float) -> None:
         """Record ``units`` given back on ``gpu`` at ``now`` by ``ticket``; without a ticket
         (or one not held there) from a grant holding exactly that much there, else from the
         oldest ones (the rule the hold-time estimates use)."""
-        on_gpu = self._on_gpu[gpu]
-        if ticket is not None and ticket in on_gpu:
-            self._take(ticket, gpu, units, now)
+        record = self._grants.get(ticket) if ticket is not None else None
+        if record is not None and gpu in record[1]:
+            self._take(ticket, record, gpu, units, now)  # type: ignore[arg-type]
             return
-        while units > 0 and on_gpu:
-            guess = next((t for t, held in on_gpu.items() if held == units), next(iter(on_gpu)))
-            taken = min(units, on_gpu[guess])
-            self._take(guess, gpu, taken, now)
+        while units > 0:
+            holders = [(t, r) for t, r in self._grants.items() if gpu in r[1]]
+            if not holders:
+                return
+            guess = next(((t, r) for t, r in holders if r[1][gpu] == units), holders[0])
+            taken = min(units, guess[1][1][gpu])
+            self._take(guess[0], guess[1], gpu, taken, now)
             units -= taken
 
-    def _take(self, ticket: int, gpu: int, units: int, now: float) -> None:
-        on_gpu = self._on_gpu[gpu]
-        record = self._grants[ticket]
-        account = record[0]
-        assert isinstance(account, _Account)
-        self._advance(account, now)
-        taken = min(units, on_gpu[ticket])
-        left = on_gpu[ticket] - taken
+    def _take(
+        self,
+        ticket: int,
+        record: tuple[_Account, dict[int, int]],
+        gpu: int,
+        units: int,
+        now: float,
+    ) -> None:
+        account, parts = record
+        if now > account.since:
+            self._advance(account, now)
+        held = parts[gpu]
+        taken = held if units > held else units
         account.rate -= taken * self._per_unit[gpu]
-        if left > 0:
-            on_gpu[ticket] = left
+        if taken < held:
+            parts[gpu] = held - taken
             return
-        del on_gpu[ticket]
-        parts = record[1]
-        assert isinstance(parts, int)
-        if parts > 1:
-            record[1] = parts - 1
+        del parts[gpu]
+        if parts:
             return
         del self._grants[ticket]
         account.grants -= 1
@@ -198,6 +213,8 @@ class OwnerQueue:
 
     def earliest(self) -> int:
         """The earliest-queued ticket, whatever its priority (ties between owners)."""
+        if len(self.priorities) == 1:
+            return next(iter(self.levels[self.priorities[0]]))
         return min(next(iter(self.levels[p])) for p in self.priorities)
 
     def __iter__(self) -> Iterator[int]:

@@ -375,11 +375,21 @@ class Scheduler:
         self._hints: dict[int, float] = {}
         # Relative demands on GPUs of different sizes: share in units -> need on each GPU.
         self._relative_needs: dict[int, list[int]] = {}
-        # Owners (rules 8-10): usage per owner, each owner's waiters, and whether the order
-        # differs from FIFO (more than one owner, or more than one priority, waits).
-        self._usage = Usage(totals, checked_shares, checked_half_life)
+        self._init_owners(totals, checked_shares, checked_half_life)
+
+    def _init_owners(
+        self, totals: list[int], shares: dict[Hashable, float], half_life: float
+    ) -> None:
+        """The state of rules 8-10e: usage per owner, each owner's waiters, and whether the
+        order differs from FIFO (more than one owner, or more than one priority, waits)."""
+        self._usage = Usage(totals, shares, half_life)
         self._owner_queues: dict[Hashable, OwnerQueue] = {}
         self._fair = False
+        # The owners ranked (rule 9) at (now, self._queued): usage at one ``now`` does not
+        # change with grants or releases made at it, so only time and the queue matter.
+        self._queued = 0  # counts every change to the queue
+        self._ranked_at: tuple[float, int] = (-math.inf, -1)
+        self._ranked_owners: list[tuple[Hashable, OwnerQueue]] = []
         # Under easy (rule 10e): the head that yielded its place, until it is head again,
         # and the waiters that have yielded once (they never yield again).
         self._resume: int | None = None
@@ -690,6 +700,7 @@ class Scheduler:
     def _enqueue(self, ticket: int, demand: Demand) -> None:
         """Put a waiter at the end of its owner's queue at its priority."""
         self._queue[ticket] = demand
+        self._queued += 1
         queues = self._owner_queues
         queue = queues.get(demand.owner)
         if queue is None:
@@ -700,6 +711,7 @@ class Scheduler:
     def _unqueue(self, ticket: int) -> Demand:
         """Take a waiter out of the queue and its owner's queue; return its demand."""
         demand = self._queue.pop(ticket)
+        self._queued += 1
         queues = self._owner_queues
         queue = queues[demand.owner]
         queue.remove(ticket, demand.priority)
@@ -717,12 +729,16 @@ class Scheduler:
     def _ranked(self) -> list[tuple[Hashable, OwnerQueue]]:
         """The owners with waiters, fairest first (rule 9): least usage per share at the
         latest ``now``, ties to the owner whose earliest waiter came first."""
+        if self._ranked_at == (self._now, self._queued):  # nothing that ranks has changed
+            return self._ranked_owners
         ratio, now = self._usage.ratio, self._now
         keyed = sorted(
             (ratio(owner, now), queue.earliest(), owner)
             for owner, queue in self._owner_queues.items()
         )
-        return [(owner, self._owner_queues[owner]) for _, _, owner in keyed]
+        self._ranked_owners = [(owner, self._owner_queues[owner]) for _, _, owner in keyed]
+        self._ranked_at = (now, self._queued)
+        return self._ranked_owners
 
     def _in_order(self) -> Iterable[tuple[int, Demand]]:
         """The waiters in queue order (rule 9): FIFO while one owner at one priority waits."""
@@ -1240,8 +1256,12 @@ class Scheduler:
         grants: list[Grant] = []
         queue = self._queue
         head = self._head
+        fifo = not self._fair and self._resume is None
         while queue:  # the head, else the next head (rule 10e)
-            ticket = self._next_head() if head is None else head.ticket
+            if head is not None:
+                ticket = head.ticket
+            else:
+                ticket = next(iter(queue)) if fifo else self._next_head()
             demand = queue[ticket]
             gpus = self._fit_general(demand, None, take=True)
             if gpus is None:
@@ -1311,14 +1331,21 @@ class Scheduler:
                 heap.append((key, index))
         heapq.heapify(heap)
         granted: list[tuple[int, Demand]] = []
+        refused: set[Hashable] = set()  # sizes refused, whatever their owner (when fair)
         while heap and any(free):
             key, index = heap[0]
             ticket = key[2] if fair else key
             demand = queue[ticket]
             hint = self._hints.get(ticket) if index == hinted else None
-            gpus = self._backfill_fit(demand, self._durations.guess(_class_of(demand), hint), now)
+            size = _class_of(demand)
+            if fair and index != hinted and size in refused:
+                heapq.heappop(heap)  # another owner's waiter of this size was refused
+                continue
+            gpus = self._backfill_fit(demand, self._durations.guess(size, hint), now)
             if gpus is None and index != hinted:
                 heapq.heappop(heap)  # the rest of this demand waits too
+                if fair:
+                    refused.add(size)
                 continue
             if gpus is not None:
                 grants.append(self._granted(ticket, demand, gpus, now, hint))
