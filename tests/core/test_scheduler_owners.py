@@ -386,3 +386,5 @@ def test_usage_follows_partial_and_ticketless_releases() -> None:
     core.release(small.gpus[0], U // 2, now=40.0)  # no ticket: c's, which holds exactly that
     assert core.usage("c", 50.0) == pytest.approx(5.0, rel=1e-6)
     assert core.usage("b", 50.0) == pytest.approx(5.0, rel=1e-6)  # still running
+    assert (core.running("a"), core.running("b"), core.running("c")) == (0.0, 0.25, 0.0)
+    assert core.share("a") == 1.0 and core.half_life == 1e9

@@ -141,10 +141,11 @@ class Usage:
         """Record ``units`` given back on ``gpu`` at ``now`` by ``ticket``; without a ticket
         (or one not held there) from a grant holding exactly that much there, else from the
         oldest ones (the rule the hold-time estimates use)."""
-        record = self._grants.get(ticket) if ticket is not None else None
-        if record is not None and gpu in record[1]:
-            self._take(ticket, record, gpu, units, now)  # type: ignore[arg-type]
-            return
+        if ticket is not None:
+            record = self._grants.get(ticket)
+            if record is not None and gpu in record[1]:
+                self._take(ticket, record, gpu, units, now)
+                return
         while units > 0:
             holders = [(t, r) for t, r in self._grants.items() if gpu in r[1]]
             if not holders:
@@ -188,9 +189,6 @@ class OwnerQueue:
     def __init__(self) -> None:
         self.levels: dict[int, OrderedDict[int, None]] = {}
         self.priorities: list[int] = []  # the levels present, highest first
-
-    def __len__(self) -> int:
-        return len(self.priorities)  # levels are dropped when empty, so this is truthiness
 
     def add(self, ticket: int, priority: int) -> None:
         level = self.levels.get(priority)

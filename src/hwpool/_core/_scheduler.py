@@ -430,8 +430,13 @@ class Scheduler:
 
     def usage(self, owner: Hashable, now: float | None = None) -> float:
         """``owner``'s recent usage in GPU-seconds, decayed with the half-life (rule 8), at
-        ``now`` (default: the latest time given); 0 for an owner never granted."""
+        ``now`` (default, and at the earliest: the latest time given); 0 for an owner never
+        granted."""
         return self._usage.usage(owner, max(self._now, self._time(now)))
+
+    def running(self, owner: Hashable) -> float:
+        """GPUs ``owner`` holds now (a fraction counts its share of its GPU)."""
+        return self._usage.running(owner)
 
     def share(self, owner: Hashable) -> float:
         """``owner``'s share (1 unless the scheduler's ``shares`` name it)."""
@@ -693,8 +698,11 @@ class Scheduler:
                 f"owner must be hashable, got {demand.owner!r} ({type(demand.owner).__name__})"
             ) from None
         if type(demand.priority) is not int:
-            check_int("priority", demand.priority)  # TypeError naming it
-            raise TypeError(f"priority must be an int, got {demand.priority!r}")
+            check_int("priority", demand.priority)  # TypeError naming it, if no integer
+            raise TypeError(
+                f"priority must be a Python int, got {demand.priority!r} "
+                f"({type(demand.priority).__name__}); the fronts convert other integers"
+            )
 
     # --------------------------------------------------------- owners (rules 8-10)
     def _enqueue(self, ticket: int, demand: Demand) -> None:
