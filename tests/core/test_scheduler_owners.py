@@ -372,8 +372,9 @@ TestOwnersMachine = OwnersMachine.TestCase
 
 
 # ----------------------------------------------------------------- usage bookkeeping
-def test_usage_follows_partial_and_ticketless_releases() -> None:
-    core = Scheduler(2, U, policy="reserve-all", half_life=1e9)  # next to no decay
+@pytest.mark.parametrize("policy", ["easy", "reserve-all"])
+def test_usage_follows_partial_and_ticketless_releases(policy: str) -> None:
+    core = Scheduler(2, U, policy=policy, half_life=1e9)  # next to no decay
     _, both = core.submit(Demand(2, U, owner="a"), now=0.0)
     assert both is not None
     core.release(0, U, ticket=both.ticket, now=10.0)  # one GPU back: a holds one more
@@ -388,3 +389,13 @@ def test_usage_follows_partial_and_ticketless_releases() -> None:
     assert core.usage("b", 50.0) == pytest.approx(5.0, rel=1e-6)  # still running
     assert (core.running("a"), core.running("b"), core.running("c")) == (0.0, 0.25, 0.0)
     assert core.share("a") == 1.0 and core.half_life == 1e9
+
+
+@pytest.mark.parametrize("policy", ["easy", "reserve-all"])
+def test_a_restored_grant_counts_for_the_default_owner(policy: str) -> None:
+    core = Scheduler(2, U, policy=policy, half_life=1e9)
+    grant = core.restore((0,), U, now=0.0)
+    assert core.running(None) == 1.0
+    core.release(0, U, ticket=grant.ticket, now=10.0)
+    assert core.usage(None) == pytest.approx(10.0, rel=1e-6)
+    assert core.running(None) == 0.0

@@ -21,7 +21,16 @@ from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 
 from .._check import check_real
 
-__all__ = ["DEFAULT_HALF_LIFE", "OwnerQueue", "Usage", "check_half_life", "check_shares"]
+_exp = math.exp
+
+__all__ = [
+    "DEFAULT_HALF_LIFE",
+    "Account",
+    "OwnerQueue",
+    "Usage",
+    "check_half_life",
+    "check_shares",
+]
 
 DEFAULT_HALF_LIFE = 3600.0
 """Seconds (of the caller's clock) after which a GPU-second of usage counts half: an hour,
@@ -55,7 +64,7 @@ def check_half_life(half_life: object) -> float:
     return number
 
 
-class _Account:
+class Account:
     """One owner's usage at ``since``, the GPUs it has held since then, and its grants."""
 
     __slots__ = ("grants", "rate", "since", "used")
@@ -79,15 +88,15 @@ class Usage:
         self.half_life = half_life
         self._decay = math.log(2.0) / half_life
         self._per_unit = [1.0 / total for total in totals]  # GPUs per unit on each GPU
-        self._accounts: dict[Hashable, _Account] = {}
+        self._accounts: dict[Hashable, Account] = {}
         # ticket -> (its owner's account, GPU -> units it still holds), in grant order
-        self._grants: dict[int, tuple[_Account, dict[int, int]]] = {}
+        self._grants: dict[int, tuple[Account, dict[int, int]]] = {}
 
     def share(self, owner: Hashable) -> float:
         """``owner``'s share (1 for an owner the shares do not name)."""
         return self.shares.get(owner, 1.0)
 
-    def _advance(self, account: _Account, now: float) -> None:
+    def _advance(self, account: Account, now: float) -> None:
         elapsed = now - account.since
         if elapsed > 0.0:
             kept = math.exp(-self._decay * elapsed)
@@ -116,6 +125,36 @@ class Usage:
         account = self._accounts.get(owner)
         return 0.0 if account is None else account.rate
 
+    def hold(self, owner: Hashable, held: Mapping[int, int], now: float) -> Account:
+        """Count a grant of ``owner`` holding ``held`` (GPU -> units) from ``now``, kept by
+        the caller (the hold-time records under ``easy``), which reports its end to
+        :meth:`drop`; return the account to report it on."""
+        account = self._accounts.get(owner)
+        if account is None:
+            account = self._accounts[owner] = Account(now)
+        elif now > account.since:  # _advance, inline (this runs on every grant)
+            kept = _exp(-self._decay * (now - account.since))
+            account.used = account.used * kept + account.rate * (1.0 - kept) / self._decay
+            account.since = now
+        per_unit = self._per_unit
+        for gpu, units in held.items():
+            account.rate += units * per_unit[gpu]
+        account.grants += 1
+        return account
+
+    def drop(self, account: Account, gpu: int, units: int, now: float, ended: bool) -> None:
+        """``units`` of a grant counted by :meth:`hold` given back on ``gpu`` at ``now``;
+        ``ended``: that was the last of it."""
+        if now > account.since:  # _advance, inline (this runs on every release)
+            kept = _exp(-self._decay * (now - account.since))
+            account.used = account.used * kept + account.rate * (1.0 - kept) / self._decay
+            account.since = now
+        account.rate -= units * self._per_unit[gpu]
+        if ended:
+            account.grants -= 1
+            if account.grants == 0:
+                account.rate = 0.0  # exactly: no drift from float sums once nothing is held
+
     def start(
         self,
         ticket: int,
@@ -127,7 +166,7 @@ class Usage:
         copied) from ``now``."""
         account = self._accounts.get(owner)
         if account is None:
-            account = self._accounts[owner] = _Account(now)
+            account = self._accounts[owner] = Account(now)
         elif now > account.since:
             self._advance(account, now)
         parts = dict(held)
@@ -158,7 +197,7 @@ class Usage:
     def _take(
         self,
         ticket: int,
-        record: tuple[_Account, dict[int, int]],
+        record: tuple[Account, dict[int, int]],
         gpu: int,
         units: int,
         now: float,

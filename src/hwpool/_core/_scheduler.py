@@ -367,7 +367,7 @@ class Scheduler:
         # Under easy: the clock, what was learned, the head, and the waiters without a hint
         # per demand (FIFO within each), those with one apart.
         self._now = 0.0
-        self._durations = Durations(self.num_gpus)
+        self._durations = Durations(self.num_gpus)  # given the owners' usage just below
         self._head: Head | None = None
         self._open_of: Head | None = None  # the head self._open_easy was made for
         self._open_easy: list[int] = []
@@ -383,6 +383,8 @@ class Scheduler:
         """The state of rules 8-10e: usage per owner, each owner's waiters, and whether the
         order differs from FIFO (more than one owner, or more than one priority, waits)."""
         self._usage = Usage(totals, shares, half_life)
+        # Under easy each grant's one record is its hold-time run, which reports to usage.
+        self._durations = Durations(self.num_gpus, self._usage)
         self._owner_queues: dict[Hashable, OwnerQueue] = {}
         self._fair = False
         # The owners ranked (rule 9) at (now, self._queued): usage at one ``now`` does not
@@ -496,8 +498,8 @@ class Scheduler:
             ticket, units = next(self._tickets), demand.units
             key = (demand.count, units, False)  # _class_of(demand), inline
             held = dict.fromkeys(gpus, units)
-            self._usage.start(ticket, demand.owner, held.items(), at)
-            self._durations.start(ticket, key, held, at)
+            account = self._usage.hold(demand.owner, held, at)
+            self._durations.start(ticket, key, held, at, None, account)
             return _grant((ticket, gpus, units))
         gpus = self._take_new(demand)
         if gpus is None:
@@ -563,8 +565,8 @@ class Scheduler:
         self._now = max(self._now, clock)
         free[gpu] += units
         at = self._now
-        self._usage.finish(ticket, gpu, units, at)
         if not self._easy:
+            self._usage.finish(ticket, gpu, units, at)
             return self._walk() if self._queue else []
         self._durations.finish(ticket, gpu, units, at)
         return self._walk_easy(at) if self._queue else []
@@ -590,9 +592,10 @@ class Scheduler:
         at = self._commit(clock)
         for gpu, units in pending.items():
             self._free[gpu] += units
-            self._usage.finish(ticket, gpu, units, at)
             if self._easy:
                 self._durations.finish(ticket, gpu, units, at)
+            else:
+                self._usage.finish(ticket, gpu, units, at)
         if not self._queue:
             return []
         return self._walk_easy(at) if self._easy else self._walk()
@@ -1123,9 +1126,13 @@ class Scheduler:
         at = self._commit(self._time(now))
         for gpu in gpus:
             self._free[gpu] -= units
-        grant = self._accounted(Grant(next(self._tickets), tuple(gpus), units), None)
+        grant = Grant(next(self._tickets), tuple(gpus), units)
         if self._easy:  # held from before: its start is unknown, so nothing is learned
-            self._durations.start(grant.ticket, None, dict.fromkeys(gpus, units), at)
+            held = dict.fromkeys(gpus, units)
+            account = self._usage.hold(None, held, at)
+            self._durations.start(grant.ticket, None, held, at, None, account)
+        else:
+            self._accounted(grant, None)
         return grant
 
     # ------------------------------------------------------------ easy (rules 3e-7e)
@@ -1171,8 +1178,8 @@ class Scheduler:
             held = {gpus[0]: units}
         else:
             held = dict.fromkeys(gpus, units) if units else {g: self._totals[g] for g in gpus}
-        self._usage.start(ticket, demand.owner, held.items(), now)
-        self._durations.start(ticket, _class_of(demand), held, now, hint)
+        account = self._usage.hold(demand.owner, held, now)
+        self._durations.start(ticket, _class_of(demand), held, now, hint, account)
         return grant
 
     def _dequeue(self, ticket: int) -> Demand:
