@@ -182,10 +182,10 @@ def test_one_owner_alone_gets_every_gpu() -> None:
     assert core.free == (0, 0, 0, 0)
 
 
-def _flood(count: int, units: int, owners: bool, policy: str) -> float:
+def _flood(count: int, units: int, owners: bool, policy: str, a_owner: str | None = "a") -> float:
     """A queues 40 one-GPU 10 s jobs on 4 GPUs, B one job at t=1: B's wait."""
     core = Scheduler(4, U, policy=policy)
-    a, b = ("a", "b") if owners else (None, None)
+    a, b = (a_owner, "b") if owners else (None, None)
     running: list[tuple[float, Grant]] = []
     for _ in range(40):
         _, grant = core.submit(Demand(1, U, owner=a), now=0.0)
@@ -207,6 +207,19 @@ def _flood(count: int, units: int, owners: bool, policy: str) -> float:
 def test_a_flood_delays_another_owner_one_hold_time(policy: str, count: int, units: int) -> None:
     assert _flood(count, units, owners=False, policy=policy) == 99.0  # last in line
     assert _flood(count, units, owners=True, policy=policy) == 9.0  # the next release
+
+
+@pytest.mark.parametrize("policy", ["easy", "reserve-all"])
+def test_the_default_owner_is_counted_from_when_another_appears(policy: str) -> None:
+    # A names no owner: nothing is counted until B's demand names one; then A's running
+    # grants count from their start, and B still goes first.
+    assert _flood(4, U, owners=True, policy=policy, a_owner=None) == 9.0
+    core = Scheduler(1, U, policy=policy, half_life=1e9)
+    _, grant = core.submit(Demand(1, U), now=0.0)
+    assert grant is not None
+    core.submit(Demand(1, U, owner="b"), now=4.0)
+    assert core.usage(None, 4.0) == pytest.approx(4.0, rel=1e-6)
+    assert core.running(None) == 1.0
 
 
 def test_a_head_yields_once_then_comes_back() -> None:

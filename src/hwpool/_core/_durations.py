@@ -8,7 +8,7 @@ comes in as an argument, from the core's caller.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 from ._fairshare import Account, Usage
@@ -56,6 +56,15 @@ class Durations:
         self._runs[ticket] = [now, key, hint, held, account]
         for gpu, units in held.items():
             self._on_gpu[gpu][ticket] = units
+
+    def count_running(
+        self, hold_since: Callable[[Mapping[int, int], float, float], Account], now: float
+    ) -> None:
+        """Give every running grant without an account the one ``hold_since(held, start,
+        now)`` opens for it (the default owner's, counted from its start)."""
+        for run in self._runs.values():
+            if run[_ACCOUNT] is None:
+                run[_ACCOUNT] = hold_since(run[_HELD], run[_START], now)
 
     def finish(self, ticket: int | None, gpu: int, units: int, now: float) -> None:
         """Record ``units`` given back on ``gpu`` at ``now``, by ``ticket`` if known.

@@ -142,6 +142,16 @@ class Usage:
         account.grants += 1
         return account
 
+    def hold_since(self, held: Mapping[int, int], start: float, now: float) -> Account:
+        """Count a grant of the default owner (None) holding ``held`` since ``start``, found
+        running when counting began at ``now``: what it has held so far, decayed, and what it
+        holds from now."""
+        account = self.hold(None, held, now)
+        gpus = sum(units * self._per_unit[gpu] for gpu, units in held.items())
+        elapsed = max(0.0, now - start)
+        account.used += gpus * (1.0 - _exp(-self._decay * elapsed)) / self._decay
+        return account
+
     def drop(self, account: Account, gpu: int, units: int, now: float, ended: bool) -> None:
         """``units`` of a grant counted by :meth:`hold` given back on ``gpu`` at ``now``;
         ``ended``: that was the last of it."""

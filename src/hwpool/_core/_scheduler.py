@@ -69,6 +69,9 @@ is this order, taken at the ``now`` of each call:
    exponentially with the scheduler's ``half_life`` (default an hour): the usage of Slurm's
    classic fair-share factor (priority/multifactor plugin, ``PriorityDecayHalfLife``). Its
    *share* comes from ``shares`` (default 1). Usage is kept in O(1) per grant and release.
+   Under ``easy`` it is counted from the first demand that names an owner or a priority
+   (until then everything is one owner's, whose usage orders nothing, and a grant costs no
+   bookkeeping); grants running then count from their start, earlier ones not at all.
 9. Queue order: owners by usage / share, least first (ties: the owner whose earliest waiter
    came first), and each owner's waiters together in its own order (rule 10): Slurm's order
    by fair-share factor, ``2 ** (-usage / share)``, which ranks owners alike. Usage changes
@@ -383,8 +386,10 @@ class Scheduler:
         """The state of rules 8-10e: usage per owner, each owner's waiters, and whether the
         order differs from FIFO (more than one owner, or more than one priority, waits)."""
         self._usage = Usage(totals, shares, half_life)
-        # Under easy each grant's one record is its hold-time run, which reports to usage.
+        # Under easy each grant's one record is its hold-time run, which reports to usage;
+        # and usage is counted only once some demand names an owner (see _count_usage).
         self._durations = Durations(self.num_gpus, self._usage)
+        self._counting = not self._easy
         self._owner_queues: dict[Hashable, OwnerQueue] = {}
         self._fair = False
         # The owners ranked (rule 9) at (now, self._queued): usage at one ``now`` does not
@@ -434,10 +439,13 @@ class Scheduler:
         """``owner``'s recent usage in GPU-seconds, decayed with the half-life (rule 8), at
         ``now`` (default, and at the earliest: the latest time given); 0 for an owner never
         granted."""
-        return self._usage.usage(owner, max(self._now, self._time(now)))
+        at = max(self._now, self._time(now))
+        self._count_usage()
+        return self._usage.usage(owner, at)
 
     def running(self, owner: Hashable) -> float:
         """GPUs ``owner`` holds now (a fraction counts its share of its GPU)."""
+        self._count_usage()
         return self._usage.running(owner)
 
     def share(self, owner: Hashable) -> float:
@@ -498,7 +506,7 @@ class Scheduler:
             ticket, units = next(self._tickets), demand.units
             key = (demand.count, units, False)  # _class_of(demand), inline
             held = dict.fromkeys(gpus, units)
-            account = self._usage.hold(demand.owner, held, at)
+            account = self._usage.hold(demand.owner, held, at) if self._counting else None
             self._durations.start(ticket, key, held, at, None, account)
             return _grant((ticket, gpus, units))
         gpus = self._take_new(demand)
@@ -644,6 +652,7 @@ class Scheduler:
         count, units = demand.count, demand.units
         if demand.owner is not None or demand.priority.__class__ is not int or demand.priority:
             self._check_owner(demand)
+            self._count_usage()
         if demand.relative:
             return self._admit_relative(demand)
         if count > 1 or demand.whole:
@@ -731,6 +740,15 @@ class Scheduler:
         if self._fair:
             self._fair = len(queues) > 1 or any(len(q.priorities) > 1 for q in queues.values())
         return demand
+
+    def _count_usage(self) -> None:
+        """Count usage from now on, if not yet (rule 8: under ``easy`` only once a demand
+        names an owner or a priority, or usage is asked for: until then all is one owner's,
+        whose usage orders nothing, and a grant costs no bookkeeping). The grants running
+        then count from their start; those that ended before are not counted."""
+        if not self._counting:
+            self._counting = True
+            self._durations.count_running(self._usage.hold_since, self._now)
 
     def _accounted(self, grant: Grant, owner: Hashable) -> Grant:
         """``grant`` of ``owner``, counted in its usage from now (rule 8)."""
@@ -1129,7 +1147,7 @@ class Scheduler:
         grant = Grant(next(self._tickets), tuple(gpus), units)
         if self._easy:  # held from before: its start is unknown, so nothing is learned
             held = dict.fromkeys(gpus, units)
-            account = self._usage.hold(None, held, at)
+            account = self._usage.hold(None, held, at) if self._counting else None
             self._durations.start(grant.ticket, None, held, at, None, account)
         else:
             self._accounted(grant, None)
@@ -1178,7 +1196,7 @@ class Scheduler:
             held = {gpus[0]: units}
         else:
             held = dict.fromkeys(gpus, units) if units else {g: self._totals[g] for g in gpus}
-        account = self._usage.hold(demand.owner, held, now)
+        account = self._usage.hold(demand.owner, held, now) if self._counting else None
         self._durations.start(ticket, _class_of(demand), held, now, hint, account)
         return grant
 
