@@ -309,6 +309,7 @@ class OwnersMachine(RuleBasedStateMachine):
         self.waiting: set[int] = set()
         self.now = 0.0
         self.heads: list[int] = []
+        self.owner_of: dict[int, str] = {}
 
     def _absorb(self, grants: list[Grant]) -> None:
         for grant in grants:
@@ -333,6 +334,7 @@ class OwnersMachine(RuleBasedStateMachine):
         else:
             demand = Demand(1, units, relative=relative, owner=owner, priority=priority)
         ticket, grant = self.core.submit(demand, now=self.now)
+        self.owner_of[ticket] = owner
         self.waiting.add(ticket)
         self._absorb([grant] if grant else [])
 
@@ -358,6 +360,19 @@ class OwnersMachine(RuleBasedStateMachine):
             for gpu, units in self.core.held(grant):
                 used[gpu] += units
         assert [f + u for f, u in zip(self.core.free, used, strict=True)] == list(self.core.totals)
+
+    @invariant()
+    def usage_follows_grants(self) -> None:
+        totals = self.core.totals
+        for owner in ("a", "b", "c"):
+            held = sum(
+                units / totals[gpu]
+                for ticket, grant in self.held.items()
+                if self.owner_of[ticket] == owner
+                for gpu, units in self.core.held(grant)
+            )
+            assert self.core.running(owner) == pytest.approx(held, abs=1e-9)
+            assert self.core.usage(owner) >= 0.0
 
     @invariant()
     def queue_matches(self) -> None:
