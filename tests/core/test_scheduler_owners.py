@@ -427,3 +427,14 @@ def test_a_restored_grant_counts_for_the_default_owner(policy: str) -> None:
     core.release(0, U, ticket=grant.ticket, now=10.0)
     assert core.usage(None) == pytest.approx(10.0, rel=1e-6)
     assert core.running(None) == 0.0
+
+
+@pytest.mark.parametrize("half_life", [1e-3, 1.0, 1e9, 1e18, 1e300])
+def test_usage_is_exact_for_any_half_life(half_life: float) -> None:
+    core = Scheduler(1, U, half_life=half_life)
+    _, grant = core.submit(Demand(1, U, owner="a"), now=0.0)
+    assert grant is not None
+    core.release(0, U, ticket=grant.ticket, now=10.0)
+    k = math.log(2.0) / half_life
+    expected = -math.expm1(-k * 10.0) / k  # one GPU for 10 s, decayed to t=10
+    assert core.usage("a") == pytest.approx(expected, rel=1e-9)

@@ -21,7 +21,7 @@ from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 
 from .._check import check_real
 
-_exp = math.exp
+_expm1 = math.expm1  # exp(x) - 1, exact near 0: usage over spans far below the half-life
 
 __all__ = [
     "DEFAULT_HALF_LIFE",
@@ -99,8 +99,8 @@ class Usage:
     def _advance(self, account: Account, now: float) -> None:
         elapsed = now - account.since
         if elapsed > 0.0:
-            kept = math.exp(-self._decay * elapsed)
-            account.used = account.used * kept + account.rate * (1.0 - kept) / self._decay
+            lost = -math.expm1(-self._decay * elapsed)  # 1 - kept, exact for small ones
+            account.used = account.used * (1.0 - lost) + account.rate * lost / self._decay
             account.since = now
 
     def usage(self, owner: Hashable, now: float) -> float:
@@ -133,8 +133,8 @@ class Usage:
         if account is None:
             account = self._accounts[owner] = Account(now)
         elif now > account.since:  # _advance, inline (this runs on every grant)
-            kept = _exp(-self._decay * (now - account.since))
-            account.used = account.used * kept + account.rate * (1.0 - kept) / self._decay
+            lost = _expm1(-self._decay * (now - account.since))  # minus (1 - kept)
+            account.used = account.used * (1.0 + lost) - account.rate * lost / self._decay
             account.since = now
         per_unit = self._per_unit
         for gpu, units in held.items():
@@ -149,15 +149,15 @@ class Usage:
         account = self.hold(None, held, now)
         gpus = sum(units * self._per_unit[gpu] for gpu, units in held.items())
         elapsed = max(0.0, now - start)
-        account.used += gpus * (1.0 - _exp(-self._decay * elapsed)) / self._decay
+        account.used -= gpus * _expm1(-self._decay * elapsed) / self._decay
         return account
 
     def drop(self, account: Account, gpu: int, units: int, now: float, ended: bool) -> None:
         """``units`` of a grant counted by :meth:`hold` given back on ``gpu`` at ``now``;
         ``ended``: that was the last of it."""
         if now > account.since:  # _advance, inline (this runs on every release)
-            kept = _exp(-self._decay * (now - account.since))
-            account.used = account.used * kept + account.rate * (1.0 - kept) / self._decay
+            lost = _expm1(-self._decay * (now - account.since))  # minus (1 - kept)
+            account.used = account.used * (1.0 + lost) - account.rate * lost / self._decay
             account.since = now
         account.rate -= units * self._per_unit[gpu]
         if ended:
