@@ -47,6 +47,8 @@ def test_leases_go_to_the_owner_with_less_usage_then_by_priority() -> None:
         await _queued(pool, 2)
         tasks.append(asyncio.create_task(want("a-high", "a", priority=3)))
         await _queued(pool, 3)
+        waiting = pool.snapshot().waiting  # in queue order, with owners and priorities
+        assert [(w.owner, w.priority) for w in waiting] == [("b", 0), ("a", 3), ("a", 0)]
         clock[0] = 2.0
         pool.release(gpu)
         async with asyncio.timeout(BOUND):

@@ -23,6 +23,7 @@ How the lock is used, and why (finalizers and Ctrl-C can run our code at awkward
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import threading
 import time
@@ -400,7 +401,7 @@ class LocalBackend:
             waiting = []
             for entry in self._core.waiters():
                 parked = self._waiters.get(entry.ticket)
-                waiting.append(self._waiter_snapshot(entry, parked, now))
+                waiting.append(_owned(self._waiter_snapshot(entry, parked, now), entry.demand))
             totals = self._totals
             snap = PoolSnapshot(
                 num_gpus=len(self._gpus),
@@ -464,3 +465,10 @@ def _describe(grant: Grant) -> str:
         return f"whole GPU(s) {list(grant.gpus)}"
     fraction = units_to_fraction(grant.units)
     return f"{fraction} of GPU(s) {list(grant.gpus)}"
+
+
+def _owned(snap: WaiterSnapshot, demand: Demand) -> WaiterSnapshot:
+    """``snap`` with the owner and priority of ``demand`` (the queue order's, rules 8-10)."""
+    if demand.owner is None and not demand.priority:
+        return snap
+    return dataclasses.replace(snap, owner=demand.owner, priority=demand.priority)
