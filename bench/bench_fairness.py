@@ -192,10 +192,13 @@ def release_us(waiters: int, owners: int, rounds: int = 2000) -> float:
     """Microseconds per release on a full 4-GPU core with ``waiters`` one-GPU waiters from
     ``owners`` owners (None when 1), each release granting the next waiter."""
     core = Scheduler(GPUS)
-    names = [None] if owners == 1 else [f"o{i}" for i in range(owners)]
+    if owners == 1:  # no owner named: as before owners (and it runs on that core too)
+        demands = [Demand(1, UNITS_PER_GPU)]
+    else:
+        demands = [Demand(1, UNITS_PER_GPU, owner=f"o{i}") for i in range(owners)]
     held = []
     for i in range(GPUS + waiters):
-        _, grant = core.submit(Demand(1, UNITS_PER_GPU, owner=names[i % owners]), now=0.0)
+        _, grant = core.submit(demands[i % owners], now=0.0)
         if grant is not None:
             held.append(grant)
     now = 1.0
