@@ -77,7 +77,11 @@ is this order, taken at the ``now`` of each call:
    by fair-share factor, ``2 ** (-usage / share)``, which ranks owners alike. Usage changes
    with time, so the order is taken afresh at each call, in O(owners log owners): a box has
    tens of owners. Work-conserving: the order only ranks waiters; an owner alone gets every
-   GPU, and backfill (rules 4, 4e) is unchanged.
+   GPU, and backfill (rules 4, 4e) is unchanged. Owners that keep work queued get GPU-time
+   in proportion to their shares, within about ``k * g * T / (2 * r)`` (``k = ln 2 /
+   half_life``; ``g``, ``T``: a grant's GPUs and hold; ``r``: the owner's GPUs on average):
+   an owner is served at the low point of its usage, which a grant raises only as it runs.
+   ``bench/bench_fairness.py`` measures it (1-2% at the default half-life).
 10. Within an owner: higher priority first, FIFO within a priority. A priority never passes
    another owner's waiter. With one owner at one priority (the default) the order is FIFO
    and every decision is exactly what it was before owners.
