@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from hwpool._core._fairshare import Usage
 from hwpool._core._scheduler import Demand, Grant, Scheduler
 
 U = 1_000
@@ -438,3 +439,16 @@ def test_usage_is_exact_for_any_half_life(half_life: float) -> None:
     k = math.log(2.0) / half_life
     expected = -math.expm1(-k * 10.0) / k  # one GPU for 10 s, decayed to t=10
     assert core.usage("a") == pytest.approx(expected, rel=1e-9)
+
+
+def test_usage_can_forget_its_grants_and_keep_what_was_used() -> None:
+    usage = Usage([U, U], {"a": 2.0}, 1e9)
+    usage.start(1, "a", {0: U, 1: U // 2}, 0.0)
+    usage.finish(None, 1, U // 2, 4.0)  # no ticket: the only grant there
+    assert usage.running("a") == 1.0
+    usage.forget_grants(10.0)
+    assert usage.running("a") == 0.0
+    assert usage.usage("a", 20.0) == pytest.approx(12.0, rel=1e-6)  # 1.5 x 4 + 1 x 6
+    assert usage.ratio("a", 20.0) == pytest.approx(6.0, rel=1e-6)
+    usage.finish(1, 0, U, 20.0)  # forgotten: nothing is taken twice
+    assert usage.running("a") == 0.0

@@ -165,6 +165,15 @@ class Usage:
             if account.grants == 0:
                 account.rate = 0.0  # exactly: no drift from float sums once nothing is held
 
+    def forget_grants(self, now: float) -> None:
+        """Forget every grant held (their owners hold nothing from ``now``), keeping the
+        usage counted so far: for a caller that rebuilds its grants from its own books."""
+        for account in self._accounts.values():
+            if now > account.since:
+                self._advance(account, now)
+            account.rate, account.grants = 0.0, 0
+        self._grants.clear()
+
     def start(
         self,
         ticket: int,

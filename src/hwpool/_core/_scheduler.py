@@ -394,11 +394,17 @@ class Scheduler:
         # and usage is counted only once some demand names an owner (see _count_usage).
         self._durations = Durations(self.num_gpus, self._usage)
         self._counting = not self._easy
+        self._queued = 0  # counts every change to the queue (see _ranked)
+        self._reset_owner_queues()
+
+    def _reset_owner_queues(self) -> None:
+        """Nobody waits: no owner queues, FIFO order, no yielded head (rules 9-10e). Usage
+        is kept; call this wherever the queue is emptied wholesale."""
         self._owner_queues: dict[Hashable, OwnerQueue] = {}
         self._fair = False
         # The owners ranked (rule 9) at (now, self._queued): usage at one ``now`` does not
         # change with grants or releases made at it, so only time and the queue matter.
-        self._queued = 0  # counts every change to the queue
+        self._queued += 1
         self._ranked_at: tuple[float, int] = (-math.inf, -1)
         self._ranked_owners: list[tuple[Hashable, OwnerQueue]] = []
         # Under easy (rule 10e): the head that yielded its place, until it is head again,
