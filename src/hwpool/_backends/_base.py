@@ -8,6 +8,7 @@ protocol. A backend receives demands that the front has already validated.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -28,6 +29,10 @@ class WaiterSnapshot:
     memory_mib: int | None = None
     """On a pool sized in memory: the MiB asked for on one GPU (None: whole GPUs, a fraction
     pool, or a fraction on GPUs of different sizes, where ``fraction`` says it)."""
+    owner: Hashable = None
+    """Whose request it is (``owner=`` of an in-process pool; None: the default owner)."""
+    priority: int = 0
+    """Its priority within its owner's queue."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,15 +33,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import enum
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from threading import get_ident
 from typing import NamedTuple
 
 from .._core._capacity import units_to_fraction
+from .._core._fairshare import DEFAULT_HALF_LIFE
 from .._core._scheduler import Demand, Grant, Scheduler
 from .._core._scheduler import Waiter as CoreWaiter
 from .._errors import PoolClosedError
@@ -73,7 +75,8 @@ class LocalBackend:
     ``gpus`` lists the logical GPUs, in index order; ``totals``, for a pool sized in memory,
     each one's capacity (MiB). The demands it receives are validated by the front
     (``hwpool.GPUPool``). ``policy``: the core's (``hwpool._core._scheduler.POLICIES``);
-    ``clock``: seconds for the core (a test may freeze it to make ``easy`` deterministic).
+    ``clock``: seconds for the core (a test may freeze it to make ``easy`` deterministic);
+    ``shares`` and ``half_life``: the core's fair share between owners (rules 8-10e).
     """
 
     def __init__(
@@ -83,12 +86,14 @@ class LocalBackend:
         *,
         policy: str = "easy",
         clock: Callable[[], float] = time.monotonic,
+        shares: Mapping[Hashable, float] | None = None,
+        half_life: float = DEFAULT_HALF_LIFE,
     ) -> None:
         self._gpus = tuple(gpus)
         self._clock = clock  # the core's time, from which it learns hold times
         self._sized = totals is not None
         sizes: int | tuple[int, ...] = len(self._gpus) if totals is None else tuple(totals)
-        self._core = Scheduler(sizes, policy=policy)
+        self._core = Scheduler(sizes, policy=policy, shares=shares, half_life=half_life)
         self._totals = (
             (self._core.units_per_gpu,) * len(self._gpus) if totals is None else tuple(totals)
         )
@@ -498,7 +503,7 @@ class LocalBackend:
             waiting = []
             for entry in self._core.waiters():
                 parked = self._waiters.get(entry.ticket)
-                waiting.append(self._waiter_snapshot(entry, parked, now))
+                waiting.append(_owned(self._waiter_snapshot(entry, parked, now), entry.demand))
             totals = self._totals
             snap = PoolSnapshot(
                 num_gpus=len(self._gpus),
@@ -576,3 +581,10 @@ def _describe(grant: Grant) -> str:
         return f"whole GPU(s) {list(grant.gpus)}"
     fraction = units_to_fraction(grant.units)
     return f"{fraction} of GPU(s) {list(grant.gpus)}"
+
+
+def _owned(snap: WaiterSnapshot, demand: Demand) -> WaiterSnapshot:
+    """``snap`` with the owner and priority of ``demand`` (the queue order's, rules 8-10)."""
+    if demand.owner is None and not demand.priority:
+        return snap
+    return dataclasses.replace(snap, owner=demand.owner, priority=demand.priority)

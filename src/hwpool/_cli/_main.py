@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from .._check import int_from_text
+from .._core._fairshare import DEFAULT_HALF_LIFE
 from .._core._memory import format_mib
 from .._sim import _simulate as _sim
 from .._sim import _trace
@@ -105,7 +106,8 @@ def _parser() -> argparse.ArgumentParser:
     sim = commands.add_parser("simulate", help="replay a trace in virtual time")
     sim.add_argument(
         "trace", metavar="TRACE",
-        help="a JSON Lines or CSV file (arrival, demand, duration[, name]), or a bundled "
+        help="a JSON Lines or CSV file (arrival, demand, duration[, name, owner, priority]), "
+        "or a bundled "
         f"example: {', '.join(_trace.EXAMPLE_TRACES)}",
     )  # fmt: skip
     sim.add_argument(
@@ -120,6 +122,15 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument(
         "--policy", type=_policies, default=["hwpool"], metavar="P[,P...]",
         help=f"policies to compare: {', '.join(_sim.POLICIES)}, or 'all' (default hwpool)",
+    )  # fmt: skip
+    sim.add_argument(
+        "--share", type=_share, action="append", default=[], metavar="OWNER=N",
+        help="a trace owner's share of the machine (repeat per owner; default 1 each): the "
+        "hwpool policies serve owners by recent usage over share",
+    )  # fmt: skip
+    sim.add_argument(
+        "--half-life", type=_seconds, default=None, metavar="S",
+        help="seconds after which an owner's past usage counts half (default 3600)",
     )  # fmt: skip
     sim.add_argument("--json", action="store_true", help="print one JSON object instead")
     sim.add_argument("--plot", metavar="FILE.png", help="also write Gantt and utilisation charts")
@@ -152,6 +163,19 @@ def _seconds(text: str) -> float:
             f"must be a number of seconds > 0 and <= {MAX_SECONDS:g}, got {text[:40]!r}"
         )
     return value
+
+
+def _share(text: str) -> tuple[str, float]:
+    owner, sep, number = text.rpartition("=")
+    try:
+        share = float(number)
+    except ValueError:
+        share = math.nan
+    if not sep or not owner or not (math.isfinite(share) and share > 0):
+        raise argparse.ArgumentTypeError(
+            f"must be OWNER=N with N a finite number > 0, got {text[:60]!r}"
+        )
+    return owner, share
 
 
 def _policies(text: str) -> list[str]:
@@ -193,7 +217,8 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     num_gpus = len(sizes) if sizes is not None else args.gpus or 4
     try:
         tasks = _trace.load_trace(args.trace, max_gpus=num_gpus)
-        outcomes = _simulate_all(tasks, num_gpus, args.policy, sizes)
+        fair = _sim.FairShare(dict(args.share), args.half_life or DEFAULT_HALF_LIFE)
+        outcomes = _simulate_all(tasks, num_gpus, args.policy, sizes, fair)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     machine = plural(num_gpus, "GPU")
@@ -214,8 +239,11 @@ def _simulate_all(
     num_gpus: int,
     policies: Sequence[str],
     gpu_memory: Sequence[int] | None = None,
+    fair: _sim.FairShare | None = None,
 ) -> list[_sim.Outcome]:
-    """Each policy in turn, with a progress bar on a terminal once it takes over half a second."""
+    """Each policy in turn, with a progress bar on a terminal once it takes over half a second;
+    ``fair``: the owners' shares and the half-life for the hwpool policies."""
+    fair = fair or _sim.FairShare()
     total = len(tasks) * len(policies)
     bar = ProgressBar(total, "tasks simulated", sys.stderr, delay=PROGRESS_DELAY)
     outcomes = []
@@ -226,7 +254,15 @@ def _simulate_all(
             bar.advance(base + done - bar.done)
 
         outcomes.append(
-            _sim.simulate(tasks, num_gpus, policy, progress=advance, gpu_memory=gpu_memory)
+            _sim.simulate(
+                tasks,
+                num_gpus,
+                policy,
+                progress=advance,
+                gpu_memory=gpu_memory,
+                shares=fair.shares,
+                half_life=fair.half_life,
+            )
         )
         advance(len(tasks))
     bar.close()

@@ -25,6 +25,11 @@ def format_table(outcomes: Sequence[Outcome]) -> str:
         for metric in ("p50", "p99", "worst"):
             values = [f"{getattr(o.classes[index], metric):.2f}" for o in outcomes]
             rows.append((f"  {metric} wait (s)", values))
+    for index, stats in enumerate(outcomes[0].owners):  # the same owners in every outcome
+        rows.append((f"owner {stats.label} x{stats.count}", [""] * len(outcomes)))
+        for metric in ("p50", "p99"):
+            values = [f"{getattr(o.owners[index], metric):.2f}" for o in outcomes]
+            rows.append((f"  {metric} wait (s)", values))
     header = ("", [o.policy for o in outcomes])
     label_width = max(len(label) for label, _ in rows)
     widths = [max(len(h), *(len(r[1][i]) for r in rows)) for i, h in enumerate(header[1])]
@@ -39,6 +44,10 @@ def _run_json(run: TaskRun) -> dict[str, JSONValue]:
     asked: dict[str, JSONValue] = {"demand": run.task.demand}
     if run.task.memory_mib is not None:
         asked = {"memory": run.task.memory_mib}  # MiB: reads back as the same task
+    if run.task.owner is not None:
+        asked["owner"] = run.task.owner
+    if run.task.priority:
+        asked["priority"] = run.task.priority
     return {
         "name": run.task.name,
         "arrival": run.task.arrival,
@@ -58,6 +67,18 @@ def _machine_json(outcome: Outcome) -> dict[str, JSONValue]:
     return {"gpu_memory": list(outcome.gpu_memory)}
 
 
+def _owners_json(outcome: Outcome) -> dict[str, JSONValue]:
+    """``owners``: waits per owner, when the tasks have more than one; nothing otherwise."""
+    if not outcome.owners:
+        return {}
+    return {
+        "owners": {
+            s.label: {"count": s.count, "p50": s.p50, "p99": s.p99, "max": s.worst}
+            for s in outcome.owners
+        }
+    }
+
+
 def outcome_json(outcome: Outcome) -> dict[str, JSONValue]:
     """One schedule as a JSON-ready dict: tasks, makespan, lower bound, utilisation, waits."""
     return {
@@ -72,6 +93,7 @@ def outcome_json(outcome: Outcome) -> dict[str, JSONValue]:
             s.label: {"count": s.count, "p50": s.p50, "p99": s.p99, "max": s.worst}
             for s in outcome.classes
         },
+        **_owners_json(outcome),
         "tasks": [_run_json(run) for run in outcome.runs],
     }
 

@@ -8,8 +8,10 @@ comes in as an argument, from the core's caller.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
+
+from ._fairshare import Account, Usage
 
 __all__ = ["SMOOTHING", "Durations"]
 
@@ -17,19 +19,22 @@ SMOOTHING = 0.3
 """Weight of the newest hold time in a class's moving average (exponential smoothing)."""
 
 
-# A running grant: [start, key, hint, held], a list for speed (it is made on every grant).
-# key None: not learned from (a restored grant, a guessed release); held: GPU -> units still
-# held (the caller's dict, not copied).
+# A running grant: [start, key, hint, held, account], a list for speed (it is made on every
+# grant). key None: not learned from (a restored grant, a guessed release); held: GPU -> units
+# still held (the caller's dict, not copied); account: its owner's usage (None: not counted).
 _Run = list[Any]
-_START, _KEY, _HINT, _HELD = range(4)
+_START, _KEY, _HINT, _HELD, _ACCOUNT = range(5)
 
 
 class Durations:
-    """Per-class hold-time averages and the running grants, per GPU."""
+    """Per-class hold-time averages and the running grants, per GPU; ``usage``, if given,
+    hears what each grant that carries an account gives back (owners' usage, rule 8 of the
+    scheduler), so that the core keeps one record per running grant."""
 
-    __slots__ = ("_classes", "_count", "_on_gpu", "_runs", "_total")
+    __slots__ = ("_classes", "_count", "_on_gpu", "_runs", "_total", "_usage")
 
-    def __init__(self, num_gpus: int) -> None:
+    def __init__(self, num_gpus: int, usage: Usage | None = None) -> None:
+        self._usage = usage
         self._classes: dict[Hashable, float] = {}  # key -> smoothed mean hold time
         self._total = 0.0  # over every class, for the plain mean
         self._count = 0
@@ -37,18 +42,29 @@ class Durations:
         self._on_gpu: list[dict[int, int]] = [{} for _ in range(num_gpus)]
 
     # ----------------------------------------------------------------- learning
-    def start(
+    def start(  # noqa: PLR0917 (positional on the hot path: every grant)
         self,
         ticket: int,
         key: Hashable | None,
         held: dict[int, int],
         now: float,
         hint: float | None = None,
+        account: Account | None = None,
     ) -> None:
-        """Record a grant that starts at ``now`` holding ``held`` (GPU -> units; kept)."""
-        self._runs[ticket] = [now, key, hint, held]
+        """Record a grant that starts at ``now`` holding ``held`` (GPU -> units; kept);
+        ``account``: its owner's, told what it gives back."""
+        self._runs[ticket] = [now, key, hint, held, account]
         for gpu, units in held.items():
             self._on_gpu[gpu][ticket] = units
+
+    def count_running(
+        self, hold_since: Callable[[Mapping[int, int], float, float], Account], now: float
+    ) -> None:
+        """Give every running grant without an account the one ``hold_since(held, start,
+        now)`` opens for it (the default owner's, counted from its start)."""
+        for run in self._runs.values():
+            if run[_ACCOUNT] is None:
+                run[_ACCOUNT] = hold_since(run[_HELD], run[_START], now)
 
     def finish(self, ticket: int | None, gpu: int, units: int, now: float) -> None:
         """Record ``units`` given back on ``gpu`` at ``now``, by ``ticket`` if known.
@@ -63,6 +79,8 @@ class Durations:
             run = self._runs[ticket]
             if on_gpu[ticket] == units and len(run[_HELD]) == 1:  # the common case, inline
                 del on_gpu[ticket], self._runs[ticket]
+                if run[_ACCOUNT] is not None and self._usage is not None:
+                    self._usage.drop(run[_ACCOUNT], gpu, units, now, True)
                 key = run[_KEY]
                 if key is not None:
                     seconds = now - run[_START]
@@ -92,6 +110,9 @@ class Durations:
         on_gpu, run = self._on_gpu[gpu], self._runs[ticket]
         held = run[_HELD]
         left = on_gpu[ticket] - units
+        if run[_ACCOUNT] is not None and self._usage is not None:
+            ended = left <= 0 and len(held) == 1
+            self._usage.drop(run[_ACCOUNT], gpu, min(units, on_gpu[ticket]), now, ended)
         if left > 0:
             on_gpu[ticket] = held[gpu] = left
             return

@@ -60,6 +60,41 @@ hold under both policies:
    index of the demands still waiting, without scanning them. On GPUs of one size this walk
    is the fast path; GPUs of different sizes take a plainer walk with the same rules.
 
+Owners, shares and priorities (both policies; issue 23). "Queue order" in the rules above
+is this order, taken at the ``now`` of each call:
+
+8. Every demand has an owner (any hashable; default None) and a priority (an int; default
+   0). An owner's *usage* is the GPU-seconds of its grants, finished and running up to
+   ``now`` (``u`` units on a GPU of ``total`` count ``u / total`` GPUs), decayed
+   exponentially with the scheduler's ``half_life`` (default an hour): the usage of Slurm's
+   classic fair-share factor (priority/multifactor plugin, ``PriorityDecayHalfLife``). Its
+   *share* comes from ``shares`` (default 1). Usage is kept in O(1) per grant and release.
+   Under ``easy`` it is counted from the first demand that names an owner or a priority
+   (until then everything is one owner's, whose usage orders nothing, and a grant costs no
+   bookkeeping); grants running then count from their start, earlier ones not at all.
+9. Queue order: owners by usage / share, least first (ties: the owner whose earliest waiter
+   came first), and each owner's waiters together in its own order (rule 10): Slurm's order
+   by fair-share factor, ``2 ** (-usage / share)``, which ranks owners alike. Usage changes
+   with time, so the order is taken afresh at each call, in O(owners log owners): a box has
+   tens of owners. Work-conserving: the order only ranks waiters; an owner alone gets every
+   GPU, and backfill (rules 4, 4e) is unchanged. Owners that keep work queued get GPU-time
+   in proportion to their shares, within about ``k * g * T / (2 * r)`` (``k = ln 2 /
+   half_life``; ``g``, ``T``: a grant's GPUs and hold; ``r``: the owner's GPUs on average):
+   an owner is served at the low point of its usage, which a grant raises only as it runs.
+   ``bench/bench_fairness.py`` measures it (1-2% at the default half-life).
+10. Within an owner: higher priority first, FIFO within a priority. A priority never passes
+   another owner's waiter. With one owner at one priority (the default) the order is FIFO
+   and every decision is exactly what it was before owners.
+10e. Under ``easy`` the head is the first waiter in queue order *when a head is chosen*, and
+   stays head (rules 3e-6e) until granted or cancelled, with one exception: while no other
+   head has yielded, a head yields, once in its wait, to the first waiter in queue order if
+   that waiter's owner has strictly less usage per share (a user whose flood holds the head
+   does not make a newcomer wait for it). The yielded waiter becomes head again as soon as
+   the one it yielded to is granted or cancelled, so every head's wait stays bounded: its
+   own rule-6e bound plus one other head's.
+10r. Under ``reserve-all`` a new arrival backfills (rule 4) and reserves at the tail, as
+   before; its owner's place in the order counts from the next walk (release or cancel).
+
 Invariants after every call: per GPU ``0 <= free <= total``; a ticket is waiting, granted or
 gone, never two; reservations are disjoint and held only by waiters.
 """
@@ -72,13 +107,14 @@ import heapq
 import itertools
 import math
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from .._check import check_int, check_real, check_timeout
 from ._capacity import UNITS_PER_GPU
 from ._durations import Durations
+from ._fairshare import DEFAULT_HALF_LIFE, OwnerQueue, Usage, check_half_life, check_shares
 
 __all__ = ["POLICIES", "Demand", "Grant", "Head", "Scheduler", "Waiter"]
 
@@ -99,13 +135,17 @@ class Demand:
     ``count > 1`` always means whole GPUs; ``whole=True`` asks for one (or ``count``) whole
     GPUs of any size, where ``units`` is not used for fitting. ``relative=True`` (with
     ``count == 1``) makes ``units`` a share of one GPU in ``UNITS_PER_GPU`` units, whatever
-    its size: on GPUs of different sizes its need differs per GPU (rule 1).
+    its size: on GPUs of different sizes its need differs per GPU (rule 1). ``owner`` (any
+    hashable; default None, one owner for all) and ``priority`` (an int, higher first; default
+    0) place it in the queue (rules 8-10); they never change where it fits.
     """
 
     count: int
     units: int
     whole: bool = False
     relative: bool = False
+    owner: Hashable = None
+    priority: int = 0
 
 
 class Grant(NamedTuple):
@@ -292,12 +332,19 @@ class Scheduler:
         units_per_gpu: int | None = None,
         *,
         policy: str = "easy",
+        shares: Mapping[Hashable, float] | None = None,
+        half_life: float = DEFAULT_HALF_LIFE,
     ) -> None:
         """``gpus``: a count of GPUs of ``units_per_gpu`` units each (default a whole GPU's
         ``UNITS_PER_GPU``), or a sequence giving each GPU's total in units (any positive
         ints; then ``units_per_gpu`` is not given and reads as the largest total).
-        ``policy``: one of :data:`POLICIES` (see the module docstring).
+        ``policy``: one of :data:`POLICIES` (see the module docstring). ``shares``: owner ->
+        share (a finite number > 0; owners not named have 1); ``half_life``: seconds of the
+        caller's clock over which usage counts half (rule 8; default
+        :data:`~hwpool._core._fairshare.DEFAULT_HALF_LIFE`, an hour).
         """
+        checked_shares = check_shares(shares)
+        checked_half_life = check_half_life(half_life)
         if not isinstance(policy, str):
             raise TypeError(f"policy must be a str, got {policy!r} ({type(policy).__name__})")
         if policy not in POLICIES:
@@ -327,9 +374,9 @@ class Scheduler:
         self._tickets = itertools.count(1)
         # Under easy: the clock, and what was learned (with the grants running).
         self._now = 0.0
-        self._durations = Durations(self.num_gpus)
         # Relative demands on GPUs of different sizes: share in units -> need on each GPU.
         self._relative_needs: dict[int, list[int]] = {}
+        self._init_owners(totals, checked_shares, checked_half_life)
         self._start_over()
 
     def _start_over(self) -> None:
@@ -352,6 +399,35 @@ class Scheduler:
         self._open_easy: list[int] = []
         self._classes: dict[Demand, deque[int]] = {}
         self._hints: dict[int, float] = {}
+        self._reset_owner_queues()
+
+    def _init_owners(
+        self, totals: list[int], shares: dict[Hashable, float], half_life: float
+    ) -> None:
+        """The state of rules 8-10e: usage per owner, each owner's waiters, and whether the
+        order differs from FIFO (more than one owner, or more than one priority, waits)."""
+        self._usage = Usage(totals, shares, half_life)
+        # Under easy each grant's one record is its hold-time run, which reports to usage;
+        # and usage is counted only once some demand names an owner (see _count_usage).
+        self._durations = Durations(self.num_gpus, self._usage)
+        self._counting = not self._easy
+        self._queued = 0  # counts every change to the queue (see _ranked)
+        self._reset_owner_queues()
+
+    def _reset_owner_queues(self) -> None:
+        """Nobody waits: no owner queues, FIFO order, no yielded head (rules 9-10e). Usage
+        is kept; call this wherever the queue is emptied wholesale."""
+        self._owner_queues: dict[Hashable, OwnerQueue] = {}
+        self._fair = False
+        # The owners ranked (rule 9) at (now, self._queued): usage at one ``now`` does not
+        # change with grants or releases made at it, so only time and the queue matter.
+        self._queued += 1
+        self._ranked_at: tuple[float, int] = (-math.inf, -1)
+        self._ranked_owners: list[tuple[Hashable, OwnerQueue]] = []
+        # Under easy (rule 10e): the head that yielded its place, until it is head again,
+        # and the waiters that have yielded once (they never yield again).
+        self._resume: int | None = None
+        self._yielded: set[int] = set()
 
     # ----------------------------------------------------------------- queries
     @property
@@ -380,10 +456,33 @@ class Scheduler:
         return ticket in self._queue
 
     def waiters(self) -> Iterator[Waiter]:
-        """The waiting requests in queue order, with their current reservations."""
+        """The waiting requests in queue order (rule 9, as of the latest ``now``), with their
+        current reservations."""
         reserved = self.reservations() if self._easy else self._reserved
-        for ticket, demand in self._queue.items():
+        for ticket, demand in list(self._in_order()):
             yield Waiter(ticket, demand, reserved.get(ticket, ()))
+
+    def usage(self, owner: Hashable, now: float | None = None) -> float:
+        """``owner``'s recent usage in GPU-seconds, decayed with the half-life (rule 8), at
+        ``now`` (default, and at the earliest: the latest time given); 0 for an owner never
+        granted."""
+        at = max(self._now, self._time(now))
+        self._count_usage()
+        return self._usage.usage(owner, at)
+
+    def running(self, owner: Hashable) -> float:
+        """GPUs ``owner`` holds now (a fraction counts its share of its GPU)."""
+        self._count_usage()
+        return self._usage.running(owner)
+
+    def share(self, owner: Hashable) -> float:
+        """``owner``'s share (1 unless the scheduler's ``shares`` name it)."""
+        return self._usage.share(owner)
+
+    @property
+    def half_life(self) -> float:
+        """Seconds over which usage counts half (rule 8)."""
+        return self._usage.half_life
 
     def reservations(self) -> dict[int, tuple[int, ...]]:
         """Reserved GPUs per waiting ticket (waiters that reserve nothing are absent)."""
@@ -433,12 +532,16 @@ class Scheduler:
                 return None
             ticket, units = next(self._tickets), demand.units
             key = (demand.count, units, False)  # _class_of(demand), inline
-            self._durations.start(ticket, key, dict.fromkeys(gpus, units), at)
+            held = dict.fromkeys(gpus, units)
+            account = self._usage.hold(demand.owner, held, at) if self._counting else None
+            self._durations.start(ticket, key, held, at, None, account)
             return _grant((ticket, gpus, units))
         gpus = self._take_new(demand)
         if gpus is None:
             return None
-        return _grant((next(self._tickets), gpus, self._units_of(demand, gpus)))
+        return self._accounted(
+            _grant((next(self._tickets), gpus, self._units_of(demand, gpus))), demand.owner
+        )
 
     def submit(
         self, demand: Demand, *, now: float | None = None, expected: float | None = None
@@ -463,10 +566,10 @@ class Scheduler:
         ticket = next(self._tickets)
         gpus = self._take_new(demand)
         if gpus is not None:
-            return ticket, _grant((ticket, gpus, demand.units))
+            return ticket, self._accounted(_grant((ticket, gpus, demand.units)), demand.owner)
         if not self._queue:
             self._tail.reset()
-        self._queue[ticket] = demand
+        self._enqueue(ticket, demand)
         self._index_of(demand).add(self._key_of(demand))
         reserved = self._tail.reserve(demand.count)
         if reserved is not None:
@@ -496,9 +599,10 @@ class Scheduler:
             self._check_ticket(ticket)
         self._now = max(self._now, clock)
         free[gpu] += units
-        if not self._easy:
-            return self._walk() if self._queue else []
         at = self._now
+        if not self._easy:
+            self._usage.finish(ticket, gpu, units, at)
+            return self._walk() if self._queue else []
         self._durations.finish(ticket, gpu, units, at)
         return self._walk_easy(at) if self._queue else []
 
@@ -525,6 +629,8 @@ class Scheduler:
             self._free[gpu] += units
             if self._easy:
                 self._durations.finish(ticket, gpu, units, at)
+            else:
+                self._usage.finish(ticket, gpu, units, at)
         if not self._queue:
             return []
         return self._walk_easy(at) if self._easy else self._walk()
@@ -543,7 +649,7 @@ class Scheduler:
             if self._head is not None and self._head.ticket == ticket:
                 self._head = None
             return self._walk_easy(at)
-        demand = self._queue.pop(ticket)
+        demand = self._unqueue(ticket)
         self._index_of(demand).remove(self._key_of(demand))
         return self._walk()
 
@@ -571,6 +677,9 @@ class Scheduler:
         of whole GPUs, or of a share outside 1..UNITS_PER_GPU units.
         """
         count, units = demand.count, demand.units
+        if demand.owner is not None or demand.priority.__class__ is not int or demand.priority:
+            self._check_owner(demand)
+            self._count_usage()
         if demand.relative:
             return self._admit_relative(demand)
         if count > 1 or demand.whole:
@@ -581,9 +690,13 @@ class Scheduler:
                 )
             if self._uniform:
                 if units != self.units_per_gpu or demand.whole:
-                    return Demand(count, self.units_per_gpu)
+                    return Demand(
+                        count, self.units_per_gpu, owner=demand.owner, priority=demand.priority
+                    )
             elif count > 1 and not demand.whole:
-                return Demand(count, units, whole=True)
+                return Demand(
+                    count, units, whole=True, owner=demand.owner, priority=demand.priority
+                )
             return demand
         if not 1 <= units <= self.units_per_gpu:
             raise ValueError(
@@ -605,8 +718,103 @@ class Scheduler:
                 f"(a whole GPU), got {units!r}"
             )
         if self._uniform:
-            return Demand(1, _share(units, self.units_per_gpu))
+            return Demand(
+                1,
+                _share(units, self.units_per_gpu),
+                owner=demand.owner,
+                priority=demand.priority,
+            )
         return demand
+
+    @staticmethod
+    def _check_owner(demand: Demand) -> None:
+        """TypeError naming the value for an owner that cannot be hashed or a priority that
+        is not an int."""
+        try:
+            hash(demand.owner)
+        except TypeError:
+            raise TypeError(
+                f"owner must be hashable, got {demand.owner!r} ({type(demand.owner).__name__})"
+            ) from None
+        if type(demand.priority) is not int:
+            check_int("priority", demand.priority)  # TypeError naming it, if no integer
+            raise TypeError(
+                f"priority must be a Python int, got {demand.priority!r} "
+                f"({type(demand.priority).__name__}); the fronts convert other integers"
+            )
+
+    # --------------------------------------------------------- owners (rules 8-10)
+    def _enqueue(self, ticket: int, demand: Demand) -> None:
+        """Put a waiter at the end of its owner's queue at its priority."""
+        self._queue[ticket] = demand
+        self._queued += 1
+        queues = self._owner_queues
+        queue = queues.get(demand.owner)
+        if queue is None:
+            queue = queues[demand.owner] = OwnerQueue()
+        queue.add(ticket, demand.priority)
+        self._fair = len(queues) > 1 or len(queue.priorities) > 1
+
+    def _unqueue(self, ticket: int) -> Demand:
+        """Take a waiter out of the queue and its owner's queue; return its demand."""
+        demand = self._queue.pop(ticket)
+        self._queued += 1
+        queues = self._owner_queues
+        queue = queues[demand.owner]
+        queue.remove(ticket, demand.priority)
+        if not queue.priorities:
+            del queues[demand.owner]
+        if self._fair:
+            self._fair = len(queues) > 1 or any(len(q.priorities) > 1 for q in queues.values())
+        return demand
+
+    def _count_usage(self) -> None:
+        """Count usage from now on, if not yet (rule 8: under ``easy`` only once a demand
+        names an owner or a priority, or usage is asked for: until then all is one owner's,
+        whose usage orders nothing, and a grant costs no bookkeeping). The grants running
+        then count from their start; those that ended before are not counted."""
+        if not self._counting:
+            self._counting = True
+            self._durations.count_running(self._usage.hold_since, self._now)
+
+    def _accounted(self, grant: Grant, owner: Hashable) -> Grant:
+        """``grant`` of ``owner``, counted in its usage from now (rule 8)."""
+        self._usage.start(grant.ticket, owner, self.held(grant), self._now)
+        return grant
+
+    def _ranked(self) -> list[tuple[Hashable, OwnerQueue]]:
+        """The owners with waiters, fairest first (rule 9): least usage per share at the
+        latest ``now``, ties to the owner whose earliest waiter came first."""
+        if self._ranked_at == (self._now, self._queued):  # nothing that ranks has changed
+            return self._ranked_owners
+        ratio, now = self._usage.ratio, self._now
+        keyed = sorted(
+            (ratio(owner, now), queue.earliest(), owner)
+            for owner, queue in self._owner_queues.items()
+        )
+        self._ranked_owners = [(owner, self._owner_queues[owner]) for _, _, owner in keyed]
+        self._ranked_at = (now, self._queued)
+        return self._ranked_owners
+
+    def _in_order(self) -> Iterable[tuple[int, Demand]]:
+        """The waiters in queue order (rule 9): FIFO while one owner at one priority waits."""
+        if not self._fair:
+            return self._queue.items()
+        return self._fair_items(self._ranked())
+
+    def _fair_items(
+        self, ranked: list[tuple[Hashable, OwnerQueue]]
+    ) -> Iterator[tuple[int, Demand]]:
+        queue = self._queue
+        for _, owner_queue in ranked:
+            for ticket in owner_queue:
+                yield ticket, queue[ticket]
+
+    def _first(self) -> int:
+        """The first waiter in queue order (the queue is not empty)."""
+        if not self._fair:
+            return next(iter(self._queue))
+        return self._ranked()[0][1].first()
 
     def _needs_of(self, demand: Demand) -> list[int]:
         """Units a relative ``demand`` needs on each GPU (rule 1), memoised per share."""
@@ -712,7 +920,7 @@ class Scheduler:
         visited = 0
         seen: tuple[dict[int, int], dict[int, int]] | None = None
         p = 0  # order.p, kept in a local on the hot path
-        for ticket, demand in self._queue.items():
+        for ticket, demand in self._in_order():
             if p == n:
                 break
             if seen is not None:
@@ -737,17 +945,16 @@ class Scheduler:
             if chosen is not None:
                 reserved[ticket] = chosen
             elif seen is None:  # reservations stop here: count what the walk has passed
-                seen = ({}, {})
-                for passed in itertools.islice(self._queue.values(), visited):
-                    self._tally(seen, passed)
+                seen = self._seen_upto(visited)
         order.p = p
         return self._dequeued(grants)
 
     def _dequeued(self, grants: list[Grant]) -> list[Grant]:
         """Take the waiters a walk granted out of the queue and its index; return ``grants``."""
         for grant in grants:
-            done = self._queue.pop(grant.ticket)
+            done = self._unqueue(grant.ticket)
             self._index_of(done).remove(self._key_of(done))
+            self._accounted(grant, done.owner)
         return grants
 
     # ------------------------------------------------- GPUs of different sizes (plain walk)
@@ -836,11 +1043,12 @@ class Scheduler:
         ticket = next(self._tickets)
         gpus = self._take_new(demand)
         if gpus is not None:
-            return ticket, _grant((ticket, gpus, self._units_of(demand, gpus)))
+            grant = _grant((ticket, gpus, self._units_of(demand, gpus)))
+            return ticket, self._accounted(grant, demand.owner)
         if not self._queue:
             self._open = list(range(self.num_gpus))
             self._reserving = True
-        self._queue[ticket] = demand
+        self._enqueue(ticket, demand)
         self._index_of(demand).add(self._key_of(demand))
         if self._reserving:
             chosen = self._reserve_general(demand, self._open)
@@ -882,7 +1090,7 @@ class Scheduler:
     def _seen_upto(self, visited: int) -> tuple[dict[int, int], dict[int, int]]:
         """The demands of the first ``visited`` waiters, tallied for the early stop."""
         seen: tuple[dict[int, int], dict[int, int]] = ({}, {})
-        for passed in itertools.islice(self._queue.values(), visited):
+        for _, passed in itertools.islice(self._in_order(), visited):
             self._tally(seen, passed)
         return seen
 
@@ -896,7 +1104,7 @@ class Scheduler:
         reserving = True
         seen: tuple[dict[int, int], dict[int, int]] | None = None
         visited = 0
-        for ticket, demand in self._queue.items():
+        for ticket, demand in self._in_order():
             if not open_gpus:
                 break
             visited += 1
@@ -965,7 +1173,11 @@ class Scheduler:
             self._free[gpu] -= units
         grant = Grant(next(self._tickets), tuple(gpus), units)
         if self._easy:  # held from before: its start is unknown, so nothing is learned
-            self._durations.start(grant.ticket, None, dict.fromkeys(gpus, units), at)
+            held = dict.fromkeys(gpus, units)
+            account = self._usage.hold(None, held, at) if self._counting else None
+            self._durations.start(grant.ticket, None, held, at, None, account)
+        else:
+            self._accounted(grant, None)
         return grant
 
     def rebuild(
@@ -994,13 +1206,19 @@ class Scheduler:
         at = self._commit(clock)
         self._start_over()
         self._durations.forget_runs()
+        self._usage.forget_grants(at)
         for ticket, parts in grants:
             for gpu, units in parts:
                 self._free[gpu] -= units
+            # The books carry no owner: a held grant counts as owner None's from now.
             if self._easy:  # its start is unknown here, so nothing is learned from it
-                self._durations.start(ticket, None, dict(parts), at)
+                on_gpus = dict(parts)
+                account = self._usage.hold(None, on_gpus, at) if self._counting else None
+                self._durations.start(ticket, None, on_gpus, at, None, account)
+            else:
+                self._usage.start(ticket, None, parts, at)
         for ticket, demand, hint in queue:
-            self._queue[ticket] = demand
+            self._enqueue(ticket, demand)
             if not self._easy:
                 self._index_of(demand).add(self._key_of(demand))
             elif hint is None:
@@ -1062,13 +1280,15 @@ class Scheduler:
         gpus = self._place_new_easy(demand, hint, now)
         if gpus is not None:
             return ticket, self._granted(ticket, demand, gpus, now, hint)
-        self._queue[ticket] = demand
+        self._enqueue(ticket, demand)
         if hint is None:
             self._classes.setdefault(demand, deque()).append(ticket)
         else:
             self._hints[ticket] = hint
         if self._head is None:  # the queue was empty: this is its head
             self._head = self._choose_head(ticket, demand, now)
+        elif self._fair:
+            self._head = self._yield_head(self._head, now)
         return ticket, None
 
     def _place_new_easy(
@@ -1095,12 +1315,15 @@ class Scheduler:
             held = {gpus[0]: units}
         else:
             held = dict.fromkeys(gpus, units) if units else {g: self._totals[g] for g in gpus}
-        self._durations.start(ticket, _class_of(demand), held, now, hint)
+        account = self._usage.hold(demand.owner, held, now) if self._counting else None
+        self._durations.start(ticket, _class_of(demand), held, now, hint, account)
         return grant
 
     def _dequeue(self, ticket: int) -> Demand:
         """Take a waiter out of the queue and out of its class (O(class) for a middle one)."""
-        demand = self._queue.pop(ticket)
+        demand = self._unqueue(ticket)
+        if self._yielded:
+            self._yielded.discard(ticket)
         if self._hints.pop(ticket, None) is None:
             waiting = self._classes[demand]
             if waiting[0] == ticket:
@@ -1184,22 +1407,32 @@ class Scheduler:
         head (rule 3e), then backfill behind it (rule 4e)."""
         grants: list[Grant] = []
         queue = self._queue
-        while queue:
-            ticket, demand = next(iter(queue.items()))
+        head = self._head
+        fifo = not self._fair and self._resume is None
+        while queue:  # the head, else the next head (rule 10e)
+            if head is not None:
+                ticket = head.ticket
+            else:
+                ticket = next(iter(queue)) if fifo else self._next_head()
+            demand = queue[ticket]
             gpus = self._fit_general(demand, None, take=True)
             if gpus is None:
                 break
             hint = self._hints.get(ticket)
             self._dequeue(ticket)
             grants.append(self._granted(ticket, demand, gpus, now, hint))
+            head = None
         if not queue:
             self._head = None
             return grants
-        ticket, demand = next(iter(queue.items()))
-        head = self._head
-        if head is None or head.ticket != ticket:
-            head = self._choose_head(ticket, demand, now)
-        elif now >= head.shadow and not head.moved:  # overdue: move once, if sooner elsewhere
+        kept = head
+        if head is None:
+            ticket = self._next_head()
+            head = self._choose_head(ticket, queue[ticket], now)
+        if self._fair:
+            head = self._yield_head(head, now)
+        if head is kept and now >= head.shadow and not head.moved:  # overdue: move once
+            ticket, demand = head.ticket, queue[head.ticket]
             better = self._choose_head(ticket, demand, now, moved=True)
             if better.gpus != head.gpus and better.shadow < self._drain(head, demand, now):
                 head = better._replace(since=head.since)
@@ -1213,6 +1446,9 @@ class Scheduler:
         Waiters without a hint are taken per demand, the earliest of each first: once one is
         refused, the rest of its demand would be too (capacity only falls during the walk),
         so each walk looks at one waiter per demand plus those granted and those with hints.
+        A demand includes its owner and priority, whose waiters are FIFO (rule 10); the
+        streams merge on the ticket, or, when owners or priorities differ, on (the owner's
+        rank, minus the priority, the ticket): the queue order of rule 9.
         """
         queue, free, totals = self._queue, self._free, self._totals
         top = max(free)
@@ -1221,8 +1457,14 @@ class Scheduler:
         idle = sum(1 for gpu, f in enumerate(free) if f == totals[gpu])
         # Only demands that could fit somewhere now: the others wait whatever the rules say.
         # (A relative demand is judged by its need on the smallest GPU: a lower bound.)
-        streams: list[Iterator[int]] = [
-            iter(waiting)
+        fair = self._fair
+        rank = {owner: i for i, (owner, _) in enumerate(self._ranked())} if fair else {}
+        streams: list[Iterator[Any]] = [
+            (
+                iter(waiting)
+                if not fair
+                else self._keyed(waiting, rank[demand.owner], -demand.priority)
+            )
             for demand, waiting in self._classes.items()
             if (
                 demand.count <= idle
@@ -1230,35 +1472,91 @@ class Scheduler:
                 else self._key_of(demand) <= top
             )
         ]
-        streams.append(iter(self._hints))
+        streams.append(self._hinted_in_order(rank) if fair else iter(self._hints))
         hinted = len(streams) - 1
-        heap: list[tuple[int, int]] = []
+        heap: list[tuple[Any, int]] = []
         for index, stream in enumerate(streams):
-            ticket = next(stream, None)
-            if ticket == head.ticket:
-                ticket = next(stream, None)
-            if ticket is not None:
-                heap.append((ticket, index))
+            key = next(stream, None)
+            if key is not None and (key[2] if fair else key) == head.ticket:
+                key = next(stream, None)
+            if key is not None:
+                heap.append((key, index))
         heapq.heapify(heap)
         granted: list[tuple[int, Demand]] = []
+        refused: set[Hashable] = set()  # sizes refused, whatever their owner (when fair)
         while heap and any(free):
-            ticket, index = heap[0]
+            key, index = heap[0]
+            ticket = key[2] if fair else key
             demand = queue[ticket]
             hint = self._hints.get(ticket) if index == hinted else None
-            gpus = self._backfill_fit(demand, self._durations.guess(_class_of(demand), hint), now)
+            size = _class_of(demand)
+            if fair and index != hinted and size in refused:
+                heapq.heappop(heap)  # another owner's waiter of this size was refused
+                continue
+            gpus = self._backfill_fit(demand, self._durations.guess(size, hint), now)
             if gpus is None and index != hinted:
                 heapq.heappop(heap)  # the rest of this demand waits too
+                if fair:
+                    refused.add(size)
                 continue
             if gpus is not None:
                 grants.append(self._granted(ticket, demand, gpus, now, hint))
                 granted.append((ticket, demand))
             following = next(streams[index], None)
+            if following is not None and fair and following[2] == head.ticket:
+                following = next(streams[index], None)  # the head, behind others in order
             if following is None:
                 heapq.heappop(heap)
             else:
                 heapq.heapreplace(heap, (following, index))
         for ticket, _ in granted:
             self._dequeue(ticket)
+
+    def _next_head(self) -> int:
+        """The waiter to become head (rule 10e): one that yielded its place, once the waiter
+        it yielded to is gone, else the first in queue order."""
+        resume = self._resume
+        if resume is not None:
+            if resume in self._queue:
+                return resume
+            self._resume = None
+        return self._first()
+
+    def _yield_head(self, head: Head, now: float) -> Head:
+        """``head``, or the first waiter in queue order if ``head`` yields to it (rule 10e):
+        only to a waiter of an owner with strictly less usage per share, only while no other
+        head has yielded, and only once in a head's wait."""
+        if head.ticket == self._resume:
+            self._resume = None  # head again: the yield is over
+        if (self._resume is not None and self._resume in self._queue) or (
+            head.ticket in self._yielded
+        ):
+            return head
+        first = self._first()
+        if first == head.ticket:
+            return head
+        queue, ratio = self._queue, self._usage.ratio
+        if ratio(queue[first].owner, now) >= ratio(queue[head.ticket].owner, now):
+            return head  # the same owner (a priority), or a tie: the head keeps its place
+        self._yielded.add(head.ticket)
+        self._resume = head.ticket
+        return self._choose_head(first, queue[first], now)
+
+    @staticmethod
+    def _keyed(tickets: Iterable[int], rank: int, priority: int) -> Iterator[tuple[int, int, int]]:
+        """``tickets`` of one owner and priority as queue-order keys (rule 9)."""
+        for ticket in tickets:
+            yield rank, priority, ticket
+
+    def _hinted_in_order(self, rank: dict[Hashable, int]) -> Iterator[tuple[int, int, int]]:
+        """The waiters with a hint as queue-order keys, sorted (O(h log h) per walk)."""
+        queue = self._queue
+        keys = []
+        for ticket in self._hints:
+            demand = queue[ticket]
+            keys.append((rank[demand.owner], -demand.priority, ticket))
+        keys.sort()
+        return iter(keys)
 
     # ----------------------------------------------------------------- clock and hints
     def _time(self, now: object) -> float:

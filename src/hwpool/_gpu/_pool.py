@@ -13,8 +13,9 @@ own grant and is not among them).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from types import TracebackType
 
 from .._backends._base import Backend, PoolSnapshot
@@ -22,6 +23,7 @@ from .._backends._local import LocalBackend
 from .._backends._unix import SOCKET_VAR, UnixBackend
 from .._check import check_int, check_timeout
 from .._core._capacity import UNITS_PER_GPU, fraction_to_units, units_to_fraction
+from .._core._fairshare import DEFAULT_HALF_LIFE, check_half_life, check_shares
 from .._core._scheduler import Demand, Grant
 from .._errors import WouldBlock
 from .._host._detect import GPUInfo, detect_gpus
@@ -63,6 +65,14 @@ class GPUPool:
 
     ``policy`` picks the core's scheduling policy for an in-process pool: ``"easy"`` (the
     default) or ``"reserve-all"`` (every waiter reserves; the policy hwpool started from).
+
+    Owners: every ``acquire*`` and ``lease*`` takes ``owner=`` (any hashable: a tenant, an
+    API key; default None, one owner for all) and ``priority=`` (an int, higher first within
+    that owner). Between owners the queue is a fair share: the owner with the least recent
+    GPU-seconds (decayed with ``half_life`` seconds, default an hour) per share goes first;
+    ``shares`` maps owners to their share (default 1). With one owner nothing changes. An
+    in-process pool only: over the host server (``HWPOOL_SOCKET``, ``backend=``) the owner is
+    the calling user, and ``owner``/``priority`` are not sent.
     """
 
     def __init__(
@@ -74,7 +84,16 @@ class GPUPool:
         gpu_memory: Sequence[int | str] | None = None,
         policy: str | None = None,
         reserve_in_use: bool = False,
+        shares: Mapping[Hashable, float] | None = None,
+        half_life: float | None = None,
     ) -> None:
+        owned = check_shares(shares)
+        life = DEFAULT_HALF_LIFE if half_life is None else check_half_life(half_life)
+        if backend is not None and (shares is not None or half_life is not None):
+            raise TypeError(
+                f"give backend or shares/half_life (an in-process pool's), not both "
+                f"(shares={shares!r}, half_life={half_life!r})"
+            )
         sized = sized_gpus(num_gpus, memory, gpu_memory, reserve_in_use)
         self._in_use = tuple(g.memory_used_mib or 0 for g in sized or ()) if reserve_in_use else ()
         self._memo: dict[object, Demand] = {}  # memory amount -> its validated demand
@@ -87,11 +106,18 @@ class GPUPool:
             if backend is not None:
                 raise TypeError("give backend or a memory size (memory=, gpu_memory=), not both")
             totals = capacities_of(sized, reserve_in_use is True)
-            backend = LocalBackend(sized, totals=totals, policy=rule)
-        elif backend is None and num_gpus is None and policy is None and os.environ.get(SOCKET_VAR):
+            backend = LocalBackend(sized, totals=totals, policy=rule, shares=owned, half_life=life)
+        elif (
+            backend is None
+            and num_gpus is None
+            and policy is None
+            and shares is None
+            and half_life is None
+            and os.environ.get(SOCKET_VAR)
+        ):
             backend = UnixBackend()  # the host-wide queue, with no change to the code
         elif backend is None:
-            backend = LocalBackend(_pool_gpus(num_gpus), policy=rule)
+            backend = LocalBackend(_pool_gpus(num_gpus), policy=rule, shares=owned, half_life=life)
         elif num_gpus is not None:
             raise TypeError(f"give num_gpus or backend, not both (num_gpus={num_gpus!r})")
         self._backend = backend
@@ -157,6 +183,8 @@ class GPUPool:
         memory: int | str | None = None,
         timeout: float | None = None,
         expected_s: float | None = None,
+        owner: Hashable = None,
+        priority: int = 0,
     ) -> int:
         """Wait for ``fraction`` (0 < fraction <= 1, default 1) of one GPU, or for ``memory``
         (MiB or ``"6GiB"``) on a pool sized in memory; return the GPU's index.
@@ -171,6 +199,8 @@ class GPUPool:
             demand = last[1]
         else:
             demand = self._one_demand(fraction, memory)
+        if owner is not None or priority.__class__ is not int or priority:
+            demand = _owned(demand, owner, priority)
         if timeout is not None:
             timeout = check_timeout(timeout)
         if expected_s is not None:
@@ -185,13 +215,19 @@ class GPUPool:
         return gpu
 
     async def acquire_full(
-        self, count: int, *, timeout: float | None = None, expected_s: float | None = None
+        self,
+        count: int,
+        *,
+        timeout: float | None = None,
+        expected_s: float | None = None,
+        owner: Hashable = None,
+        priority: int = 0,
     ) -> list[int]:
         """Wait for ``count`` completely free GPUs, granted together; return their indices.
 
         Give each back with ``release(gpu)``.
         """
-        demand = self._whole_demand(count)
+        demand = _owned(self._whole_demand(count), owner, priority)
         timeout = check_timeout(timeout)
         expected_s = check_timeout(expected_s, "expected_s")
         grant = self._acquire_now(demand, expected_s)
@@ -207,22 +243,30 @@ class GPUPool:
         memory: int | str | None = None,
         timeout: float | None = None,
         expected_s: float | None = None,
+        owner: Hashable = None,
+        priority: int = 0,
     ) -> int:
         """Like :meth:`acquire`, for threads: block until granted or ``timeout`` passes.
 
         Raises RuntimeError in a thread that runs an event loop (it would freeze the loop,
         and deadlock if the holder is a task on it): use ``await pool.acquire()`` there.
         """
-        demand = self._one_demand(fraction, memory)
+        demand = _owned(self._one_demand(fraction, memory), owner, priority)
         hint = check_timeout(expected_s, "expected_s")
         grant = self._take_blocking(demand, check_timeout(timeout), "acquire_blocking()", hint)
         return self._keep(grant)[0]
 
     def acquire_full_blocking(
-        self, count: int, *, timeout: float | None = None, expected_s: float | None = None
+        self,
+        count: int,
+        *,
+        timeout: float | None = None,
+        expected_s: float | None = None,
+        owner: Hashable = None,
+        priority: int = 0,
     ) -> list[int]:
         """Like :meth:`acquire_full`, for threads (RuntimeError on an event loop's thread)."""
-        demand = self._whole_demand(count)
+        demand = _owned(self._whole_demand(count), owner, priority)
         hint = check_timeout(expected_s, "expected_s")
         what = "acquire_full_blocking()"
         return self._keep(self._take_blocking(demand, check_timeout(timeout), what, hint))
@@ -248,17 +292,26 @@ class GPUPool:
         *,
         memory: int | str | None = None,
         expected_s: float | None = None,
+        owner: Hashable = None,
+        priority: int = 0,
     ) -> int:
         """Take ``fraction`` of a GPU (or ``memory``) now, or raise :class:`hwpool.WouldBlock`.
 
         Never jumps the queue: granted only where the policy lets a new arrival start.
         """
-        demand = self._one_demand(fraction, memory)
+        demand = _owned(self._one_demand(fraction, memory), owner, priority)
         return self._keep(self._take_now(demand, check_timeout(expected_s, "expected_s")))[0]
 
-    def acquire_full_nowait(self, count: int, *, expected_s: float | None = None) -> list[int]:
+    def acquire_full_nowait(
+        self,
+        count: int,
+        *,
+        expected_s: float | None = None,
+        owner: Hashable = None,
+        priority: int = 0,
+    ) -> list[int]:
         """Take ``count`` whole GPUs now, or raise :class:`hwpool.WouldBlock`."""
-        demand = self._whole_demand(count)
+        demand = _owned(self._whole_demand(count), owner, priority)
         return self._keep(self._take_now(demand, check_timeout(expected_s, "expected_s")))
 
     def _take_now(self, demand: Demand, expected: float | None = None) -> Grant:
@@ -373,22 +426,31 @@ class GPUPool:
         memory: int | str | None = None,
         timeout: float | None = None,
         expected_s: float | None = None,
+        owner: Hashable = None,
+        priority: int = 0,
     ) -> GPULease:
         """A lease of ``fraction`` of one GPU (or of ``memory`` on a pool sized in memory),
         for ``async with`` or a plain ``with``."""
         return GPULease(
             self,
-            self._one_demand(fraction, memory),
+            _owned(self._one_demand(fraction, memory), owner, priority),
             None if timeout is None else check_timeout(timeout),
             None if expected_s is None else check_timeout(expected_s, "expected_s"),
         )
 
     def lease_full(
-        self, count: int, *, timeout: float | None = None, expected_s: float | None = None
+        self,
+        count: int,
+        *,
+        timeout: float | None = None,
+        expected_s: float | None = None,
+        owner: Hashable = None,
+        priority: int = 0,
     ) -> GPULease:
         """A lease of ``count`` whole GPUs, for ``async with`` or a plain ``with``."""
         hint = check_timeout(expected_s, "expected_s")
-        return GPULease(self, self._whole_demand(count), check_timeout(timeout), hint)
+        demand = _owned(self._whole_demand(count), owner, priority)
+        return GPULease(self, demand, check_timeout(timeout), hint)
 
     # ----------------------------------------------------------------- introspection
     def snapshot(self) -> PoolSnapshot:
@@ -421,6 +483,19 @@ class GPUPool:
                     self._shares[fraction] = demand
             return demand
         return memory_demand(self._totals, fraction, memory)
+
+
+def _owned(demand: Demand, owner: object, priority: object) -> Demand:
+    """``demand`` of ``owner`` at ``priority``; TypeError naming the value for an owner that
+    cannot be hashed or a priority that is not an int."""
+    if owner is None and priority.__class__ is int and not priority:
+        return demand
+    try:
+        hash(owner)
+    except TypeError:
+        raise TypeError(f"owner must be hashable, got {owner!r} ({type(owner).__name__})") from None
+    number = check_int("priority", priority)
+    return dataclasses.replace(demand, owner=owner, priority=number)
 
 
 def _pool_gpus(num_gpus: object) -> tuple[GPUInfo, ...]:

@@ -11,6 +11,7 @@ the lower bound mean the same as on a fraction machine.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from .._core._capacity import UNITS_PER_GPU
@@ -22,11 +23,20 @@ __all__ = ["held_on", "min_work", "run_work", "task_demand"]
 
 
 def task_demand(task: Task, totals: Sequence[int] | None) -> Demand:
-    """What ``task`` asks of the core on this machine (``totals`` None: fractions).
+    """What ``task`` asks of the core on this machine (``totals`` None: fractions), with its
+    owner and priority.
 
     Raises ValueError naming the task for a memory task on a fraction machine or an amount
     larger than every GPU.
     """
+    demand = _capacity_demand(task, totals)
+    if task.owner is None and not task.priority:
+        return demand
+    return dataclasses.replace(demand, owner=task.owner, priority=task.priority)
+
+
+def _capacity_demand(task: Task, totals: Sequence[int] | None) -> Demand:
+    """What ``task`` needs on this machine (see :func:`task_demand`)."""
     if totals is None:
         if task.memory_mib is not None:
             raise ValueError(

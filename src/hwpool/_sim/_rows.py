@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping
 
 __all__ = ["FIELDS", "RESULT_FIELDS", "Row", "TraceError", "csv_rows", "json_rows", "lines", "show"]
 
-FIELDS = ("arrival", "demand", "duration", "name", "memory")
+FIELDS = ("arrival", "demand", "duration", "name", "memory", "owner", "priority")
 RESULT_FIELDS = ("start", "end", "wait", "gpus")
 """Fields of ``simulate --json`` tasks that say how a task ran; ignored when it is read back."""
 

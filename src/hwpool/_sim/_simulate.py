@@ -8,13 +8,15 @@ At one instant, completions are handled before arrivals, and arrivals in trace o
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from .._core._capacity import UNITS_PER_GPU
+from .._core._fairshare import DEFAULT_HALF_LIFE
 from .._core._scheduler import Demand, Grant, Scheduler
 from ._baselines import FifoPolicy, FirstFitPolicy, ShortestQueuePolicy, Start
 from ._machine import held_on, min_work, run_work, task_demand
@@ -23,11 +25,13 @@ from ._trace import Task
 __all__ = [
     "POLICIES",
     "ClassStats",
+    "FairShare",
     "Outcome",
     "TaskRun",
     "class_stats",
     "lower_bound",
     "outcome",
+    "owner_stats",
     "packing_bound",
     "percentile",
     "simulate",
@@ -48,13 +52,20 @@ class Policy(Protocol):
 class HwpoolPolicy:
     """The hwpool scheduler core, with tickets mapped to task indices; ``core_policy`` is the
     core's policy (``hwpool`` is ``"easy"``, ``hwpool-reserve-all`` is ``"reserve-all"``).
-    Virtual time is the core's ``now``, so easy learns hold times as it would in real time."""
+    Virtual time is the core's ``now``, so easy learns hold times as it would in real time.
+    ``shares`` and ``half_life``: the core's fair share between the tasks' owners."""
 
     def __init__(
-        self, num_gpus: int, totals: Sequence[int] | None = None, core_policy: str = "easy"
+        self,
+        num_gpus: int,
+        totals: Sequence[int] | None = None,
+        core_policy: str = "easy",
+        *,
+        shares: Mapping[Hashable, float] | None = None,
+        half_life: float = DEFAULT_HALF_LIFE,
     ) -> None:
         gpus: int | tuple[int, ...] = num_gpus if totals is None else tuple(totals)
-        self.core = Scheduler(gpus, policy=core_policy)
+        self.core = Scheduler(gpus, policy=core_policy, shares=shares, half_life=half_life)
         self._task_of: dict[int, int] = {}
         self._held: dict[int, Grant] = {}
 
@@ -77,12 +88,20 @@ class HwpoolPolicy:
         return started
 
 
-def make_policy(name: str, num_gpus: int, totals: Sequence[int] | None = None) -> Policy:
-    """A fresh policy by name (one of :data:`POLICIES`); ``totals``: GPUs sized in memory."""
+def make_policy(
+    name: str,
+    num_gpus: int,
+    totals: Sequence[int] | None = None,
+    *,
+    shares: Mapping[Hashable, float] | None = None,
+    half_life: float = DEFAULT_HALF_LIFE,
+) -> Policy:
+    """A fresh policy by name (one of :data:`POLICIES`); ``totals``: GPUs sized in memory;
+    ``shares``, ``half_life``: the hwpool policies' fair share (the baselines have none)."""
     if name == "hwpool":
-        return HwpoolPolicy(num_gpus, totals, "easy")
+        return HwpoolPolicy(num_gpus, totals, "easy", shares=shares, half_life=half_life)
     if name == "hwpool-reserve-all":
-        return HwpoolPolicy(num_gpus, totals, "reserve-all")
+        return HwpoolPolicy(num_gpus, totals, "reserve-all", shares=shares, half_life=half_life)
     baselines = {
         "fifo": FifoPolicy,
         "first-fit": FirstFitPolicy,
@@ -91,6 +110,15 @@ def make_policy(name: str, num_gpus: int, totals: Sequence[int] | None = None) -
     if name not in baselines:
         raise ValueError(f"policy must be one of {', '.join(POLICIES)}; got {name!r}")
     return baselines[name](num_gpus, UNITS_PER_GPU, totals)
+
+
+@dataclass(frozen=True, slots=True)
+class FairShare:
+    """The fair share the hwpool policies apply between owners: ``shares`` (owner -> share,
+    default 1 each) and ``half_life`` (seconds)."""
+
+    shares: Mapping[Hashable, float] = dataclasses.field(default_factory=dict)
+    half_life: float = DEFAULT_HALF_LIFE
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +171,9 @@ class Outcome:
     classes: tuple[ClassStats, ...]
     gpu_memory: tuple[int, ...] | None = None
     """Each GPU's MiB on a machine sized in memory (work then counts MiB-seconds)."""
+    owners: tuple[ClassStats, ...] = ()
+    """Waits per owner (labelled by owner; tasks without one are "(none)") when the tasks
+    have more than one owner; else empty."""
 
 
 def simulate(
@@ -152,8 +183,13 @@ def simulate(
     *,
     progress: Callable[[int], None] | None = None,
     gpu_memory: Sequence[int] | None = None,
+    shares: Mapping[Hashable, float] | None = None,
+    half_life: float = DEFAULT_HALF_LIFE,
 ) -> Outcome:
     """Replay ``tasks`` on ``num_gpus`` GPUs under ``policy`` in virtual time.
+
+    ``shares`` (owner -> share) and ``half_life`` (seconds): the hwpool policies' fair share
+    between the tasks' owners (see the scheduler core, rules 8-10e).
 
     ``progress``, if given, hears the number of tasks started so far, about every 1% of them.
     ``gpu_memory``: each GPU's MiB (``num_gpus`` of them), for a machine sized in memory (see
@@ -163,7 +199,7 @@ def simulate(
     totals = None if gpu_memory is None else tuple(gpu_memory)
     if totals is not None and len(totals) != num_gpus:
         raise ValueError(f"gpu_memory lists {len(totals)} GPUs but num_gpus={num_gpus}")
-    rule = make_policy(policy, num_gpus, totals)
+    rule = make_policy(policy, num_gpus, totals, shares=shares, half_life=half_life)
     for task in tasks:
         if task.count > num_gpus:
             raise ValueError(f"task {task.name!r} needs {task.count} GPUs but gpus={num_gpus}")
@@ -230,6 +266,7 @@ def outcome(
         best_utilization=_ratio(work, size * (bound - first)),
         classes=class_stats(runs),
         gpu_memory=None if gpu_memory is None else tuple(gpu_memory),
+        owners=owner_stats(runs),
     )
 
 
@@ -313,4 +350,23 @@ def class_stats(runs: Sequence[TaskRun]) -> tuple[ClassStats, ...]:
     return tuple(
         ClassStats(labels[key], len(w), percentile(w, 50), percentile(w, 99), max(w))
         for key, w in sorted(waits.items())
+    )
+
+
+NO_OWNER = "(none)"
+"""How :func:`owner_stats` labels the tasks that name no owner."""
+
+
+def owner_stats(runs: Sequence[TaskRun]) -> tuple[ClassStats, ...]:
+    """Wait statistics per owner, by owner name, when ``runs`` have more than one owner;
+    else empty (one owner's waits are the whole schedule's)."""
+    waits: dict[str, list[float]] = {}
+    for run in runs:
+        owner = NO_OWNER if run.task.owner is None else run.task.owner
+        waits.setdefault(owner, []).append(run.wait)
+    if len(waits) < 2:
+        return ()
+    return tuple(
+        ClassStats(owner, len(w), percentile(w, 50), percentile(w, 99), max(w))
+        for owner, w in sorted(waits.items())
     )

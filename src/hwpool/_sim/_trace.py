@@ -6,7 +6,10 @@ fraction of one GPU (``1`` is one whole GPU), an integer >= 2 is a count of whol
 else (0, negatives, 1.5) is an error. Instead of ``demand``, a task may give ``memory``: GPU
 memory on one GPU, as the API takes it (a JSON integer of MiB or a string such as ``"6GiB"``; in
 CSV, digits alone are MiB). Giving both is an error, as it is in ``acquire()``; an empty CSV
-cell or a JSON ``null`` counts as not given. JSON Lines: one object per line, numbers as JSON
+cell or a JSON ``null`` counts as not given. A task may also give ``owner`` (a non-empty string:
+a user, a team; default none, one owner for all) and ``priority`` (an integer, higher first
+within its owner; default 0), which the hwpool policies schedule by (fair share between
+owners; the baselines ignore them). JSON Lines: one object per line, numbers as JSON
 numbers (``"0.5"`` is refused, as the API refuses a string). CSV: a header line naming the
 columns, in any order. In both, blank lines and lines starting with ``#`` are skipped, a UTF-8
 byte order mark is ignored, and an unknown or repeated field is an error. What ``hwpool simulate
@@ -69,6 +72,8 @@ class Task:
     units: int
     duration: float
     memory_mib: int | None = None
+    owner: str | None = None
+    priority: int = 0
 
     @property
     def demand(self) -> float | int | None:
@@ -200,16 +205,44 @@ def _task(row: Mapping[str, object], where: str, default_name: str, *, strict: b
     if duration <= 0:
         raise TraceError(f"{where}: field 'duration' must be > 0, got {show(row['duration'])}")
     name = _name(row.get("name"), where, default_name)
+    owner = _owner(row.get("owner"), where)
+    priority = _priority(row.get("priority"), where, strict)
     memory = _memory(row.get("memory"), where, strict)
     demand = row.get("demand")
     if memory is not None:
         if demand not in ("", None):
             raise TraceError(f"{where}: give 'demand' or 'memory', not both")
-        return Task(name, arrival, 1, 0, duration, memory)
+        return Task(name, arrival, 1, 0, duration, memory, owner, priority)
     if demand in ("", None):
         raise TraceError(f"{where}: field 'demand' is missing (or give 'memory')")
     count, units = _demand(demand, where, strict)
-    return Task(name, arrival, count, units, duration)
+    return Task(name, arrival, count, units, duration, None, owner, priority)
+
+
+def _owner(value: object, where: str) -> str | None:
+    """The task's owner: a non-empty string, or None when not given."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise TraceError(f"{where}: field 'owner' must be a string, got {show(value)}")
+    return value
+
+
+_PRIORITY = re.compile(r"[+-]?[0-9]{1,18}")
+
+
+def _priority(value: object, where: str, strict: bool) -> int:
+    """The task's priority: an integer (a JSON integer; in CSV, digits with an optional
+    sign) of at most 18 digits; 0 when not given."""
+    if value is None or value == "":
+        return 0
+    if strict and type(value) is int and abs(value) < 10**18:
+        return value
+    if not strict and isinstance(value, str) and _PRIORITY.fullmatch(value.strip()):
+        return int(value.strip())
+    raise TraceError(
+        f"{where}: field 'priority' must be an integer of at most 18 digits, got {show(value)}"
+    )
 
 
 def _memory(value: object, where: str, strict: bool) -> int | None:

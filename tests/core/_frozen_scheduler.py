@@ -1,0 +1,1182 @@
+# A frozen copy of src/hwpool/_core/_scheduler.py as on branch main before owners (issue 23),
+# imports made absolute; the reference for tests/core/test_scheduler_owners.py. Do not edit.
+# ruff: noqa
+# mypy: ignore-errors
+"""The GPU scheduling core: a pure, synchronous state machine (no I/O, no clock, no threads).
+
+Every front (asyncio, blocking threads, the virtual-time simulator, the host server) drives
+this one class and turns the grants it returns into woken waiters. Time enters only as the
+``now`` argument of each input, from the caller's clock.
+
+GPUs may differ in size: each has its own total of units (``Scheduler.totals``). Rules 1-2
+hold under both policies:
+
+1. A demand needs ``count`` GPUs, each with at least ``units`` free. A fractional demand is
+   ``count == 1``; a whole-GPU demand (``count > 1``, or ``whole=True``) needs ``count`` GPUs
+   that are completely free, whatever their size. A *relative* demand (``relative=True``,
+   ``count == 1``) is a share of whichever GPU it lands on: ``units`` out of
+   ``UNITS_PER_GPU``, so on GPU ``g`` it needs ``max(1, ceil(units * totals[g] /
+   UNITS_PER_GPU))`` units (on GPUs of one size it is the equal absolute demand). A demand
+   that can never fit (more units than the largest GPU, more whole GPUs than there are) is
+   refused with ValueError.
+2. Placement is best fit: a fractional demand takes the fitting GPU with the least left free
+   after the grant (free minus its need there; for an absolute demand, the fewest free
+   units), a whole-GPU demand the completely free GPUs with the smallest totals; ties to the
+   lowest index (on GPUs of one size: the lowest-indexed free GPUs).
+
+``easy`` (the default): EASY backfilling, with hold times learned from what the core sees.
+
+3e. Waiters form one FIFO queue; its first waiter is the head, and only the head reserves:
+    the GPUs expected to have room for it soonest (ties: the most free, then the lowest
+    index, as in rule 3; for a relative head, the most free beyond its need there). Its
+    shadow is when that is expected. It keeps those GPUs until it is granted or cancelled,
+    except that once its shadow has passed it may move, once, to GPUs now expected to have
+    room strictly sooner.
+4e. Every other waiter, in queue order, and every new arrival may be granted at once on the
+    GPUs the head does not reserve, and on the head's GPUs only before its shadow, and only
+    if its expected hold ends by the shadow or (for a fractional head) leaves the head's
+    need there free at the shadow. A new arrival never passes an earlier waiter of its own demand
+    that has no hint.
+5e. The head is granted as soon as it fits anywhere (best fit, rule 2); every release or
+    cancellation grants what now fits from the front, then backfills (rule 4e).
+6e. So the head's wait is bounded: once its shadow has passed, nothing new is placed on its
+    GPUs, and it starts when the grants there at its shadow have ended (those running when it
+    became head, and backfills placed before the shadow, expected to end by it).
+7e. A request's expected hold is its ``expected`` hint, else the smoothed mean (weight
+    ``SMOOTHING``) of its demand's past hold times, else the mean over all demands; none is
+    known before the first release. A running grant is expected to end at its start plus
+    that; one past it (or with none) is expected to run as long again as it has, and at
+    least the mean over all. In rule 3e, GPUs expected within ``GRAIN`` times the head's
+    own expected hold of the soonest are a tie.
+
+``reserve-all`` (the policy hwpool started from; rules 3-5 replace 3e-7e):
+
+3. Walking the queue in order, each waiter that cannot be granted reserves, among the GPUs
+   no earlier waiter reserves, the ``count`` most free ones: for a fractional demand the GPU
+   with the most free units beyond its need there (free minus need: for an absolute demand,
+   the most free units) among those whose total could ever hold it, for a whole-GPU demand
+   the GPUs with the fewest units in use (on GPUs of one size both are "most free"); ties to
+   the lowest index. The first waiter that cannot get its full set stops all
+   reservations behind it.
+4. Any request may be granted at once on GPUs that no earlier waiter reserves (backfill).
+5. Every release or cancellation walks the queue again, granting what now fits. The walk stops
+   as soon as no unreserved GPU can serve anything further back, which it knows from a sorted
+   index of the demands still waiting, without scanning them. On GPUs of one size this walk
+   is the fast path; GPUs of different sizes take a plainer walk with the same rules.
+
+Invariants after every call: per GPU ``0 <= free <= total``; a ticket is waiting, granted or
+gone, never two; reservations are disjoint and held only by waiters.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import heapq
+import itertools
+import math
+from collections import OrderedDict, deque
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from hwpool._check import check_int, check_real, check_timeout
+from hwpool._core._capacity import UNITS_PER_GPU
+from hwpool._core._durations import Durations
+
+__all__ = ["POLICIES", "Demand", "Grant", "Head", "Scheduler", "Waiter"]
+
+POLICIES = ("easy", "reserve-all")
+"""The core's policies by name: ``easy`` (the default: only the head reserves, and others
+backfill around it by learned hold times) and ``reserve-all`` (every waiter reserves)."""
+
+
+GRAIN = 2.0
+"""Rule 3e: GPUs expected to have room within this many of the head's expected holds of the
+soonest are a tie (estimates are no finer), broken by the most free."""
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """What one request needs: ``count`` GPUs with ``units`` free on each.
+
+    ``count > 1`` always means whole GPUs; ``whole=True`` asks for one (or ``count``) whole
+    GPUs of any size, where ``units`` is not used for fitting. ``relative=True`` (with
+    ``count == 1``) makes ``units`` a share of one GPU in ``UNITS_PER_GPU`` units, whatever
+    its size: on GPUs of different sizes its need differs per GPU (rule 1).
+    """
+
+    count: int
+    units: int
+    whole: bool = False
+    relative: bool = False
+
+
+class Grant(NamedTuple):
+    """A request that has been granted: ``units`` taken on each GPU of ``gpus``.
+
+    A whole-GPU grant holds each GPU's total; where those differ, ``units`` is 0 and
+    :meth:`Scheduler.held` gives what each GPU holds. A relative demand's grant holds the
+    units it took on its one GPU.
+    """
+
+    ticket: int
+    gpus: tuple[int, ...]
+    units: int
+
+
+# Grant((ticket, gpus, units)) without the Python frame of NamedTuple.__new__ (the hot path).
+_grant = functools.partial(tuple.__new__, Grant)
+
+
+class Head(NamedTuple):
+    """The head of the queue under ``easy``: the GPUs it reserves and its shadow, the time
+    (on the caller's clock) it is expected to fit there; ``since``: when it became head;
+    ``moved``: whether it has used its one move (rule 3e)."""
+
+    ticket: int
+    gpus: tuple[int, ...]
+    shadow: float
+    since: float
+    moved: bool = False
+
+
+def _class_of(demand: Demand) -> tuple[int, int, bool] | tuple[int, int, bool, bool]:
+    """The key hold times are learned under: a tuple hashes faster than a Demand. A relative
+    demand's key is longer, so it never shares a class with an absolute demand of its units."""
+    if demand.relative:
+        return (demand.count, demand.units, demand.whole, True)
+    return (demand.count, demand.units, demand.whole)
+
+
+def _share(units: int, total: int) -> int:
+    """Units that ``units`` out of ``UNITS_PER_GPU`` are of a GPU of ``total``, rounded up
+    (at least one): exact integer arithmetic."""
+    return max(1, -(-units * total // UNITS_PER_GPU))
+
+
+class Waiter(NamedTuple):
+    """A waiting request as the core sees it: its ticket, demand and current reservation."""
+
+    ticket: int
+    demand: Demand
+    reserved: tuple[int, ...]
+
+
+class _DemandIndex:
+    """A multiset of waiting demand sizes with its minimum, kept sorted for suffix queries."""
+
+    __slots__ = ("counts", "keys")
+
+    def __init__(self) -> None:
+        self.counts: dict[int, int] = {}
+        self.keys: list[int] = []
+
+    def add(self, key: int) -> None:
+        n = self.counts.get(key, 0)
+        if n == 0:
+            bisect.insort(self.keys, key)
+        self.counts[key] = n + 1
+
+    def remove(self, key: int) -> None:
+        n = self.counts[key] - 1
+        if n == 0:
+            del self.counts[key]
+            del self.keys[bisect.bisect_left(self.keys, key)]
+        else:
+            self.counts[key] = n
+
+    def min_excluding(self, visited: dict[int, int]) -> int | None:
+        """The smallest key with members left once ``visited`` ones are taken out."""
+        for key in self.keys:
+            if self.counts[key] > visited.get(key, 0):
+                return key
+        return None
+
+
+class _Order:
+    """GPUs sorted by most free first (ties: lowest index); ``order[p:]`` are unreserved.
+
+    Walking the queue consumes this from the front: a waiter that cannot be granted reserves
+    the next 1 (or ``count``) GPUs, so each non-fitting waiter costs O(1).
+    """
+
+    __slots__ = ("free", "gpus", "p", "reserving")
+
+    def __init__(self, free: list[int]) -> None:
+        self.free = free
+        self.gpus: list[int] = []
+        self.p = 0
+        self.reserving = True
+        self.reset()
+
+    def reset(self) -> None:
+        """Rank every GPU afresh, with nothing reserved."""
+        # A stable sort keeps equal capacities in index order, as the ranking requires.
+        self.gpus = sorted(range(len(self.free)), key=self.free.__getitem__, reverse=True)
+        self.p = 0
+        self.reserving = True
+
+    def open_count(self) -> int:
+        return len(self.gpus) - self.p
+
+    def top_free(self) -> int:
+        """Free units of the most free unreserved GPU (-1 when all are reserved)."""
+        return self.free[self.gpus[self.p]] if self.p < len(self.gpus) else -1
+
+    def full_count_at_least(self, count: int, full: int) -> bool:
+        """Whether at least ``count`` unreserved GPUs are completely free."""
+        last = self.p + count - 1
+        return last < len(self.gpus) and self.free[self.gpus[last]] == full
+
+    def best_fit(self, units: int) -> int | None:
+        """Position of the unreserved GPU with the least free >= units (ties: lowest index)."""
+        gpus, free = self.gpus, self.free
+        i = len(gpus) - 1
+        while i >= self.p and free[gpus[i]] < units:
+            i -= 1
+        if i < self.p:
+            return None
+        value = free[gpus[i]]
+        while i > self.p and free[gpus[i - 1]] == value:
+            i -= 1
+        return i
+
+    def reposition(self, start: int, stop: int) -> None:
+        """Re-sort the GPUs at positions ``start:stop`` after their free capacity fell.
+
+        Each sinks past the GPUs that now rank before it (an insertion-sort step: with a
+        handful of GPUs this beats a keyed bisect).
+        """
+        gpus, free = self.gpus, self.free
+        for i in range(stop - 1, start - 1, -1):
+            gpu = gpus[i]
+            f = free[gpu]
+            j = i + 1
+            while j < len(gpus) and (free[gpus[j]] > f or (free[gpus[j]] == f and gpus[j] < gpu)):
+                j += 1
+            if j > i + 1:
+                gpus.insert(j, gpu)
+                del gpus[i]
+
+    def reserve(self, count: int) -> tuple[int, ...] | None:
+        """Reserve the ``count`` most free unreserved GPUs, or stop reserving if too few."""
+        if not self.reserving or self.open_count() < count:
+            self.reserving = False
+            return None
+        chosen = self.gpus[self.p : self.p + count]
+        self.p += count
+        return tuple(sorted(chosen))
+
+
+class Scheduler:
+    """The FIFO-with-reservations, best-fit, backfilling GPU scheduler.
+
+    ``submit`` and ``grant_now`` take new requests, ``release`` and ``cancel`` report what
+    finished or gave up; each returns the grants it made so the caller can wake those waiters.
+    Demands come validated from the fronts (GPUPool, the trace reader); a bad release or
+    cancel raises ValueError or KeyError and leaves the state unchanged.
+    """
+
+    def __init__(
+        self,
+        gpus: int | Sequence[int],
+        units_per_gpu: int | None = None,
+        *,
+        policy: str = "easy",
+    ) -> None:
+        """``gpus``: a count of GPUs of ``units_per_gpu`` units each (default a whole GPU's
+        ``UNITS_PER_GPU``), or a sequence giving each GPU's total in units (any positive
+        ints; then ``units_per_gpu`` is not given and reads as the largest total).
+        ``policy``: one of :data:`POLICIES` (see the module docstring).
+        """
+        if not isinstance(policy, str):
+            raise TypeError(f"policy must be a str, got {policy!r} ({type(policy).__name__})")
+        if policy not in POLICIES:
+            raise ValueError(f"policy must be one of {', '.join(POLICIES)}; got {policy!r}")
+        if isinstance(gpus, (str, bytes)) or not isinstance(gpus, (int, Sequence)):
+            raise TypeError(f"gpus must be an int or a sequence of ints, got {gpus!r}")
+        if isinstance(gpus, Sequence):
+            if units_per_gpu is not None:
+                raise TypeError(
+                    f"give units_per_gpu only with a count of GPUs, not with totals "
+                    f"(units_per_gpu={units_per_gpu!r})"
+                )
+            if not gpus:
+                raise ValueError(f"gpus must hold at least one GPU's total, got {gpus!r}")
+            totals = [check_int(f"gpus[{i}]", t, minimum=1) for i, t in enumerate(gpus)]
+        else:
+            count = check_int("gpus", gpus, minimum=1)
+            size = UNITS_PER_GPU if units_per_gpu is None else units_per_gpu
+            totals = [check_int("units_per_gpu", size, minimum=1)] * count
+        self.num_gpus = len(totals)
+        self.units_per_gpu = max(totals)  # every GPU's total when they are equal
+        self._smallest = min(totals)
+        self._totals = totals
+        self.policy = policy
+        self._easy = policy == "easy"
+        self._uniform = len(set(totals)) == 1  # the fast path; else the plain walk
+        self._free = list(totals)
+        self._queue: OrderedDict[int, Demand] = OrderedDict()
+        self._reserved: dict[int, tuple[int, ...]] = {}
+        self._fraction_index = _DemandIndex()  # units of waiting single-GPU demands
+        self._whole_index = _DemandIndex()  # counts of waiting multi-GPU demands
+        # What a new arrival at the tail of the queue sees; meaningful only while some wait.
+        self._tail = _Order(self._free)
+        # The same for GPUs of different sizes: the GPUs no waiter reserves, and whether
+        # the tail still reserves.
+        self._open: list[int] = list(range(self.num_gpus))
+        self._reserving = True
+        self._tickets = itertools.count(1)
+        # Under easy: the clock, what was learned, the head, and the waiters without a hint
+        # per demand (FIFO within each), those with one apart.
+        self._now = 0.0
+        self._durations = Durations(self.num_gpus)
+        self._head: Head | None = None
+        self._open_of: Head | None = None  # the head self._open_easy was made for
+        self._open_easy: list[int] = []
+        self._classes: dict[Demand, deque[int]] = {}
+        self._hints: dict[int, float] = {}
+        # Relative demands on GPUs of different sizes: share in units -> need on each GPU.
+        self._relative_needs: dict[int, list[int]] = {}
+
+    # ----------------------------------------------------------------- queries
+    @property
+    def free(self) -> tuple[int, ...]:
+        """Free units per GPU."""
+        return tuple(self._free)
+
+    @property
+    def totals(self) -> tuple[int, ...]:
+        """Each GPU's total units."""
+        return tuple(self._totals)
+
+    def held(self, grant: Grant) -> tuple[tuple[int, int], ...]:
+        """``(gpu, units)`` that ``grant`` holds on each of its GPUs (what to release)."""
+        if grant.units:
+            return tuple((gpu, grant.units) for gpu in grant.gpus)
+        return tuple((gpu, self._totals[gpu]) for gpu in grant.gpus)
+
+    @property
+    def queue_length(self) -> int:
+        """How many requests are waiting."""
+        return len(self._queue)
+
+    def is_waiting(self, ticket: int) -> bool:
+        """Whether ``ticket`` is in the queue."""
+        return ticket in self._queue
+
+    def waiters(self) -> Iterator[Waiter]:
+        """The waiting requests in queue order, with their current reservations."""
+        reserved = self.reservations() if self._easy else self._reserved
+        for ticket, demand in self._queue.items():
+            yield Waiter(ticket, demand, reserved.get(ticket, ()))
+
+    def reservations(self) -> dict[int, tuple[int, ...]]:
+        """Reserved GPUs per waiting ticket (waiters that reserve nothing are absent)."""
+        if self._easy:
+            return {} if self._head is None else {self._head.ticket: self._head.gpus}
+        return dict(self._reserved)
+
+    @property
+    def head(self) -> Head | None:
+        """Under ``easy``, the head of the queue with its GPUs and shadow; else None."""
+        return self._head
+
+    @property
+    def now(self) -> float:
+        """The latest time any input gave (the clock never goes back); 0 before any."""
+        return self._now
+
+    def expected(self, demand: Demand) -> float | None:
+        """The hold time in seconds the core would assume for ``demand`` without a hint (the
+        smoothed mean of its demand's, else of all, hold times), or None before any is known."""
+        return self._durations.guess(_class_of(self._admit(demand)))
+
+    # ----------------------------------------------------------------- inputs
+    def grant_now(
+        self, demand: Demand, *, now: float | None = None, expected: float | None = None
+    ) -> Grant | None:
+        """Grant ``demand`` where a new arrival would be granted at once, or return None.
+
+        Never queues and never jumps the queue: only capacity the policy lets a new arrival
+        take (rule 4, or 4e). ``now``: the caller's clock, in seconds; ``expected``: how long
+        the caller expects to hold it (see :meth:`submit`). Raises ValueError (or TypeError),
+        changing nothing, for a demand that could never fit or a bad ``now`` or ``expected``.
+        """
+        demand = self._admit(demand)
+        clock = now if type(now) is float and now - now == 0.0 else self._time(now)
+        hint = None if expected is None else check_timeout(expected, "expected")
+        self._now = max(self._now, clock)
+        if self._easy:
+            at = self._now
+            if self._queue or not self._uniform or hint is not None:
+                gpus = self._place_new_easy(demand, hint, at)
+                if gpus is None:
+                    return None
+                return self._granted(next(self._tickets), demand, gpus, at, hint)
+            gpus = self._take_new(demand)  # nobody waits: the fast path, inline
+            if gpus is None:
+                return None
+            ticket, units = next(self._tickets), demand.units
+            key = (demand.count, units, False)  # _class_of(demand), inline
+            self._durations.start(ticket, key, dict.fromkeys(gpus, units), at)
+            return _grant((ticket, gpus, units))
+        gpus = self._take_new(demand)
+        if gpus is None:
+            return None
+        return _grant((next(self._tickets), gpus, self._units_of(demand, gpus)))
+
+    def submit(
+        self, demand: Demand, *, now: float | None = None, expected: float | None = None
+    ) -> tuple[int, Grant | None]:
+        """Add a request; return its ticket and its grant if it was granted at once.
+
+        A request not granted at once waits in the queue (and may reserve GPUs) until a later
+        ``release`` or ``cancel`` grants it or it is cancelled. ``now`` is the caller's clock
+        in seconds (any origin, never going back; omitted: the last one given), from which
+        ``easy`` learns hold times; ``expected`` (seconds, optional) is how long the caller
+        expects to hold the grant, used instead of what was learned. Raises ValueError (or
+        TypeError), changing nothing, for a demand that could never fit or a bad ``now`` or
+        ``expected``.
+        """
+        demand = self._admit(demand)
+        clock, expected = self._time(now), check_timeout(expected, "expected")
+        if self._easy:
+            return self._submit_easy(demand, self._commit(clock), expected)
+        self._commit(clock)
+        if not self._uniform:
+            return self._submit_general(demand)
+        ticket = next(self._tickets)
+        gpus = self._take_new(demand)
+        if gpus is not None:
+            return ticket, _grant((ticket, gpus, demand.units))
+        if not self._queue:
+            self._tail.reset()
+        self._queue[ticket] = demand
+        self._index_of(demand).add(self._key_of(demand))
+        reserved = self._tail.reserve(demand.count)
+        if reserved is not None:
+            self._reserved[ticket] = reserved
+        return ticket, None
+
+    def release(
+        self, gpu: int, units: int, *, ticket: int | None = None, now: float | None = None
+    ) -> list[Grant]:
+        """Give back ``units`` on ``gpu``; return the waiters granted as a result.
+
+        ``ticket``: the grant they belong to, so that ``easy`` learns its hold time (without
+        it the core guesses which grant ended, and learns nothing); ``now``: as in
+        :meth:`submit`.
+        """
+        free = self._free
+        if not (
+            type(gpu) is int
+            and 0 <= gpu < self.num_gpus
+            and type(units) is int
+            and 0 < units <= self._totals[gpu] - free[gpu]
+        ):  # the checks again, slowly, for the error message (and NumPy ints made ints)
+            gpu = self._check_gpu(gpu)
+            units = self._check_release(gpu, units)
+        clock = now if type(now) is float and now - now == 0.0 else self._time(now)
+        if ticket is not None and type(ticket) is not int:
+            self._check_ticket(ticket)
+        self._now = max(self._now, clock)
+        free[gpu] += units
+        if not self._easy:
+            return self._walk() if self._queue else []
+        at = self._now
+        self._durations.finish(ticket, gpu, units, at)
+        return self._walk_easy(at) if self._queue else []
+
+    def release_many(
+        self,
+        releases: Iterable[tuple[int, int]],
+        *,
+        ticket: int | None = None,
+        now: float | None = None,
+    ) -> list[Grant]:
+        """Give back several ``(gpu, units)`` at once (all or nothing), then walk the queue
+        once; ``ticket`` and ``now`` as in :meth:`release`."""
+        pending: dict[int, int] = {}
+        for raw_gpu, raw_units in releases:
+            gpu = self._check_gpu(raw_gpu)
+            units = self._check_units(raw_units)
+            pending[gpu] = pending.get(gpu, 0) + units
+        for gpu, units in pending.items():
+            self._check_release(gpu, units)
+        clock = self._time(now)
+        self._check_ticket(ticket)
+        at = self._commit(clock)
+        for gpu, units in pending.items():
+            self._free[gpu] += units
+            if self._easy:
+                self._durations.finish(ticket, gpu, units, at)
+        if not self._queue:
+            return []
+        return self._walk_easy(at) if self._easy else self._walk()
+
+    def cancel(self, ticket: int, *, now: float | None = None) -> list[Grant]:
+        """Withdraw a waiting request; return the waiters granted as a result.
+
+        Raises KeyError if ``ticket`` is not waiting (it was granted, or never existed).
+        """
+        clock = self._time(now)
+        if ticket not in self._queue:
+            raise KeyError(ticket)
+        at = self._commit(clock)
+        if self._easy:
+            self._dequeue(ticket)
+            if self._head is not None and self._head.ticket == ticket:
+                self._head = None
+            return self._walk_easy(at)
+        demand = self._queue.pop(ticket)
+        self._index_of(demand).remove(self._key_of(demand))
+        return self._walk()
+
+    # ----------------------------------------------------------------- internals
+    def _check_gpu(self, gpu: object) -> int:
+        return check_int("gpu_id", gpu, minimum=0, maximum=self.num_gpus - 1)
+
+    @staticmethod
+    def _check_units(units: object) -> int:
+        return check_int("units to release", units, minimum=1)
+
+    def _check_release(self, gpu: int, units: object) -> int:
+        number = self._check_units(units)
+        held = self._totals[gpu] - self._free[gpu]
+        if number > held:
+            raise ValueError(f"cannot release {number} units on GPU {gpu}: only {held} held")
+        return number
+
+    def _admit(self, demand: Demand) -> Demand:
+        """``demand`` as the walk takes it, or ValueError if it could never fit.
+
+        On GPUs of one size a whole-GPU demand is ``units_per_gpu`` on each and a relative
+        demand its share of that, so the fast path sees nothing new; on GPUs of different
+        sizes both keep their mark. ValueError for a relative demand of more than one GPU,
+        of whole GPUs, or of a share outside 1..UNITS_PER_GPU units.
+        """
+        count, units = demand.count, demand.units
+        if demand.relative:
+            return self._admit_relative(demand)
+        if count > 1 or demand.whole:
+            if not 1 <= count <= self.num_gpus:
+                raise ValueError(
+                    f"count must be between 1 and num_gpus={self.num_gpus} (whole GPUs), "
+                    f"got {count}"
+                )
+            if self._uniform:
+                if units != self.units_per_gpu or demand.whole:
+                    return Demand(count, self.units_per_gpu)
+            elif count > 1 and not demand.whole:
+                return Demand(count, units, whole=True)
+            return demand
+        if not 1 <= units <= self.units_per_gpu:
+            raise ValueError(
+                f"units must be between 1 and {self.units_per_gpu} (the largest GPU), got {units}"
+            )
+        return demand
+
+    def _admit_relative(self, demand: Demand) -> Demand:
+        """A relative demand checked: the equal absolute one on GPUs of one size."""
+        count, units = demand.count, demand.units
+        if count != 1 or demand.whole:
+            raise ValueError(
+                f"a relative demand is a share of one GPU: count must be 1 and whole False, "
+                f"got count={count!r}, whole={demand.whole!r}"
+            )
+        if type(units) is not int or not 1 <= units <= UNITS_PER_GPU:
+            raise ValueError(
+                f"units of a relative demand must be between 1 and {UNITS_PER_GPU} "
+                f"(a whole GPU), got {units!r}"
+            )
+        if self._uniform:
+            return Demand(1, _share(units, self.units_per_gpu))
+        return demand
+
+    def _needs_of(self, demand: Demand) -> list[int]:
+        """Units a relative ``demand`` needs on each GPU (rule 1), memoised per share."""
+        needs = self._relative_needs.get(demand.units)
+        if needs is None:
+            needs = [_share(demand.units, total) for total in self._totals]
+            if len(self._relative_needs) < 4096:
+                self._relative_needs[demand.units] = needs
+        return needs
+
+    def _index_of(self, demand: Demand) -> _DemandIndex:
+        return self._whole_index if demand.count > 1 or demand.whole else self._fraction_index
+
+    def _key_of(self, demand: Demand) -> int:
+        """``demand``'s key in its index: a count of whole GPUs, else the units it needs on
+        the GPU where it needs the fewest (a lower bound, which keeps the early stop safe)."""
+        if demand.count > 1 or demand.whole:
+            return demand.count
+        if demand.relative:
+            return _share(demand.units, self._smallest)
+        return demand.units
+
+    def _take_new(self, demand: Demand) -> tuple[int, ...] | None:
+        """Take capacity for a new arrival where it fits without jumping the queue, or None."""
+        if not self._uniform:
+            return self._fit_general(demand, self._open if self._queue else None, take=True)
+        count, units = demand.count, demand.units
+        if self._queue:
+            return self._take_in(self._tail, count, units)
+        free = self._free
+        if count == 1:  # nobody waits: best fit over every GPU
+            least = min(free)
+            if least >= units:  # every GPU fits: the least free, lowest index (all in C)
+                best = free.index(least)
+            else:
+                best, best_free = -1, self.units_per_gpu + 1
+                for gpu, f in enumerate(free):
+                    if units <= f < best_free:
+                        best, best_free = gpu, f
+                if best < 0:
+                    return None
+            free[best] -= units
+            return (best,)
+        fitting = [gpu for gpu, f in enumerate(free) if f == self.units_per_gpu][:count]
+        if len(fitting) < count:
+            return None
+        for gpu in fitting:
+            free[gpu] = 0
+        return tuple(fitting)
+
+    def _take_in(self, order: _Order, count: int, units: int) -> tuple[int, ...] | None:
+        """Take best-fit capacity on the unreserved GPUs of ``order``, keeping it sorted."""
+        if count == 1:
+            if order.top_free() < units:
+                return None
+            i = order.best_fit(units)
+            assert i is not None
+            gpu = order.gpus[i]
+            self._free[gpu] -= units
+            order.reposition(i, i + 1)
+            return (gpu,)
+        if not order.full_count_at_least(count, self.units_per_gpu):
+            return None
+        # The first `count` unreserved GPUs are the lowest-indexed completely free ones.
+        gpus = tuple(order.gpus[order.p : order.p + count])
+        for gpu in gpus:
+            self._free[gpu] = 0
+        order.reposition(order.p, order.p + count)
+        return gpus
+
+    def _could_serve_rest(self, order: _Order, seen: tuple[dict[int, int], dict[int, int]]) -> bool:
+        """Whether any waiter not yet visited could fit on the unreserved GPUs."""
+        smallest = self._fraction_index.min_excluding(seen[0])
+        if smallest is not None and order.top_free() >= smallest:
+            return True
+        fewest = self._whole_index.min_excluding(seen[1])
+        return fewest is not None and order.full_count_at_least(fewest, self.units_per_gpu)
+
+    def _tally(self, seen: tuple[dict[int, int], dict[int, int]], demand: Demand) -> None:
+        if demand.count > 1 or demand.whole:
+            counts, key = seen[1], demand.count
+        else:
+            counts, key = seen[0], self._key_of(demand) if demand.relative else demand.units
+        counts[key] = counts.get(key, 0) + 1
+
+    def _walk(self) -> list[Grant]:
+        """Recompute reservations in queue order and grant every waiter that fits (rules 3-5).
+
+        This runs on every release, so the common step (a single-GPU waiter that does not fit
+        and reserves the next most-free GPU) is written out inline. Once reservations stop,
+        the walk counts the demands it has passed, to stop when nothing further back can fit.
+        """
+        if not self._uniform:
+            return self._walk_general()
+        reserved = self._reserved
+        reserved.clear()
+        grants: list[Grant] = []
+        free = self._free
+        order = self._tail  # rebuilt here, and left as what a new arrival sees
+        order.reset()
+        gpus = order.gpus
+        n = self.num_gpus
+        visited = 0
+        seen: tuple[dict[int, int], dict[int, int]] | None = None
+        p = 0  # order.p, kept in a local on the hot path
+        for ticket, demand in self._queue.items():
+            if p == n:
+                break
+            if seen is not None:
+                order.p = p
+                if not self._could_serve_rest(order, seen):
+                    break
+                self._tally(seen, demand)
+            visited += 1
+            count, units = demand.count, demand.units
+            if count == 1 and free[gpus[p]] < units:  # fits nowhere open
+                if seen is None:  # still reserving: take the most free open GPU
+                    reserved[ticket] = (gpus[p],)
+                    p += 1
+                continue
+            order.p = p
+            taken = self._take_in(order, count, units)
+            if taken is not None:
+                grants.append(_grant((ticket, taken, units)))
+                continue
+            chosen = order.reserve(count)
+            p = order.p
+            if chosen is not None:
+                reserved[ticket] = chosen
+            elif seen is None:  # reservations stop here: count what the walk has passed
+                seen = ({}, {})
+                for passed in itertools.islice(self._queue.values(), visited):
+                    self._tally(seen, passed)
+        order.p = p
+        return self._dequeued(grants)
+
+    def _dequeued(self, grants: list[Grant]) -> list[Grant]:
+        """Take the waiters a walk granted out of the queue and its index; return ``grants``."""
+        for grant in grants:
+            done = self._queue.pop(grant.ticket)
+            self._index_of(done).remove(self._key_of(done))
+        return grants
+
+    # ------------------------------------------------- GPUs of different sizes (plain walk)
+    def _units_of(self, demand: Demand, gpus: tuple[int, ...]) -> int:
+        """``Grant.units`` for ``demand`` on ``gpus``: 0 for whole GPUs of different sizes,
+        what a relative demand needs on its one GPU."""
+        if demand.relative:
+            return self._needs_of(demand)[gpus[0]]
+        if not demand.whole:
+            return demand.units
+        sizes = {self._totals[gpu] for gpu in gpus}
+        return sizes.pop() if len(sizes) == 1 else 0
+
+    def _fit_general(
+        self, demand: Demand, open_gpus: list[int] | None, *, take: bool
+    ) -> tuple[int, ...] | None:
+        """Best-fit GPUs for ``demand`` among ``open_gpus`` (None: all), taken if ``take``."""
+        free, totals = self._free, self._totals
+        gpus = range(self.num_gpus) if open_gpus is None else open_gpus
+        if demand.whole or demand.count > 1:
+            idle = [gpu for gpu in gpus if free[gpu] == totals[gpu]]
+            if len(idle) < demand.count:
+                return None
+            chosen = tuple(sorted(sorted(idle, key=totals.__getitem__)[: demand.count]))
+            if take:
+                for gpu in chosen:
+                    free[gpu] = 0
+            return chosen
+        if demand.relative:
+            return self._fit_relative(self._needs_of(demand), gpus, take)
+        units, best, best_free = demand.units, -1, -1
+        for gpu in gpus:
+            f = free[gpu]
+            if f >= units and (best < 0 or f < best_free or (f == best_free and gpu < best)):
+                best, best_free = gpu, f
+        if best < 0:
+            return None
+        if take:
+            free[best] -= units
+        return (best,)
+
+    def _fit_relative(
+        self, needs: list[int], gpus: Iterable[int], take: bool
+    ) -> tuple[int, ...] | None:
+        """Best fit (rule 2) for a relative demand needing ``needs[g]`` on GPU ``g``: the
+        fitting GPU among ``gpus`` with the least left after the grant, ties lowest index."""
+        free = self._free
+        best, best_left = -1, -1
+        for gpu in gpus:
+            left = free[gpu] - needs[gpu]
+            if left >= 0 and (best < 0 or left < best_left or (left == best_left and gpu < best)):
+                best, best_left = gpu, left
+        if best < 0:
+            return None
+        if take:
+            free[best] -= needs[best]
+        return (best,)
+
+    def _reserve_general(self, demand: Demand, open_gpus: list[int]) -> tuple[int, ...] | None:
+        """The GPUs ``demand`` reserves among ``open_gpus`` (rule 3), removed from it."""
+        free, totals = self._free, self._totals
+        if demand.whole or demand.count > 1:
+            if len(open_gpus) < demand.count:
+                return None
+            ranked = sorted(open_gpus, key=lambda gpu: (totals[gpu] - free[gpu], gpu))
+            chosen = tuple(sorted(ranked[: demand.count]))
+            for gpu in chosen:
+                open_gpus.remove(gpu)
+            return chosen
+        if demand.relative:  # the most free beyond its need (any GPU could hold it)
+            needs = self._needs_of(demand)
+            best = min(open_gpus, key=lambda gpu: (needs[gpu] - free[gpu], gpu), default=-1)
+        else:
+            best, best_free = -1, -1  # the most free GPU that could hold it
+            for gpu in open_gpus:
+                if totals[gpu] >= demand.units:
+                    f = free[gpu]
+                    if f > best_free or (f == best_free and gpu < best):
+                        best, best_free = gpu, f
+        if best < 0:
+            return None
+        open_gpus.remove(best)
+        return (best,)
+
+    def _submit_general(self, demand: Demand) -> tuple[int, Grant | None]:
+        ticket = next(self._tickets)
+        gpus = self._take_new(demand)
+        if gpus is not None:
+            return ticket, _grant((ticket, gpus, self._units_of(demand, gpus)))
+        if not self._queue:
+            self._open = list(range(self.num_gpus))
+            self._reserving = True
+        self._queue[ticket] = demand
+        self._index_of(demand).add(self._key_of(demand))
+        if self._reserving:
+            chosen = self._reserve_general(demand, self._open)
+            if chosen is None:
+                self._reserving = False
+            else:
+                self._reserved[ticket] = chosen
+        return ticket, None
+
+    def _could_serve_rest_general(
+        self, open_gpus: list[int], seen: tuple[dict[int, int], dict[int, int]]
+    ) -> bool:
+        """Whether any waiter not yet visited could fit on ``open_gpus``."""
+        free, totals = self._free, self._totals
+        # A relative demand's key is its need on the smallest GPU: a lower bound, so this
+        # may walk on where nothing fits, but never stops where something would.
+        smallest = self._fraction_index.min_excluding(seen[0])
+        if smallest is not None and any(free[gpu] >= smallest for gpu in open_gpus):
+            return True
+        fewest = self._whole_index.min_excluding(seen[1])
+        idle = sum(1 for gpu in open_gpus if free[gpu] == totals[gpu])
+        return fewest is not None and idle >= fewest
+
+    def _relative_pass(self, demand: Demand, open_gpus: list[int]) -> tuple[int, int, int]:
+        """The walk's one pass for a relative demand: its best fit among ``open_gpus`` (-1:
+        none), the GPU it would reserve (the most free beyond its need; every GPU could hold
+        it), and what it needs on the best fit."""
+        free, needs = self._free, self._needs_of(demand)
+        fit, fit_left, most, most_left = -1, 0, -1, 0
+        for gpu in open_gpus:  # in index order, so ties go to the lowest index
+            left = free[gpu] - needs[gpu]
+            if left >= 0:
+                if fit < 0 or left < fit_left:
+                    fit, fit_left = gpu, left
+            elif most < 0 or left > most_left:
+                most, most_left = gpu, left
+        return fit, most, needs[fit] if fit >= 0 else 0
+
+    def _seen_upto(self, visited: int) -> tuple[dict[int, int], dict[int, int]]:
+        """The demands of the first ``visited`` waiters, tallied for the early stop."""
+        seen: tuple[dict[int, int], dict[int, int]] = ({}, {})
+        for passed in itertools.islice(self._queue.values(), visited):
+            self._tally(seen, passed)
+        return seen
+
+    def _walk_general(self) -> list[Grant]:
+        """Rules 3-5 on GPUs of different sizes, with the same early stop as the fast walk."""
+        reserved = self._reserved
+        reserved.clear()
+        free, totals = self._free, self._totals
+        grants: list[Grant] = []
+        open_gpus = list(range(self.num_gpus))
+        reserving = True
+        seen: tuple[dict[int, int], dict[int, int]] | None = None
+        visited = 0
+        for ticket, demand in self._queue.items():
+            if not open_gpus:
+                break
+            visited += 1
+            if seen is not None:
+                if not self._could_serve_rest_general(open_gpus, seen):
+                    break
+                self._tally(seen, demand)
+            if demand.count == 1 and not demand.whole:  # one pass: best fit, else the reserve
+                if demand.relative:
+                    fit, most, units = self._relative_pass(demand, open_gpus)
+                else:
+                    units, fit, fit_free, most, most_free = demand.units, -1, -1, -1, -1
+                    for gpu in open_gpus:  # in index order, so ties go to the lowest index
+                        f = free[gpu]
+                        if f >= units:
+                            if fit < 0 or f < fit_free:
+                                fit, fit_free = gpu, f
+                        elif f > most_free and totals[gpu] >= units:
+                            most, most_free = gpu, f
+                if fit >= 0:
+                    free[fit] -= units
+                    grants.append(_grant((ticket, (fit,), units)))
+                    continue
+                if reserving:
+                    if most >= 0:
+                        open_gpus.remove(most)
+                        reserved[ticket] = (most,)
+                        continue
+                    reserving, seen = False, self._seen_upto(visited)
+                continue
+            taken = self._fit_general(demand, open_gpus, take=True)
+            if taken is not None:
+                grants.append(_grant((ticket, taken, self._units_of(demand, taken))))
+                continue
+            if reserving:
+                chosen = self._reserve_general(demand, open_gpus)
+                if chosen is not None:
+                    reserved[ticket] = chosen
+                    continue
+                reserving, seen = False, self._seen_upto(visited)
+        self._open, self._reserving = open_gpus, reserving
+        return self._dequeued(grants)
+
+    def restore(self, gpus: tuple[int, ...], units: int, *, now: float | None = None) -> Grant:
+        """Re-create a grant that was held before a restart: ``units`` on each of ``gpus``.
+
+        The host server calls this while its clients re-declare their leases, before it
+        queues anything, so no reservation or queue walk is involved. Raises ValueError,
+        changing nothing, if requests wait, ``gpus`` is empty, repeats or names an unknown
+        GPU, or any of them has fewer than ``units`` free.
+        """
+        if self._queue:
+            raise ValueError(f"cannot restore a grant while {len(self._queue)} requests wait")
+        if not gpus or len(set(gpus)) != len(gpus):
+            raise ValueError(f"gpus to restore must be distinct and non-empty, got {gpus!r}")
+        for gpu in gpus:
+            self._check_gpu(gpu)
+        self._check_units(units)
+        for gpu in gpus:
+            if self._free[gpu] < units:
+                raise ValueError(
+                    f"cannot restore {units} units on GPU {gpu}: only {self._free[gpu]} free"
+                )
+        at = self._commit(self._time(now))
+        for gpu in gpus:
+            self._free[gpu] -= units
+        grant = Grant(next(self._tickets), tuple(gpus), units)
+        if self._easy:  # held from before: its start is unknown, so nothing is learned
+            self._durations.start(grant.ticket, None, dict.fromkeys(gpus, units), at)
+        return grant
+
+    # ------------------------------------------------------------ easy (rules 3e-7e)
+    def _submit_easy(
+        self, demand: Demand, now: float, hint: float | None
+    ) -> tuple[int, Grant | None]:
+        ticket = next(self._tickets)
+        gpus = self._place_new_easy(demand, hint, now)
+        if gpus is not None:
+            return ticket, self._granted(ticket, demand, gpus, now, hint)
+        self._queue[ticket] = demand
+        if hint is None:
+            self._classes.setdefault(demand, deque()).append(ticket)
+        else:
+            self._hints[ticket] = hint
+        if self._head is None:  # the queue was empty: this is its head
+            self._head = self._choose_head(ticket, demand, now)
+        return ticket, None
+
+    def _place_new_easy(
+        self, demand: Demand, hint: float | None, now: float
+    ) -> tuple[int, ...] | None:
+        """Take capacity for a new arrival: best fit anywhere if none wait, else a backfill
+        (rule 4e), never ahead of an earlier waiter of its demand without a hint."""
+        if not self._queue:  # best fit over every GPU (the fast path on GPUs of one size)
+            return (
+                self._take_new(demand)
+                if self._uniform
+                else self._fit_general(demand, None, take=True)
+            )
+        if hint is None and demand in self._classes:
+            return None  # an earlier one like it waits, and the same would stop it
+        return self._backfill_fit(demand, self._durations.guess(_class_of(demand), hint), now)
+
+    def _granted(
+        self, ticket: int, demand: Demand, gpus: tuple[int, ...], now: float, hint: float | None
+    ) -> Grant:
+        units = self._units_of(demand, gpus) if demand.whole or demand.relative else demand.units
+        grant = _grant((ticket, gpus, units))
+        if len(gpus) == 1 and units:
+            held = {gpus[0]: units}
+        else:
+            held = dict.fromkeys(gpus, units) if units else {g: self._totals[g] for g in gpus}
+        self._durations.start(ticket, _class_of(demand), held, now, hint)
+        return grant
+
+    def _dequeue(self, ticket: int) -> Demand:
+        """Take a waiter out of the queue and out of its class (O(class) for a middle one)."""
+        demand = self._queue.pop(ticket)
+        if self._hints.pop(ticket, None) is None:
+            waiting = self._classes[demand]
+            if waiting[0] == ticket:
+                waiting.popleft()
+            else:
+                waiting.remove(ticket)
+            if not waiting:
+                del self._classes[demand]
+        return demand
+
+    def _need(self, demand: Demand, gpu: int) -> int:
+        """Units ``demand`` needs free on ``gpu``: all of it for whole GPUs, its share of
+        it for a relative demand."""
+        if demand.whole or demand.count > 1:
+            return self._totals[gpu]
+        return self._needs_of(demand)[gpu] if demand.relative else demand.units
+
+    def _choose_head(self, ticket: int, demand: Demand, now: float, *, moved: bool = False) -> Head:
+        """The GPUs expected to have room for ``demand`` soonest, and when (rule 3e).
+
+        Estimates are no finer than ``GRAIN`` times the demand's own expected hold, so every
+        GPU expected within that of the soonest ones is as good, and among those the most
+        free win, then the lowest index, as in rule 3 (with nothing known yet, rule 3's
+        choice). GPUs too small never qualify. A relative head ranks by what is free beyond
+        its need on each GPU, as rule 3 does (for an absolute one that is the most free).
+        """
+        free, durations = self._free, self._durations
+        grain = GRAIN * (durations.mean(_class_of(demand)) or 0.0)
+        timed = sorted(
+            (durations.free_at(gpu, free[gpu], need, now), gpu)
+            for gpu in range(self.num_gpus)
+            if self._totals[gpu] >= (need := self._need(demand, gpu))
+        )
+        cutoff = timed[demand.count - 1][0] + grain
+        ranked = sorted(
+            (self._need(demand, gpu) - free[gpu] if demand.relative else -free[gpu], gpu, at)
+            for at, gpu in timed
+            if at <= cutoff
+        )
+        chosen = ranked[: demand.count]
+        gpus = tuple(sorted(gpu for _, gpu, _ in chosen))
+        return Head(ticket, gpus, max(at for _, _, at in chosen), now, moved)
+
+    def _drain(self, head: Head, demand: Demand, now: float) -> float:
+        """When the head's GPUs are expected to have room for it, as known now."""
+        free, durations = self._free, self._durations
+        return max(
+            durations.free_at(gpu, free[gpu], self._need(demand, gpu), now) for gpu in head.gpus
+        )
+
+    def _backfill_fit(
+        self, demand: Demand, guess: float | None, now: float
+    ) -> tuple[int, ...] | None:
+        """Best fit for a request behind the head, on the GPUs rule 4e lets it use."""
+        head = self._head
+        if head is None:
+            return self._fit_general(demand, None, take=True)
+        if self._open_of is not head:  # the GPUs the head does not reserve, kept per head
+            self._open_of = head
+            self._open_easy = [gpu for gpu in range(self.num_gpus) if gpu not in head.gpus]
+        allowed = self._open_easy
+        if now < head.shadow:
+            allowed = list(allowed)
+            ends_in_time = guess is not None and now + guess <= head.shadow
+            head_demand = self._queue[head.ticket]
+            fraction = not (demand.whole or demand.count > 1)
+            slack = fraction and head_demand.count == 1 and not head_demand.whole
+            for gpu in head.gpus:
+                if ends_in_time or (
+                    slack
+                    and self._durations.free_by(gpu, self._free[gpu], head.shadow, now)
+                    - self._need(demand, gpu)
+                    >= self._need(head_demand, gpu)
+                ):
+                    allowed.append(gpu)
+            allowed.sort()
+        return self._fit_general(demand, allowed, take=True)
+
+    def _walk_easy(self, now: float) -> list[Grant]:
+        """Grant from the front while the first waiter fits anywhere (rule 5e), settle the
+        head (rule 3e), then backfill behind it (rule 4e)."""
+        grants: list[Grant] = []
+        queue = self._queue
+        while queue:
+            ticket, demand = next(iter(queue.items()))
+            gpus = self._fit_general(demand, None, take=True)
+            if gpus is None:
+                break
+            hint = self._hints.get(ticket)
+            self._dequeue(ticket)
+            grants.append(self._granted(ticket, demand, gpus, now, hint))
+        if not queue:
+            self._head = None
+            return grants
+        ticket, demand = next(iter(queue.items()))
+        head = self._head
+        if head is None or head.ticket != ticket:
+            head = self._choose_head(ticket, demand, now)
+        elif now >= head.shadow and not head.moved:  # overdue: move once, if sooner elsewhere
+            better = self._choose_head(ticket, demand, now, moved=True)
+            if better.gpus != head.gpus and better.shadow < self._drain(head, demand, now):
+                head = better._replace(since=head.since)
+        self._head = head
+        self._backfill(head, now, grants)
+        return grants
+
+    def _backfill(self, head: Head, now: float, grants: list[Grant]) -> None:
+        """Offer capacity to the waiters behind ``head`` in queue order (rule 4e).
+
+        Waiters without a hint are taken per demand, the earliest of each first: once one is
+        refused, the rest of its demand would be too (capacity only falls during the walk),
+        so each walk looks at one waiter per demand plus those granted and those with hints.
+        """
+        queue, free, totals = self._queue, self._free, self._totals
+        top = max(free)
+        if top == 0:
+            return
+        idle = sum(1 for gpu, f in enumerate(free) if f == totals[gpu])
+        # Only demands that could fit somewhere now: the others wait whatever the rules say.
+        # (A relative demand is judged by its need on the smallest GPU: a lower bound.)
+        streams: list[Iterator[int]] = [
+            iter(waiting)
+            for demand, waiting in self._classes.items()
+            if (
+                demand.count <= idle
+                if demand.whole or demand.count > 1
+                else self._key_of(demand) <= top
+            )
+        ]
+        streams.append(iter(self._hints))
+        hinted = len(streams) - 1
+        heap: list[tuple[int, int]] = []
+        for index, stream in enumerate(streams):
+            ticket = next(stream, None)
+            if ticket == head.ticket:
+                ticket = next(stream, None)
+            if ticket is not None:
+                heap.append((ticket, index))
+        heapq.heapify(heap)
+        granted: list[tuple[int, Demand]] = []
+        while heap and any(free):
+            ticket, index = heap[0]
+            demand = queue[ticket]
+            hint = self._hints.get(ticket) if index == hinted else None
+            gpus = self._backfill_fit(demand, self._durations.guess(_class_of(demand), hint), now)
+            if gpus is None and index != hinted:
+                heapq.heappop(heap)  # the rest of this demand waits too
+                continue
+            if gpus is not None:
+                grants.append(self._granted(ticket, demand, gpus, now, hint))
+                granted.append((ticket, demand))
+            following = next(streams[index], None)
+            if following is None:
+                heapq.heappop(heap)
+            else:
+                heapq.heapreplace(heap, (following, index))
+        for ticket, _ in granted:
+            self._dequeue(ticket)
+
+    # ----------------------------------------------------------------- clock and hints
+    def _time(self, now: object) -> float:
+        """``now`` checked (a finite real number), or the current clock for None."""
+        if now is None:
+            return self._now
+        number = check_real("now", now)
+        if not math.isfinite(number):
+            raise ValueError(f"now must be finite, got {now!r}")
+        return number
+
+    def _commit(self, clock: float) -> float:
+        """Advance the clock to ``clock`` (never back); return the time to act at."""
+        self._now = max(self._now, clock)
+        return self._now
+
+    @staticmethod
+    def _check_ticket(ticket: object) -> None:
+        if ticket is not None and type(ticket) is not int:
+            raise TypeError(f"ticket must be an int or None, got {ticket!r}")
