@@ -219,8 +219,11 @@ class HostState:
             self.id_limit = ident + ID_BLOCK  # the I/O layer journals this before replying
         return ident
 
-    def _demand(self, count: int, units: int, unit: Unit, req: int) -> Demand:
-        """The core's demand for a request's ``count``, ``units`` and ``unit`` (checked)."""
+    def _demand(
+        self, count: int, units: int, unit: Unit, req: int, *, owner: int, priority: int = 0
+    ) -> Demand:
+        """The core's demand for a request's ``count``, ``units`` and ``unit`` (checked), of
+        ``owner`` (the client's uid: a client never names its owner) at ``priority``."""
         core, totals = self.core, self.totals
         if count > core.num_gpus:
             raise _bad(f"count={count} but this host has {core.num_gpus} GPUs", req)
@@ -243,7 +246,7 @@ class HostState:
                     f"largest GPU of this host has {max(totals)} MiB",
                     req,
                 )
-            return Demand(1, units)
+            return Demand(1, units, owner=owner, priority=priority)
         full = self.units_per_gpu
         if units > full or (count > 1 and units != full):
             raise _bad(
@@ -252,10 +255,10 @@ class HostState:
                 req,
             )
         if totals is None:
-            return Demand(count, units)
+            return Demand(count, units, owner=owner, priority=priority)
         if units == full:
-            return Demand(count, max(totals), whole=True)
-        return Demand(1, units, relative=True)
+            return Demand(count, max(totals), whole=True, owner=owner, priority=priority)
+        return Demand(1, units, relative=True, owner=owner, priority=priority)
 
     def _wire_demand(self, demand: Demand) -> tuple[int, int, Unit]:
         """``count``, ``units`` and ``unit`` as a request would ask for ``demand``."""
@@ -307,7 +310,7 @@ class HostState:
     def acquire(self, client: Client, msg: Acquire, now: float) -> list[Delivery]:
         """A new request: granted at once, queued, or (nowait) refused with ``would_block``."""
         self._data_only(client, msg.req)
-        demand = self._demand(msg.count, msg.units, msg.unit, msg.req)
+        demand = self._demand(msg.count, msg.units, msg.unit, msg.req, owner=client.uid)
         self._fresh_req(client, msg.req)
         self._room_for(client, msg.req)
         if not msg.wait:
@@ -543,7 +546,7 @@ class HostState:
         """
         self._data_only(client, msg.req)
         self._fresh_req(client, msg.req)
-        demand = self._demand(msg.count, msg.units, msg.unit, msg.req)
+        demand = self._demand(msg.count, msg.units, msg.unit, msg.req, owner=client.uid)
         if msg.held is not None and len({gpu for gpu, _ in msg.held}) != len(msg.held):
             raise ProtocolError(
                 ErrorCode.BAD_MESSAGE, f"reclaim of #{msg.id}: held names a GPU twice", msg.req
@@ -551,7 +554,8 @@ class HostState:
         journaled = self._journaled_as(client, msg, demand)
         if journaled is None:
             self._room_for(client, msg.req)
-        units = None if msg.held is None else self._restore(msg.held, msg.req)  # or LOST
+        # the lease taken back as its client's uid's, or LOST
+        units = None if msg.held is None else self._restore(msg.held, msg.req, client.uid)
         if journaled is not None:
             assert self.recovery is not None
             del self.recovery.pending[msg.id]
@@ -609,12 +613,13 @@ class HostState:
             return ident
         return None
 
-    def _restore(self, held: tuple[tuple[int, int], ...], req: int) -> int:
-        """Take ``held`` back in the core (all or nothing); LOST if it no longer fits."""
+    def _restore(self, held: tuple[tuple[int, int], ...], req: int, owner: int) -> int:
+        """Take ``held`` back in the core as ``owner``'s (all or nothing); LOST if it no
+        longer fits."""
         done: list[Grant] = []
         try:
             for gpu, units in held:
-                done.append(self.core.restore((gpu,), units))
+                done.append(self.core.restore((gpu,), units, owner=owner))
         except ValueError as exc:
             for grant in done:
                 self.core.release_many([(grant.gpus[0], grant.units)])
