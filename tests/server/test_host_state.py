@@ -251,6 +251,24 @@ def test_the_core_counts_each_request_as_its_clients_uid() -> None:
     assert state.core.usage(1000, 10.0) > 0 and state.core.usage(None, 10.0) == 0
 
 
+def test_a_priority_reorders_its_users_own_waiters_only() -> None:
+    """Alice's urgent request passes her own waiters (not the head, which keeps its place:
+    rule 10e), never bob's: bob, with less usage, still comes first."""
+    state = host(1)
+    alice, bob = client(uid=1000, pid=1), client(uid=2000, pid=2, number=2)
+    acquire(state, alice, 1)  # holds the GPU
+    for req in (2, 3):
+        state.acquire(alice, p.Acquire(req, 1, FULL, True), 0.0)
+    assert only(state.acquire(bob, p.Acquire(1, 1, FULL, True), 1.0)) == p.Queued(1, 4)
+    urgent = p.Acquire(4, 1, FULL, True, priority=p.MAX_PRIORITY)
+    assert only(state.acquire(alice, urgent, 1.0)) == p.Queued(4, 5)
+    assert [w.id for w in state.status(1, 1.0, 0.0).waiting] == [4, 5, 2, 3]
+    assert state.release(alice, p.Release(5, 1), 2.0) == [(bob, p.Granted(1, 4, (0,), FULL))]
+    granted = [state.release(c, p.Release(6, r), t)[0][1] for c, r, t in ((bob, 1, 3.0),
+               (alice, 2, 4.0), (alice, 4, 5.0))]  # fmt: skip
+    assert [g.id for g in granted if isinstance(g, p.Granted)] == [2, 5, 3]
+
+
 def test_a_reclaimed_lease_counts_as_its_clients_uid() -> None:
     state = host(2)
     state.start_recovery(journal_of(), 0.0, 5.0, alive=lambda pid: True, complete=False)

@@ -19,6 +19,8 @@ CLIENT_MESSAGES: list[p.ClientMessage] = [
     p.Acquire(2, 2, 1_000_000, False, name="train", command="python train.py"),
     p.Acquire(3, 1, 5, True, expected_s=2.5),
     p.Acquire(4, 1, 6144, True, unit="mib"),
+    p.Acquire(5, 1, 5, True, priority=-p.MAX_PRIORITY),
+    p.Acquire(6, 1, 5, True, priority=p.MAX_PRIORITY),
     p.Withdraw(3, 1, timed_out=True),
     p.Release(4, 2),
     p.Release(5, 2, gpu=1, units=250_000),
@@ -127,6 +129,11 @@ def test_malformed_lines_are_refused_by_code(line: bytes, code: ErrorCode) -> No
         ({"expected_s": 1e999}, "expected_s"),
         ({"unit": "GiB"}, "unit"),
         ({"unit": None}, "unit"),
+        ({"priority": p.MAX_PRIORITY + 1}, "priority"),
+        ({"priority": -p.MAX_PRIORITY - 1}, "priority"),
+        ({"priority": 1.5}, "priority"),
+        ({"priority": "1"}, "priority"),
+        ({"priority": True}, "priority"),
     ],
 )
 def test_bad_acquire_fields_are_named(fields: dict[str, object], named: str) -> None:
@@ -342,3 +349,10 @@ def test_a_status_says_why_the_journal_cannot_be_written_only_when_it_cannot() -
     assert p.decode_server(p.encode(failing)[:-1]) == failing
     with pytest.raises(ProtocolError, match="journal_error"):
         p.decode_server(p.encode(plain)[:-2] + b',"journal_error":5}')
+
+
+def test_a_priority_is_sent_only_when_it_is_not_the_default() -> None:
+    assert "priority" not in p.Acquire(1, 1, 5, True).wire()
+    assert p.Acquire(1, 1, 5, True, priority=-3).wire()["priority"] == -3
+    line = json.dumps({"op": "acquire", "req": 1, "count": 1, "units": 5, "wait": True})
+    assert p.decode_client(line.encode()) == p.Acquire(1, 1, 5, True)  # an older client's

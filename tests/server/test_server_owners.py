@@ -3,14 +3,20 @@ is fair between uids (issue 23): one user's flood does not hold back another use
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from hostserver import Server, status_of
+from hostserver import BOUND, Server, status_of
+from hwpool import GPUPool
+from hwpool._backends._unix import UnixBackend
 from hwpool._core._capacity import UNITS_PER_GPU
+from hwpool._wire._protocol import MAX_PRIORITY
 from rawpeers import Peer, Users, connect_as, hello
+from runproc import eventually
 
 StartServer = Callable[..., Server]
 FULL = UNITS_PER_GPU
@@ -52,3 +58,44 @@ def test_another_user_is_granted_ahead_of_one_users_flood(
     assert sorted(x["uid"] for x in status["leases"]) == sorted([pair.alice, pair.bob])
     assert {x["uid"] for x in status["waiting"]} == {pair.alice}
     assert len(status["waiting"]) == 6
+
+
+def test_a_pools_priority_over_the_unix_backend_orders_its_users_requests(
+    start_server: StartServer, peers: list[Peer]
+) -> None:
+    server = start_server("--gpus", "1")
+    holder = Peer(connect_as(os.getuid(), os.getgid(), server.socket))
+    peers.append(holder)
+    holder.send(hello(), gpu(1))
+    assert holder.answer(1)["op"] == "granted"
+    pool = GPUPool(backend=UnixBackend(server.socket))
+    order: list[str] = []
+
+    def take(name: str, priority: int) -> None:
+        gpu_id = pool.acquire_blocking(1.0, timeout=BOUND, priority=priority)
+        order.append(name)
+        pool.release(gpu_id)
+
+    threads = []
+    for count, (name, priority) in enumerate((("head", 0), ("low", -3), ("high", 3)), 1):
+        thread = threading.Thread(target=take, args=(name, priority))
+        thread.start()
+        threads.append(thread)
+        eventually(lambda n=count: len(status_of(server.socket)["waiting"]) == n, f"{name} waits")
+    holder.send({"op": "release", "req": 2, "of": holder.answer(1)["id"]})
+    for thread in threads:
+        thread.join(BOUND)
+    pool.close()
+    assert order == ["head", "high", "low"]  # the head keeps its place (rule 10e)
+
+
+def test_a_priority_out_of_bounds_is_refused_before_it_is_sent(
+    start_server: StartServer,
+) -> None:
+    server = start_server("--gpus", "1")
+    pool = GPUPool(backend=UnixBackend(server.socket))
+    with pytest.raises(ValueError, match="priority"):
+        pool.acquire_blocking(1.0, timeout=BOUND, priority=MAX_PRIORITY + 1)
+    assert status_of(server.socket)["waiting"] == []
+    pool.release(pool.acquire_blocking(1.0, timeout=BOUND, priority=-MAX_PRIORITY))
+    pool.close()

@@ -310,7 +310,9 @@ class HostState:
     def acquire(self, client: Client, msg: Acquire, now: float) -> list[Delivery]:
         """A new request: granted at once, queued, or (nowait) refused with ``would_block``."""
         self._data_only(client, msg.req)
-        demand = self._demand(msg.count, msg.units, msg.unit, msg.req, owner=client.uid)
+        demand = self._demand(
+            msg.count, msg.units, msg.unit, msg.req, owner=client.uid, priority=msg.priority
+        )
         self._fresh_req(client, msg.req)
         self._room_for(client, msg.req)
         if not msg.wait:

@@ -41,6 +41,7 @@ from .._host._detect import GPUInfo
 
 __all__ = [
     "MAX_LINE",
+    "MAX_PRIORITY",
     "MAX_TEXT",
     "PROTOCOL_VERSION",
     "Acquire",
@@ -87,6 +88,8 @@ MAX_MESSAGE = 1024
 """The longest ``message`` an ``error`` carries (in characters; a longer one is cut)."""
 MAX_ID = 2**53 - 1  # ids and counters stay exact in any JSON implementation
 MAX_GPUS = 4096
+MAX_PRIORITY = 1000
+"""An ``acquire``'s ``priority`` is an int in ``-MAX_PRIORITY..MAX_PRIORITY`` (default 0)."""
 
 TOKEN = re.compile(r"[0-9A-Za-z_-]{1,64}")
 """What a hello's ``token`` may be: 1 to 64 letters, digits, ``_`` or ``-``."""
@@ -371,6 +374,8 @@ class Acquire:
 
     ``name`` and ``command`` only label the request in ``hwpool status``; ``expected_s``
     (optional) is how long the client expects to hold the grant, for the policy.
+    ``priority`` (optional, ``-MAX_PRIORITY..MAX_PRIORITY``, default 0) orders it among the
+    same user's waiters only (higher first): it never passes another user's.
     """
 
     req: int
@@ -381,6 +386,7 @@ class Acquire:
     command: str | None = None
     expected_s: float | None = None
     unit: Unit = "gpu"
+    priority: int = 0
     op: ClassVar[str] = "acquire"
 
     def wire(self) -> dict[str, object]:
@@ -393,6 +399,8 @@ class Acquire:
             out["expected_s"] = self.expected_s
         if self.unit != "gpu":
             out["unit"] = self.unit
+        if self.priority:
+            out["priority"] = self.priority
         return out
 
 
@@ -543,6 +551,7 @@ def _acquire(f: _Fields) -> Acquire:
     return Acquire(
         f.num("req"), f.num("count", 1, MAX_GPUS), f.num("units", 1), f.flag("wait"),
         **_texts(f), expected_s=expected, unit=_unit(f),
+        priority=f.opt_num("priority", -MAX_PRIORITY, MAX_PRIORITY) or 0,
     )  # fmt: skip
 
 
