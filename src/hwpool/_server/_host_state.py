@@ -20,11 +20,12 @@ requests (leases and waiters), a uid at most ``max_per_user`` over all its conne
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, overload
 
 from .._core._capacity import UNITS_PER_GPU
+from .._core._fairshare import DEFAULT_HALF_LIFE
 from .._core._scheduler import Demand, Grant, Scheduler
 from .._printable import printable
 from .._wire._protocol import (
@@ -164,8 +165,9 @@ class HostState:
     ``totals`` sizes the GPUs in memory (MiB each; see the protocol's ``unit``); without it
     each has ``units_per_gpu``. ``mig``: the GPUs are MIG instances, so no request may have
     more than one. ``max_per_connection`` and ``max_per_user`` cap the requests (leases and
-    waiters) of one connection and of one uid. Methods raise :class:`ProtocolError` for a
-    request that cannot be served, changing nothing.
+    waiters) of one connection and of one uid. ``shares`` (uid -> share; default 1 each) and
+    ``half_life`` set the fair share between uids (the core's rules 8-10). Methods raise
+    :class:`ProtocolError` for a request that cannot be served, changing nothing.
     """
 
     def __init__(
@@ -181,6 +183,8 @@ class HostState:
         policy: str = "easy",
         max_per_connection: int = MAX_REQUESTS_PER_CONNECTION,
         max_per_user: int = MAX_REQUESTS_PER_USER,
+        shares: Mapping[int, float] | None = None,
+        half_life: float = DEFAULT_HALF_LIFE,
     ) -> None:
         if totals is not None and len(totals) != num_gpus:
             raise ValueError(f"totals must give {num_gpus} GPUs, got {list(totals)}")
@@ -188,10 +192,13 @@ class HostState:
                           ("max_per_user", max_per_user)):  # fmt: skip
             if type(cap) is not int or cap < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {cap!r}")
+        per_uid: dict[Hashable, float] = {uid: share for uid, share in (shares or {}).items()}
         if totals is None:
-            self.core = Scheduler(num_gpus, units_per_gpu, policy=policy)
+            self.core = Scheduler(
+                num_gpus, units_per_gpu, policy=policy, shares=per_uid, half_life=half_life
+            )
         else:
-            self.core = Scheduler(totals, policy=policy)
+            self.core = Scheduler(totals, policy=policy, shares=per_uid, half_life=half_life)
         self.totals = None if totals is None else self.core.totals
         # What a whole GPU is in a request that asks for a share of one (unit "gpu").
         self.units_per_gpu = self.core.units_per_gpu if totals is None else UNITS_PER_GPU
