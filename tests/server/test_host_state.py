@@ -269,6 +269,22 @@ def test_a_priority_reorders_its_users_own_waiters_only() -> None:
     assert [g.id for g in granted if isinstance(g, p.Granted)] == [2, 5, 3]
 
 
+def test_status_lists_each_owner_busiest_first_with_shares_usage_running_queued() -> None:
+    state = HostState(2, admins={0}, shares={3000: 4.0})
+    alice, bob = client(uid=1000, pid=1), client(uid=2000, pid=2, number=2)
+    acquire(state, alice, 1)
+    acquire(state, alice, 2, 0.5)
+    acquire(state, alice, 3)
+    acquire(state, bob, 1)
+    owners = state.status(1, 10.0, 0.0).owners
+    assert [(o.uid, o.share, o.running, o.queued) for o in owners] == [
+        (1000, 1.0, 1.5, 1), (2000, 1.0, 0.0, 1), (3000, 4.0, 0.0, 0),
+    ]  # fmt: skip
+    assert owners[0].usage_gpu_s == pytest.approx(state.core.usage(1000, 10.0))
+    assert 14.0 < owners[0].usage_gpu_s < 15.0  # 1.5 GPUs for 10 s, decayed a little
+    assert owners[1].usage_gpu_s == 0.0
+
+
 def test_a_reclaimed_lease_counts_as_its_clients_uid() -> None:
     state = host(2)
     state.start_recovery(journal_of(), 0.0, 5.0, alive=lambda pid: True, complete=False)

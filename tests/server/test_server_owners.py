@@ -4,13 +4,14 @@ is fair between uids (issue 23): one user's flood does not hold back another use
 from __future__ import annotations
 
 import os
+import pwd
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from hostserver import BOUND, Server, status_of
+from hostserver import BOUND, Server, run_cli, status_of
 from hwpool import GPUPool
 from hwpool._backends._unix import UnixBackend
 from hwpool._core._capacity import UNITS_PER_GPU
@@ -99,3 +100,34 @@ def test_a_priority_out_of_bounds_is_refused_before_it_is_sent(
     assert status_of(server.socket)["waiting"] == []
     pool.release(pool.acquire_blocking(1.0, timeout=BOUND, priority=-MAX_PRIORITY))
     pool.close()
+
+
+def test_status_shows_each_user_with_share_usage_running_and_queued(
+    start_server: StartServer, sockdir: Path, pair: Users, peers: list[Peer]
+) -> None:
+    config = sockdir / "serve.toml"
+    config.write_text(f'half_life = "1h"\n[shares]\n"uid:{pair.alice}" = 2\n')
+    path = sockdir / "shared" / "s.sock"
+    start_server("--gpus", "1", "--group", str(pair.gid), "--config", str(config), socket=path)
+    sockdir.chmod(0o711)
+    alice = Peer(connect_as(pair.alice, pair.gid, path))
+    bob = Peer(connect_as(pair.bob, pair.gid, path))
+    peers += [alice, bob]
+    alice.send(hello(), gpu(1), gpu(2), {"op": "status", "req": 3})
+    assert alice.answer(1)["op"] == "granted" and alice.answer(3)["op"] == "status"
+    bob.send(hello(), gpu(1), {"op": "status", "req": 2})
+    assert bob.answer(2)["op"] == "status"
+    owners = status_of(path)["owners"]
+    assert [(o["uid"], o["share"], o["running"], o["queued"]) for o in owners] == [
+        (pair.alice, 2.0, 1.0, 1), (pair.bob, 1.0, 0.0, 1),
+    ]  # fmt: skip
+    assert owners[0]["usage_gpu_s"] > 0 and owners[1]["usage_gpu_s"] == 0
+    assert owners[0]["user"] == pwd.getpwuid(pair.alice).pw_name
+    code, out, err = run_cli("status", "--socket", str(path))
+    assert code == 0, err
+    table = out[out.index("owners (2; usage: GPU-seconds, decayed):") :].splitlines()
+    assert table[1].split() == ["user", "share", "usage", "running", "queued"]
+    name, share, usage, running, queued = table[2].split()
+    assert (name, share, running, queued) == (pwd.getpwuid(pair.alice).pw_name, "2", "1.00", "1")
+    assert float(usage) >= 0
+    assert table[3].split() == [pwd.getpwuid(pair.bob).pw_name, "1", "0.0", "0.00", "1"]

@@ -454,6 +454,12 @@ def _report(wire: Wire, reply: StatusReply) -> dict[str, Any]:
              "waited_s": w.age_s, "name": w.name, "command": w.command}
             for n, w in enumerate(reply.waiting, 1)
         ],
+        "owners": [
+            {"uid": o.uid, "user": _user(o.uid), "share": o.share, "usage_gpu_s": o.usage_gpu_s,
+             "running": o.running, "queued": o.queued}
+            for o in reply.owners
+        ],
+        "owners_left_out": reply.owners_left_out,
         "counters": {
             "granted": reply.granted, "released": reply.released,
             "cancelled": reply.cancelled, "timed_out": reply.timed_out,
@@ -539,9 +545,26 @@ def _format(report: dict[str, Any]) -> str:
             f"  {w['position']}. #{w['id']} {printable(w['user'])} pid {w['pid']}: {what}"
             f"{reserve}, waiting {w['waited_s']:.1f} s" + _label(w)
         )
+    lines += _owner_lines(report["owners"], report["owners_left_out"])
     c = report["counters"]
     lines.append(
         f"granted {c['granted']}, released {c['released']}, cancelled {c['cancelled']}, "
         f"timed out {c['timed_out']}"
     )
     return "\n".join(lines)
+
+
+def _owner_lines(owners: list[dict[str, Any]], left_out: int) -> list[str]:
+    """The owners table: each user's share, recent usage (GPU-seconds, decayed), GPUs held
+    now and requests waiting; the queue is fair between them by usage per share."""
+    if not owners:
+        return []
+    more = f", {left_out} more not shown" if left_out else ""
+    lines = [f"owners ({len(owners)}{more}; usage: GPU-seconds, decayed):",
+             "  user                      share      usage  running  queued"]  # fmt: skip
+    lines += [
+        f"  {printable(o['user']):<24}  {o['share']:>5g}  {o['usage_gpu_s']:>9.1f}"
+        f"  {o['running']:>7.2f}  {o['queued']:>6}"
+        for o in owners
+    ]
+    return lines

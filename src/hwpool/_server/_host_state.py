@@ -29,6 +29,7 @@ from .._core._fairshare import DEFAULT_HALF_LIFE
 from .._core._scheduler import Demand, Grant, Scheduler
 from .._printable import printable
 from .._wire._protocol import (
+    MAX_OWNERS,
     Acquire,
     Busy,
     Cancel,
@@ -37,6 +38,7 @@ from .._wire._protocol import (
     ErrorReply,
     Granted,
     LeaseRecord,
+    OwnerRecord,
     ProtocolError,
     Queued,
     Reclaim,
@@ -193,6 +195,7 @@ class HostState:
             if type(cap) is not int or cap < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {cap!r}")
         per_uid: dict[Hashable, float] = {uid: share for uid, share in (shares or {}).items()}
+        self.shared_uids = tuple(shares or {})  # the uids with a share of their own
         if totals is None:
             self.core = Scheduler(
                 num_gpus, units_per_gpu, policy=policy, shares=per_uid, half_life=half_life
@@ -710,10 +713,29 @@ class HostState:
         ]
         waiting += [(e, (), now - e.since) for e in sorted(self._held_back, key=lambda e: e.id)]
         left = 0.0 if self.recovery is None else max(0.0, self.recovery.deadline - now)
+        owners = self._owners([e.client.uid for e, _, _ in waiting], now)
         return StatusReply(
             req, self.core.free, Built(leases, lease), Built(waiting, waiter), self.granted,
             self.released, self.cancelled, self.timed_out, left, now - started,
+            owners=tuple(owners[:MAX_OWNERS]), owners_left_out=max(0, len(owners) - MAX_OWNERS),
         )  # fmt: skip
+
+    def _owners(self, waiting_uids: list[int], now: float) -> list[OwnerRecord]:
+        """Every uid with a lease, a waiter or a share of its own, as the core counts it (its
+        share, decayed usage and GPUs held now) with its number of waiters: the busiest
+        first (most GPUs held, then most waiting, then by uid)."""
+        queued: dict[int, int] = {}
+        for uid in waiting_uids:
+            queued[uid] = queued.get(uid, 0) + 1
+        uids = {*self._per_uid, *self.shared_uids}
+        core = self.core
+        records = [
+            OwnerRecord(uid, core.share(uid), core.usage(uid, now), core.running(uid),
+                        queued.get(uid, 0))
+            for uid in uids
+        ]  # fmt: skip
+        records.sort(key=lambda r: (-r.running, -r.queued, r.uid))
+        return records
 
     def journal(self) -> Journal:
         """What a restarted server needs: the id limit, every lease, the queue in order.

@@ -41,6 +41,7 @@ from .._host._detect import GPUInfo
 
 __all__ = [
     "MAX_LINE",
+    "MAX_OWNERS",
     "MAX_PRIORITY",
     "MAX_TEXT",
     "PROTOCOL_VERSION",
@@ -56,6 +57,7 @@ __all__ = [
     "Hello",
     "LeaseRecord",
     "LineBuffer",
+    "OwnerRecord",
     "ProtocolError",
     "Queued",
     "Reclaim",
@@ -772,6 +774,29 @@ class WaiterRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class OwnerRecord:
+    """One owner (a uid) in a status reply: its share, its recent usage (GPU-seconds, decayed
+    with the server's half-life), the GPUs it holds now and how many of its requests wait."""
+
+    uid: int
+    share: float
+    usage_gpu_s: float
+    running: float
+    queued: int
+
+    def wire(self) -> dict[str, object]:
+        return {
+            "uid": self.uid, "share": self.share, "usage_gpu_s": round(self.usage_gpu_s, 6),
+            "running": round(self.running, 6), "queued": self.queued,
+        }  # fmt: skip
+
+
+MAX_OWNERS = 256
+"""The most owners a status reply lists (those with the most running, then queued, first):
+so that they always fit in the one ``status`` line, however many users there are."""
+
+
+@dataclass(frozen=True, slots=True)
 class StatusReply:
     """The host's state: free units per GPU, leases, the queue in order, the counters.
 
@@ -780,6 +805,9 @@ class StatusReply:
     status without ``stream``) had no room for: the last ones of each list.
     ``journal_error``: why the server cannot write its journal now (it grants nothing new
     until it can), or None; sent only when set (older servers never send it).
+    ``owners``: each uid with a lease, a waiter or a configured share (at most MAX_OWNERS;
+    ``owners_left_out`` counts the rest); sent only when there are some (older servers never
+    send it).
     """
 
     req: int
@@ -795,6 +823,8 @@ class StatusReply:
     leases_left_out: int = 0
     waiting_left_out: int = 0
     journal_error: str | None = None
+    owners: tuple[OwnerRecord, ...] = ()
+    owners_left_out: int = 0
     op: ClassVar[str] = "status"
 
     def wire(self) -> dict[str, object]:
@@ -811,6 +841,9 @@ class StatusReply:
             out["waiting_left_out"] = self.waiting_left_out
         if self.journal_error is not None:
             out["journal_error"] = self.journal_error
+        if self.owners or self.owners_left_out:
+            out["owners"] = [owner.wire() for owner in self.owners]
+            out["owners_left_out"] = self.owners_left_out
         return out
 
 
@@ -994,7 +1027,16 @@ def _status(f: _Fields) -> StatusReply:
         f.age("recovering_s"), f.age("uptime_s"),
         f.opt_num("leases_left_out") or 0, f.opt_num("waiting_left_out") or 0,
         f.opt_text("journal_error"),
+        tuple(_owner_record(x) for x in f.objects("owners")) if "owners" in f.obj else (),
+        f.opt_num("owners_left_out") or 0,
     )  # fmt: skip
+
+
+def _owner_record(f: _Fields) -> OwnerRecord:
+    share = f.age("share")
+    if not share > 0:
+        raise f.fail(f"share must be a finite number > 0, got {share!r}")
+    return OwnerRecord(f.num("uid"), share, f.age("usage_gpu_s"), f.age("running"), f.num("queued"))
 
 
 def _status_part(f: _Fields) -> StatusPart:
