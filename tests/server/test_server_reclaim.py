@@ -20,7 +20,7 @@ from hostserver import BOUND, ClientProc, Server, status_of
 from hwpool._backends._unix import UnixBackend
 from hwpool._core._capacity import UNITS_PER_GPU
 from hwpool._core._scheduler import Demand
-from rawpeers import Users, become, hello, lines, read_until, reply_to, talk, talk_as
+from rawpeers import Pair, become, hello, lines, read_until, reply_to, talk, talk_as
 
 StartServer = Callable[..., Server]
 Clients = Callable[..., ClientProc]
@@ -148,7 +148,7 @@ class Holder:
 
 
 def test_another_user_cannot_reclaim_a_lease_and_its_owner_then_can(
-    start_server: StartServer, sockdir: Path, pair: Users
+    start_server: StartServer, sockdir: Path, pair: Pair
 ) -> None:
     path = sockdir / "shared" / "s.sock"
     args = ("--gpus", "1", "--grace", "30", "--group", str(pair.gid))
