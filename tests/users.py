@@ -126,25 +126,36 @@ _STAGED: list[str] = []
 
 def readable_src() -> str:
     """This tree's sources where every user may read them: SRC itself when each directory
-    above it lets others through, else a copy in a new directory under /tmp (made once)."""
-    if _reachable(SRC):
-        return SRC
+    above it lets others through, else a copy under /tmp (made once)."""
+    return readable(Path(SRC) / "hwpool").parent.as_posix()
+
+
+def readable(path: Path) -> Path:
+    """``path`` (a file or a folder) where every user may read it: itself when each directory
+    above it lets others through, else a copy in a folder of this run's under /tmp."""
+    if _reachable(path):
+        return path
     if not _STAGED:
-        root = tempfile.mkdtemp(prefix="hwpool-src-")
+        root = tempfile.mkdtemp(prefix="hwpool-tests-")
         os.chmod(root, 0o755)
-        ignore = shutil.ignore_patterns("__pycache__")
-        shutil.copytree(Path(SRC) / "hwpool", Path(root) / "hwpool", ignore=ignore)
-        for folder, dirs, files in os.walk(root):
+        atexit.register(shutil.rmtree, root, True)
+        _STAGED.append(root)
+    copy = Path(_STAGED[0]) / path.name
+    if not copy.exists():
+        if path.is_dir():
+            shutil.copytree(path, copy, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(path, copy)
+        for folder, dirs, files in os.walk(copy):
             for name in dirs:
                 os.chmod(Path(folder) / name, 0o755)
             for name in files:
                 os.chmod(Path(folder) / name, 0o644)
-        atexit.register(shutil.rmtree, root, True)
-        _STAGED.append(root)
-    return _STAGED[0]
+        os.chmod(copy, 0o755 if path.is_dir() else 0o644)
+    return copy
 
 
-def _reachable(path: str) -> bool:
+def _reachable(path: Path) -> bool:
     """Whether others may search every directory from / down to ``path``, and read it."""
     here = Path(path).resolve()
     folders = [*reversed(here.parents), here]
