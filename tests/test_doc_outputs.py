@@ -13,17 +13,21 @@ A code block shows such an output when an HTML comment right before it says whic
 The whole output must match (trailing spaces and blank lines aside). ``hwpool demo`` runs in
 real time, so only its ``simulated`` column is deterministic: a block marked
 ``<!-- simulated-column-of: hwpool demo -->`` has that column checked, its measured one not.
-Before, the figures went stale although the simulator is deterministic (issue 22).
+The README's table of ``bench/bench_policy.py`` figures (virtual time too) is checked against
+the benchmark's own results. Before, the figures went stale although the simulator is
+deterministic (issue 22).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib.util
 import io
 import re
 import shlex
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,6 +36,7 @@ from hwpool._sim import _simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+BENCH_POLICY = ROOT / "bench" / "bench_policy.py"
 MARKED = re.compile(r"<!-- (output-of|simulated-column-of): (.+?) -->\n```[a-z]*\n(.*?)```", re.S)
 
 
@@ -149,3 +154,73 @@ def test_every_shown_simulation_is_marked() -> None:
             name = str(path.relative_to(ROOT))
             assert (name, command) in marked, f"{name}: `{command}` shown but not marked"
     assert len(OUTPUTS) >= 3
+
+
+# The README's table of the policy benchmark (`python bench/bench_policy.py`, seed 9: virtual
+# time, so the same figures everywhere): each row's label, and the traces it gives.
+POLICY_ROWS = {
+    "stream at 50% load + one 4-GPU task": ("stream-50",),
+    "stream at 70%": ("stream-70",),
+    "stream at 90%": ("stream-90",),
+    "heavy-tailed (lognormal sigma 1.5; 0.1-2 GPUs)": ("heavy-tail",),
+    "gang jobs of 1-4 GPUs": ("gang",),
+    "1000 x 0.6 GPU at t=0": ("pack-0.6",),
+    "burst of 10,000 mixed tasks at t=0": ("burst",),
+    "P1, P2, P3 (see the scheduling policy)": ("P1", "P2", "P3"),
+    "`batch`, `embedding`": ("batch", "embedding"),
+}
+TABLE_POLICIES = ("hwpool", "hwpool-reserve-all", "fifo", "first-fit")
+POLICY_HEADER = "| trace | `hwpool` (easy) | `hwpool-reserve-all` | `fifo` | `first-fit` |"
+
+
+def _policy_table() -> dict[str, list[str]]:
+    """The README's policy table: row label -> its other cells."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(POLICY_HEADER))
+    rows = {}
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        label, *cells = (cell.strip() for cell in line.strip("|").split("|"))
+        rows[label] = cells
+    return rows
+
+
+def _written_as(value: float, shown: str) -> set[str]:
+    """``value`` with as many decimals as ``shown`` has: rounded from itself, or from the
+    benchmark's one-decimal figure (617.49 prints as 617.5, which rounds to 618)."""
+    decimals = len(shown.partition(".")[2])
+    return {f"{value:.{decimals}f}", f"{float(f'{value:.1f}'):.{decimals}f}"}
+
+
+def _bench_policy_results() -> dict[str, Any]:
+    spec = importlib.util.spec_from_file_location("_doc_bench_policy", BENCH_POLICY)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    traces = {name: make() for name, make in module.all_traces(module.SEED, False).items()}
+    return module.run_all(traces, TABLE_POLICIES)  # type: ignore[no-any-return]
+
+
+def test_the_readme_policy_table_is_what_the_policy_benchmark_gives() -> None:
+    table = _policy_table()
+    assert set(table) == set(POLICY_ROWS)
+    results = _bench_policy_results()
+    for label, traces in POLICY_ROWS.items():
+        *ratios, waits = table[label]
+        for policy, cell in zip(TABLE_POLICIES, ratios, strict=True):
+            shown = cell.split(", ")  # one ratio for all the row's traces, or one each
+            each = shown * len(traces) if len(shown) == 1 else shown
+            for trace, text in zip(traces, each, strict=True):
+                outcome = results[trace][policy].outcome
+                ratio = outcome.makespan / outcome.packing_bound
+                assert text == f"{ratio:.3f}x", f"{label}, {policy}, {trace}: {ratio:.3f}x"
+        for segment in waits.split("; "):
+            trace, _, figures = segment.rpartition(": ")
+            assert trace in traces or (not trace and len(traces) == 1), segment
+            numbers = figures.split(" s")[0].split(" / ")
+            if len(numbers) == 1:  # "247 s under every policy"
+                numbers *= len(TABLE_POLICIES)
+            for policy, number in zip(TABLE_POLICIES, numbers, strict=True):
+                p99 = results[trace or traces[0]][policy].classes[-1].p99
+                assert number in _written_as(p99, number), f"{label}, {policy}: p99 {p99}"
