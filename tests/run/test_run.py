@@ -237,7 +237,7 @@ def test_bad_arguments_are_one_line_and_exit_2(args: tuple[str, ...], fragment: 
 
 def test_more_gpus_than_the_server_has_is_bad_usage(one_gpu: Server) -> None:
     code, _, err = run_cli("run", "--socket", str(one_gpu.socket), "--gpus", "2", "--", "true")
-    assert code == 2 and "has 1 GPUs" in err
+    assert code == 2 and err.rstrip().endswith("has 1 GPU")  # not "1 GPUs"
     assert status_of(one_gpu.socket)["counters"]["granted"] == 0
 
 

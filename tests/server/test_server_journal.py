@@ -63,7 +63,7 @@ def test_a_grant_is_journaled_before_its_reply_reaches_the_client(
     again.wait_for("recovery over")
     other = clients(again.socket)
     other.send("full o 1")
-    again.wait_for(f"pid {other.pid}: 1 of a GPU")
+    again.wait_for(f"pid {other.pid}: 1 whole GPU")
     report = status_of(again.socket)
     assert [(x["id"], x["pid"]) for x in report["leases"]] == [(entry.id, os.getpid())]
     assert [w["pid"] for w in report["waiting"]] == [other.pid]  # the GPU stays ours
@@ -173,7 +173,7 @@ def test_a_planned_stop_grants_nothing_it_cannot_deliver(
     holder.send("full h 1")
     holder.expect("granted h")
     waiter.send("full w 1")
-    server.wait_for(f"pid {waiter.pid}: 1 of a GPU")
+    server.wait_for(f"pid {waiter.pid}: 1 whole GPU")
     assert server.stop(signal.SIGTERM) == 0
     server.wait_for("stopped")
     grants = [line for line in server.lines if "grant #" in line]

@@ -55,7 +55,7 @@ def test_one_process_with_two_pools_keeps_both_leases_over_a_restart(
         again.wait_for(f"reclaim #{id_a} by root (uid 0) pid {os.getpid()}")  # then a's "reclaimed"
         newcomer = clients(server.socket)
         newcomer.send("full n 1")  # b's GPU is not free: a's "reclaimed" is not b's
-        again.wait_for(f"pid {newcomer.pid}: 1 of a GPU (held back while recovering)")
+        again.wait_for(f"pid {newcomer.pid}: 1 whole GPU (held back while recovering)")
         assert status_of(server.socket)["server"]["recovering_s"] > 0
     again.wait_for(f"reclaim #{id_b} by root (uid 0) pid {os.getpid()}")
     again.wait_for("recovery over")

@@ -161,7 +161,7 @@ def test_async_and_blocking_waiters_of_one_process_keep_their_order_over_a_resta
 
     async def main() -> None:
         task = asyncio.create_task(backend.acquire(Demand(1, FULL), BOUND * 2))
-        await asyncio.to_thread(server.wait_for, f"pid {os.getpid()}: 1 of a GPU")
+        await asyncio.to_thread(server.wait_for, f"pid {os.getpid()}: 1 whole GPU")
         thread = threading.Thread(target=blocking)
         thread.start()
         await asyncio.to_thread(server.wait_for, "wait #3")

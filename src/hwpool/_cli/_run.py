@@ -208,7 +208,9 @@ def _lease(pool: GPUPool, args: argparse.Namespace, path: Path) -> tuple[GPULeas
             ) from None
     demand: Any = Fraction(1) if args.gpus is None else args.gpus  # exact: a Fraction or int
     if isinstance(demand, int) and demand > pool.num_gpus:
-        raise _Exit(2, f"--gpus {demand}: the server on {str(path)!r} has {pool.num_gpus} GPUs")
+        raise _Exit(
+            2, f"--gpus {demand}: the server on {str(path)!r} has {plural(pool.num_gpus, 'GPU')}"
+        )
     if isinstance(demand, int):
         return pool.lease_full(demand, timeout=args.timeout), plural(demand, "whole GPU")
     return pool.lease(demand, timeout=args.timeout), _share(demand)

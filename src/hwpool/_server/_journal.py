@@ -203,7 +203,9 @@ def load_ids(path: Path) -> int | None:
     try:
         data = _read(path)
     except OSError as exc:
-        raise JournalError(f"cannot read the id file {str(path)!r}: {exc.strerror or exc}") from None
+        raise JournalError(
+            f"cannot read the id file {str(path)!r}: {exc.strerror or exc}"
+        ) from None
     if data is None:
         return None
     try:
@@ -221,7 +223,9 @@ def load(path: Path) -> Journal | None:
     try:
         data = _read(path)
     except OSError as exc:
-        raise JournalError(f"cannot read the journal {str(path)!r}: {exc.strerror or exc}") from None
+        raise JournalError(
+            f"cannot read the journal {str(path)!r}: {exc.strerror or exc}"
+        ) from None
     if data is None:
         return None
     try:
