@@ -66,6 +66,8 @@ class LocalBackend:
     ``clock``: seconds for the core (a test may freeze it to make ``easy`` deterministic).
     """
 
+    remote = False  # acquire_now is a call under a lock: the front tries it before waiting
+
     def __init__(
         self,
         gpus: Sequence[GPUInfo],
