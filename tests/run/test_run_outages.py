@@ -8,14 +8,16 @@ and closes (tests/notaserver.py), whose count of attempts proves that the client
 from __future__ import annotations
 
 import os
+import select
 import signal
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from hostserver import ENV, Server, run_cli, status_of
+from hostserver import BOUND, ENV, Server, run_cli, status_of
 from notaserver import NotAServer
 from runproc import Run, eventually, gone
 
@@ -136,3 +138,36 @@ def test_a_signal_ignored_at_the_start_stays_ignored_by_run_and_job(
     eventually((sockdir / "a.done").exists, "the job finishes", run)
     code, err = run.finish()
     assert code == 0, err
+
+
+# ----------------------------------------------------------------- Ctrl-C while the job runs (21)
+FORWARDER = """\
+import os, signal, sys, threading
+from hwpool._cli._child import run_job
+
+threading.Thread(target=threading.Event().wait, daemon=True).start()  # takes the signals
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+JOB = "import signal, time; signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT}); " \\
+    "print('started', flush=True); time.sleep(60)"  # (the mask is inherited: unblock it)
+sys.exit(run_job([sys.executable, "-c", JOB], os.environ, 1.0))
+"""
+
+
+def test_ctrl_c_that_lands_as_run_sleeps_is_still_forwarded_to_the_job() -> None:
+    # As in the client's waits (tests/server/test_client_outages.py): a signal another thread
+    # takes is acted on only once the main thread wakes, which waiting for the job did not.
+    proc = subprocess.Popen(
+        [sys.executable, "-c", FORWARDER], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env=ENV,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        assert select.select([proc.stdout], [], [], BOUND)[0], "the job never started"
+        assert proc.stdout.readline() == "started\n"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=BOUND)
+    finally:
+        if proc.poll() is None:  # the job was never told: end both, the assertion says so
+            proc.kill()
+            _, err = proc.communicate()
+    assert proc.returncode == 128 + signal.SIGINT, err

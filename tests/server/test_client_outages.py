@@ -12,6 +12,8 @@ import asyncio
 import contextlib
 import os
 import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,11 +21,12 @@ from pathlib import Path
 import pytest
 
 import hwpool
-from hostserver import BOUND, Server, status_of
+from hostserver import BOUND, ENV, Server, status_of
 from hwpool._backends._unix import UnixBackend
 from hwpool._core._capacity import UNITS_PER_GPU
 from hwpool._core._scheduler import Demand
 from notaserver import NotAServer
+from runproc import eventually, waiting_pids
 
 StartServer = Callable[..., Server]
 FULL = UNITS_PER_GPU
@@ -215,3 +218,45 @@ def test_a_bad_reconnect_timeout_is_refused_before_connecting(sockdir: Path, bou
     error = TypeError if isinstance(bound, str) else ValueError
     with pytest.raises(error, match=f"reconnect_timeout.*{bound!r}"):
         hwpool.connect(sockdir / "none.sock", reconnect_timeout=bound)  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------- Ctrl-C (item 21)
+WAITER = """\
+import signal, sys
+from hwpool._backends._unix import UnixBackend
+from hwpool._core._capacity import UNITS_PER_GPU
+from hwpool._core._scheduler import Demand
+
+backend = UnixBackend(sys.argv[1])  # its reader thread, started here, takes the signals
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+try:
+    backend.acquire_blocking(Demand(1, UNITS_PER_GPU), None)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+backend.close()
+"""
+
+
+def test_ctrl_c_that_lands_as_the_waiter_sleeps_still_interrupts_it(
+    start_server: StartServer,
+) -> None:
+    # A SIGINT that lands on the main thread just before it sleeps is acted on only once it
+    # wakes, as is one that another thread takes: the second, arranged here by blocking
+    # SIGINT in the main thread, is the first made deterministic.
+    server = start_server("--gpus", "1")
+    with hwpool.connect(server.socket) as pool, pool.lease(1.0):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", WAITER, str(server.socket)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, env=ENV,
+        )  # fmt: skip
+        try:
+            eventually(lambda: waiting_pids(server.socket) == [proc.pid], "it waits")
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=BOUND)
+        finally:
+            if proc.poll() is None:  # it hung: end it, the assertion below says so
+                proc.kill()
+                out, err = proc.communicate()
+        assert (proc.returncode, out) == (0, "interrupted\n"), err
+        assert status_of(server.socket)["waiting"] == []

@@ -88,6 +88,7 @@ CLOSE_TIMEOUT_S = 5.0  # how long close() waits for the server to confirm it fre
 RETRY_FIRST_S = 0.01  # the first pause between two attempts to reach a lost server
 RETRY_MAX_S = 0.5  # the longest pause (it doubles from the first up to this)
 DIAL_TIMEOUT_S = 10.0  # how long connecting and the hello may take at most
+SIGNAL_SLICE_S = 0.2  # the main thread's waits end this often, to act on a signal (see _wait)
 
 
 class _State(enum.Enum):
@@ -100,8 +101,8 @@ class _Req:
     """One request of this process, from ``acquire`` until it is released or fails."""
 
     __slots__ = (
-        "demand", "error", "event", "expected", "future", "gpus", "id", "key", "loop", "since",
-        "state", "units", "wait",
+        "answered", "demand", "error", "expected", "future", "gpus", "id", "key", "loop", "since",
+        "state", "units", "wait", "wake",
     )  # fmt: skip
 
     def __init__(
@@ -118,7 +119,8 @@ class _Req:
         self.wait = wait
         self.loop = loop
         self.future: asyncio.Future[None] | None = None if loop is None else loop.create_future()
-        self.event: threading.Event | None = threading.Event() if loop is None else None
+        self.wake: threading.Lock | None = _token() if loop is None else None
+        self.answered = False  # a thread waiter's truth (the token only ends its sleep)
         self.state = _State.SENT
         self.id: int | None = None
         self.gpus: tuple[int, ...] = ()
@@ -134,15 +136,16 @@ class _Req:
 
 
 class _Call:
-    """A request answered once (status, bye): a thread waits for ``reply`` on ``event``.
+    """A request answered once (status, bye): a thread waits for ``reply`` (see ``_wait``).
 
     ``message`` is what asks for it: sent at once, or by the connection thread once connected.
     """
 
-    __slots__ = ("error", "event", "message", "reply")
+    __slots__ = ("answered", "error", "message", "reply", "wake")
 
     def __init__(self, message: ClientMessage | None = None) -> None:
-        self.event = threading.Event()
+        self.wake = _token()
+        self.answered = False
         self.message = message
         self.reply: ServerMessage | None = None
         self.error: BaseException | None = None
@@ -327,8 +330,10 @@ class UnixBackend:
                     self._send_owner = 0
 
     def _wake(self, item: _Req | _Call) -> None:
-        if item.event is not None:
-            item.event.set()
+        if item.wake is not None:
+            item.answered = True  # first: a waiter woken by the token reads it
+            with contextlib.suppress(RuntimeError):  # given already
+                item.wake.release()
             return
         assert isinstance(item, _Req) and item.loop is not None
         delivery = _Delivery(self, item)
@@ -677,9 +682,8 @@ class UnixBackend:
                 raise TimeoutError(f"no GPU capacity granted within timeout={timeout}s")
             return grant
         r = self._submit(demand, True, None, expected)
-        assert r.event is not None
         try:
-            if not r.event.wait(timeout):
+            if not _wait(r, timeout):
                 self._time_out(r, timeout)
             grant = r.grant()
         except BaseException as exc:
@@ -702,9 +706,8 @@ class UnixBackend:
         """Ask the server for a grant that jumps no waiter; None if it would have to wait
         (ConnectionError if no answer comes within REPLY_TIMEOUT_S)."""
         r = self._submit(demand, False, None, expected)
-        assert r.event is not None
         try:
-            if not r.event.wait(REPLY_TIMEOUT_S):
+            if not _wait(r, REPLY_TIMEOUT_S):
                 raise ConnectionError(f"no reply from the hwpool server on {str(self._path)!r}")
             return r.grant()
         except BaseException:
@@ -798,7 +801,7 @@ class UnixBackend:
             call = self._calls[key] = _Call(Status(key))
             self._send_or_connect(Status(key))
             posted = self._posted
-        if not call.event.wait(REPLY_TIMEOUT_S):
+        if not _wait(call, REPLY_TIMEOUT_S):
             with self._section():
                 self._calls.pop(key, None)
             raise ConnectionError(f"no status from the hwpool server on {str(self._path)!r}")
@@ -841,8 +844,40 @@ class UnixBackend:
         with self._send_lock, contextlib.suppress(OSError):
             wire.send_bytes(encode(Bye(key)))
             if get_ident() not in self._readers:  # (a finalizer on the reader cannot wait)
-                bye.event.wait(CLOSE_TIMEOUT_S)
+                _wait(bye, CLOSE_TIMEOUT_S)
         wire.shutdown()
+
+
+def _token() -> threading.Lock:
+    """A wake-up token for one thread waiter: held (no token) until the reader gives it."""
+    lock = threading.Lock()
+    lock.acquire()
+    return lock
+
+
+def _wait(item: _Req | _Call, timeout: float | None) -> bool:
+    """Wait until ``item`` is answered or ``timeout`` passes; whether it was answered.
+
+    On the main thread the wait is cut in slices of SIGNAL_SLICE_S: CPython acts on a signal
+    only between two bytecodes, so a SIGINT that lands as the thread goes to sleep (or on
+    another thread) would otherwise wait for the end of the sleep, which without a timeout
+    never comes (``hwpool run`` hung after Ctrl-C so). The truth is ``item.answered``, never
+    the token: an exception may land just after the token was taken, and the next wait looks
+    again. No Condition is involved, whose Python-level wait an exception can cut in half.
+    """
+    wake = item.wake
+    assert wake is not None
+    main = get_ident() == threading.main_thread().ident
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while not item.answered:
+        if deadline is None:
+            wake.acquire(True, SIGNAL_SLICE_S if main else -1)
+            continue
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        wake.acquire(True, min(left, SIGNAL_SLICE_S) if main else left)
+    return True
 
 
 class _Incompatible(ConnectionError):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -33,6 +34,7 @@ __all__ = ["FORWARDED", "exit_status", "run_job", "say"]
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 KILL_WAIT_S = 5.0  # after SIGKILL, how long the group may take to be gone
 WATCH_S = 0.25  # how often the lease is looked at while the job runs
+SIGNAL_SLICE_S = 0.25  # how often the wait for the job wakes to act on a signal (_wait_for)
 
 _WRAPPER = """\
 import ctypes, os, signal, sys
@@ -100,7 +102,7 @@ def run_job(
             _give_terminal(tty, child.pid)
         watch = None if held is None else _Watch(held, child.pid, grace_s, lost)
         try:
-            code = child.wait() if tty is None else _wait_in_foreground(child, tty)
+            code = _wait_for(child) if tty is None else _wait_in_foreground(child, tty)
         finally:
             if watch is not None:
                 watch.close()
@@ -134,6 +136,23 @@ class _Watch:
         _signal_group(self._pgid, signal.SIGCONT)
         if not self._done.wait(self._grace_s):
             _signal_group(self._pgid, signal.SIGKILL)
+
+
+def _wait_for(child: subprocess.Popen[bytes]) -> int:
+    """Wait for ``child`` to exit, waking every SIGNAL_SLICE_S: CPython runs a signal's
+    handler (here: forwarding it to the job) only between two bytecodes, so a signal that
+    lands as this thread goes to sleep in ``waitpid`` (or on another thread) would wait for
+    the job's end. Where ``pidfd_open`` is missing, a plain wait."""
+    try:
+        pidfd = os.pidfd_open(child.pid)
+    except (AttributeError, OSError):
+        return child.wait()
+    try:
+        while child.poll() is None:
+            select.select([pidfd], [], [], SIGNAL_SLICE_S)  # readable once it has exited
+    finally:
+        os.close(pidfd)
+    return child.returncode
 
 
 def _wait_in_foreground(child: subprocess.Popen[bytes], tty: int) -> int:
