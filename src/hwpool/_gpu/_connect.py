@@ -17,15 +17,16 @@ __all__ = ["connect"]
 
 
 def connect(
-    socket: str | os.PathLike[str] | None = None, *, reconnect_timeout: float = 30.0
+    socket: str | os.PathLike[str] | None = None, *, reconnect_timeout: float | None = 30.0
 ) -> GPUPool:
     """A :class:`GPUPool` that shares this machine's GPUs with every process using ``socket``.
 
     ``socket`` defaults to ``HWPOOL_SOCKET``, else ``$XDG_RUNTIME_DIR/hwpool/hwpool.sock``,
     else ``/tmp/hwpool-<uid>/hwpool.sock`` (where ``hwpool serve`` listens by default). One
     connection serves every task and thread of the process; a forked child opens its own.
-    If the server goes away, waiting requests wait up to ``reconnect_timeout`` seconds for it
-    to come back (leases are re-declared to it), then raise ConnectionError. Raises
+    If the server goes away, requests (waiting ones, and new ones made meanwhile) wait up to
+    ``reconnect_timeout`` seconds for it to come back (None: until it does; leases are
+    re-declared to it), then raise ConnectionError, and leases held are dropped. Raises
     ConnectionError at once, naming the socket and how to start a server, if none answers;
     ValueError for a socket path that cannot be one. ``close()`` (or ``with``) gives
     everything back to the server.
