@@ -841,11 +841,13 @@ class UnixBackend:
             self._calls[key] = bye
         if wire is None:
             return
-        with self._send_lock, contextlib.suppress(OSError):
-            wire.send_bytes(encode(Bye(key)))
+        try:
+            with self._send_lock, contextlib.suppress(OSError):
+                wire.send_bytes(encode(Bye(key)))
             if get_ident() not in self._readers:  # (a finalizer on the reader cannot wait)
-                _wait(bye, CLOSE_TIMEOUT_S)
-        wire.shutdown()
+                _wait(bye, CLOSE_TIMEOUT_S)  # not holding the send lock: no sender waits on it
+        finally:
+            wire.shutdown()  # even if Ctrl-C cut the wait short
 
 
 def _token() -> threading.Lock:
