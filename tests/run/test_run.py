@@ -41,9 +41,10 @@ def test_the_child_sees_the_uuid_of_its_gpu(
     env = {k: v for k, v in ENV.items() if k not in ("CUDA_VISIBLE_DEVICES", "HWPOOL_NUM_GPUS")}
     server = start_server(env={**env, "PATH": os.environ["PATH"]})
     with hwpool.connect(server.socket) as pool, pool.lease(1.0):
-        run = Run(server, sockdir, "a", options=("--gpus", "0.5"))
+        run = Run(server, sockdir, "a", "wait=a.go", options=("--gpus", "0.5"))
         seen = run.started()
-        status = run_cli("status", "--socket", str(server.socket))[1]
+        status = run_cli("status", "--socket", str(server.socket))[1]  # while the job runs
+        (sockdir / "a.go").touch()
         code, err = run.finish()
     assert f"  1  0.50  {UUIDS[1]}\n" in status  # the device the job sees, by its GPU index
     assert code == 0, err
