@@ -8,8 +8,8 @@ the ``dict`` queue of 0.1.x every walk skipped every deleted slot (quadratic), w
 every size, so the ratio column (cost per task over the cost at the first size) stays near 1.
 Each figure is the best of ``--rounds`` runs (default 3; the machine may be shared).
 
-Run: ``python bench/bench_queue.py`` (about a minute on 2 vCPUs), ``--quick`` for 2k to 8k,
-``--sizes 10000,20000``, or ``--dict`` to time the 0.1.x plain-dict queue for comparison.
+Run: ``python bench/bench_queue.py`` (about a minute on 2 vCPUs), ``--quick`` for 2k to 8k
+once each, ``--sizes 10000,20000``, or ``--dict`` to time the 0.1.x plain-dict queue for comparison.
 """
 
 from __future__ import annotations
@@ -77,13 +77,14 @@ def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     parser.add_argument("--sizes", help="comma-separated task counts, e.g. 10000,20000")
-    parser.add_argument("--rounds", type=int, default=3, help="runs per figure (default 3)")
+    parser.add_argument("--rounds", type=int, help="runs per figure (default 3; 1 with --quick)")
     parser.add_argument("--dict", action="store_true", help="time the 0.1.x plain-dict queue")
     args = parser.parse_args(argv)
     sizes = QUICK_SIZES if args.quick else SIZES
+    rounds = args.rounds if args.rounds is not None else (1 if args.quick else 3)
     if args.sizes:
         sizes = tuple(int(size) for size in args.sizes.split(","))
-    result = table(sizes, max(1, args.rounds), args.dict)
+    result = table(sizes, max(1, rounds), args.dict)
     print(result)
     return result
 

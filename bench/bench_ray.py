@@ -63,7 +63,7 @@ class Scale(NamedTuple):
 
 
 FULL = Scale(small=200, large=10, stream=160, probe_s=0.05, overhead=30, rounds=3)
-QUICK = Scale(small=24, large=2, stream=24, probe_s=0.02, overhead=3, rounds=1)
+QUICK = Scale(small=12, large=2, stream=12, probe_s=0.02, overhead=3, rounds=1)
 
 
 def work(seconds: float) -> tuple[float, float, str, tuple[str, ...]]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
-import os
 import random
 import signal
 import statistics
@@ -92,6 +91,19 @@ def _settled(path: Path, timeout: float = 20.0) -> StatusReply:
         time.sleep(0.05)
 
 
+def _kill(slot: _Slot) -> bool:
+    """SIGKILL the slot's client and reap it; False if it had already exited by itself.
+
+    The client may finish its work between the check of its progress and the kill, and
+    multiprocessing reaps finished children whenever another one starts, so its pid can be
+    gone: ``Process.kill`` (not ``os.kill`` of the pid) does nothing then, where ``os.kill``
+    raised ProcessLookupError.
+    """
+    slot.proc.kill()
+    slot.proc.join()
+    return bool(slot.proc.exitcode == -signal.SIGKILL)
+
+
 def run_once(path: Path, clients: int, leases: int, killed: int, seed: int) -> dict[str, Any]:
     """One run: ``clients`` processes share ``leases`` leases; ``killed`` of them die."""
     ctx = mp.get_context("fork")
@@ -106,9 +118,7 @@ def run_once(path: Path, clients: int, leases: int, killed: int, seed: int) -> d
     while slots:
         for slot in list(slots):
             if slot.kill_at is not None and slot.done.value >= slot.kill_at:
-                os.kill(slot.proc.pid, signal.SIGKILL)
-                slot.proc.join()
-                kills += 1
+                kills += _kill(slot)
                 slots.remove(slot)
                 finished.append(slot)
                 left = slot.quota - slot.done.value

@@ -9,7 +9,7 @@ largest size over the cost at the smallest, stays near 1. Each figure is the bes
 (waits, lower bound) included, as ``hwpool simulate`` runs it; generating the trace is not.
 
 Run: ``python bench/bench_sim_scale.py`` (about two minutes on 2 vCPUs), or ``--quick`` for
-sizes of 2k to 8k, or ``--sizes 10000,20000``.
+sizes of 1k to 4k, once each, or ``--sizes 10000,20000``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from hwpool._sim._simulate import POLICIES, simulate
 from hwpool._sim._trace import Task
 
 SIZES = (10_000, 50_000, 100_000, 200_000)
-QUICK_SIZES = (2_000, 4_000, 8_000)
+QUICK_SIZES = (1_000, 2_000, 4_000)
 GPUS = 8
 OVERLOAD = 1.1  # offered work over capacity
 MIX = ((0.1, 1), (0.25, 1), (0.25, 1), (0.5, 1), (1.0, 1), (1.0, 2))  # (fraction, count)
@@ -84,13 +84,14 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     parser.add_argument("--sizes", help="comma-separated task counts, e.g. 10000,20000")
     parser.add_argument("--policy", default="all", help="comma-separated policies (default all)")
-    parser.add_argument("--rounds", type=int, default=3, help="runs per figure (default 3)")
+    parser.add_argument("--rounds", type=int, help="runs per figure (default 3; 1 with --quick)")
     args = parser.parse_args(argv)
     sizes = QUICK_SIZES if args.quick else SIZES
+    rounds = args.rounds if args.rounds is not None else (1 if args.quick else 3)
     if args.sizes:
         sizes = tuple(int(size) for size in args.sizes.split(","))
     policies = POLICIES if args.policy == "all" else tuple(args.policy.split(","))
-    result = table(sizes, policies, max(1, args.rounds))
+    result = table(sizes, policies, max(1, rounds))
     print(result)
     return result
 

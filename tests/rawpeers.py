@@ -1,22 +1,16 @@
 """Raw protocol clients for the server tests, run as this user or as another real Unix user.
 
 ``talk`` speaks the wire protocol on a socket of its own (no client library in between), so
-a test can send exactly what a hostile or confused client would. ``local_users`` creates real
-Unix users (root only) and ``talk_as`` talks as one of them, from a forked child: the
-interpreter may live where other users cannot run it (/root), so nothing is executed anew.
+a test can send exactly what a hostile or confused client would. ``talk_as`` talks as another
+real Unix user (made with tests/users.py), from a forked child: the interpreter may live where
+other users cannot run it (/root), so nothing is executed anew.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import pwd
-import secrets
-import shutil
 import socket
-import subprocess
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,44 +62,12 @@ def reply_to(replies: list[dict[str, Any]], req: int) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class Users:
-    """Two real Unix users of one group of their own."""
+class Pair:
+    """Two real Unix users (see tests/users.py) who share one group of their own."""
 
     alice: int
     bob: int
     gid: int
-
-
-@contextlib.contextmanager
-def local_users() -> Iterator[Users]:
-    """Create two Unix users in a new group (useradd, groupadd); remove them after."""
-    tag = secrets.token_hex(3)
-    group, names = f"hwpg{tag}", [f"hwpa{tag}", f"hwpb{tag}"]
-    subprocess.run(["groupadd", group], check=True, capture_output=True, timeout=BOUND)
-    made: list[str] = []
-    try:
-        for name in names:
-            subprocess.run(
-                ["useradd", "--no-create-home", "--no-user-group", "--gid", group,
-                 "--shell", "/usr/sbin/nologin", name],
-                check=True, capture_output=True, timeout=BOUND,
-            )  # fmt: skip
-            made.append(name)
-        alice, bob = (pwd.getpwnam(name) for name in names)
-        yield Users(alice.pw_uid, bob.pw_uid, alice.pw_gid)
-    finally:
-        for name in made:
-            subprocess.run(["userdel", name], check=False, capture_output=True, timeout=BOUND)
-        subprocess.run(["groupdel", group], check=False, capture_output=True, timeout=BOUND)
-
-
-def can_make_users() -> str | None:
-    """Why ``local_users`` cannot run here, or None."""
-    if os.geteuid() != 0:
-        return "creating Unix users needs root"
-    if shutil.which("useradd") is None or shutil.which("groupadd") is None:
-        return "useradd and groupadd are not installed"
-    return None
 
 
 def become(uid: int, gid: int) -> None:

@@ -26,13 +26,15 @@ class Run:
     def __init__(
         self, server: Server | Path, directory: Path, name: str, *words: str,
         options: tuple[str, ...] = (), env: dict[str, str] | None = None,
+        launcher: tuple[str, ...] = (),
     ) -> None:  # fmt: skip
+        """``launcher``: a command that runs ``hwpool run ...`` (its arguments follow)."""
         socket = server.socket if isinstance(server, Server) else server
         where = ("--socket", str(socket)) if isinstance(server, Server) else ()
         self.argv = [sys.executable, JOB, str(directory), name, *words]
         self.directory, self.name = directory, name
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "hwpool", "run", *where, *options, "--", *self.argv],
+            [*launcher, sys.executable, "-m", "hwpool", "run", *where, *options, "--", *self.argv],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True, env={**(env or ENV), "PYTHONFAULTHANDLER": "1"},
         )  # fmt: skip

@@ -8,13 +8,16 @@ interpreter it may execute: this one, when it can, else the system's ``python3``
 
 from __future__ import annotations
 
+import atexit
 import os
 import secrets
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -74,10 +77,12 @@ class Users:
         ]  # fmt: skip
 
     def python(self, user: User) -> str:
-        """An interpreter ``user`` may run (this one if it can, else python3 on PATH)."""
+        """An interpreter ``user`` may run (this one if it can, else python3 on PATH, else the
+        system's): hwpool needs nothing beyond the standard library."""
         if self._python is None:
             check = "import sys; sys.exit(sys.version_info < (3, 11))"
-            for candidate in (sys.executable, shutil.which("python3") or ""):
+            system = ("/usr/bin/python3", "/usr/local/bin/python3")
+            for candidate in (sys.executable, shutil.which("python3") or "", *system):
                 probe = self.argv(user, [candidate, "-c", check])
                 done = subprocess.run(probe, capture_output=True, timeout=BOUND, check=False)
                 if candidate and done.returncode == 0:
@@ -87,11 +92,16 @@ class Users:
                 pytest.skip("no Python >= 3.11 that another user may run")
         return self._python
 
+    def command(self, user: User, args: Sequence[str]) -> list[str]:
+        """Python with ``args`` (``["-m", "hwpool", ...]``) run as ``user``."""
+        return self.argv(user, [self.python(user), *args])
+
     def env(self, **extra: str) -> dict[str, str]:
         """A plain environment for another user's hwpool process (this tree's sources)."""
         keep = ("PATH", "LANG", "LC_ALL")
         env = {k: v for k, v in os.environ.items() if k in keep}
-        return {**env, "PYTHONPATH": SRC, "PYTHONUNBUFFERED": "1", "HOME": "/", **extra}
+        path = readable_src()
+        return {**env, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1", "HOME": "/", **extra}
 
     def close(self) -> None:
         for name in self.users:
@@ -109,6 +119,47 @@ def users() -> Iterator[Users]:
         yield made
     finally:
         made.close()
+
+
+_STAGED: list[str] = []
+
+
+def readable_src() -> str:
+    """This tree's sources where every user may read them: SRC itself when each directory
+    above it lets others through, else a copy under /tmp (made once)."""
+    return readable(Path(SRC) / "hwpool").parent.as_posix()
+
+
+def readable(path: Path) -> Path:
+    """``path`` (a file or a folder) where every user may read it: itself when each directory
+    above it lets others through, else a copy in a folder of this run's under /tmp."""
+    if _reachable(path):
+        return path
+    if not _STAGED:
+        root = tempfile.mkdtemp(prefix="hwpool-tests-")
+        os.chmod(root, 0o755)
+        atexit.register(shutil.rmtree, root, True)
+        _STAGED.append(root)
+    copy = Path(_STAGED[0]) / path.name
+    if not copy.exists():
+        if path.is_dir():
+            shutil.copytree(path, copy, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(path, copy)
+        for folder, dirs, files in os.walk(copy):
+            for name in dirs:
+                os.chmod(Path(folder) / name, 0o755)
+            for name in files:
+                os.chmod(Path(folder) / name, 0o644)
+        os.chmod(copy, 0o755 if path.is_dir() else 0o644)
+    return copy
+
+
+def _reachable(path: Path) -> bool:
+    """Whether others may search every directory from / down to ``path``, and read it."""
+    here = Path(path).resolve()
+    folders = [*reversed(here.parents), here]
+    return all(f.stat().st_mode & 0o005 == 0o005 for f in folders)
 
 
 def _unique(prefix: str) -> str:

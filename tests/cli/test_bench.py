@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -69,3 +73,61 @@ def test_main_taking_argv_gets_an_empty_one_and_its_print_is_not_doubled(
         "    return 'the table'\n"
     )
     assert list(_bench.run_benchmarks(tmp_path)) == ["warming up\nthe table"]
+
+
+# What each shipped benchmark's table holds when it ran: its ratio (or verdict) lines. A new
+# benchmark must be added here, so that this run covers it too.
+SHIPPED = {
+    "cpu_pool": ("vs TPE", "ThreadPoolExecutor", "CPUPool.run_rows"),
+    "fairness": ("one owner", "GPU-time per owner", "us per release"),
+    "gpu_pool": ("uncontended acquire+release pair", "contended grants/s", "easy / reserve-all"),
+    "memory_pool": ("GPUPool(gpu_memory=[80GiB] * 8), MiB", "the same, fractions"),
+    "policy": ("== batch:", "(a) hwpool's makespan within", "(c) each stream's 4-GPU task"),
+    "policy_realtime": ("first-fit toy", "aim: easy's mean at least"),
+    "queue": ("us/task", "1.00x"),
+    "ray": ("overhead ratio (hwpool.ray / Ray)", "most load on one GPU"),
+    "server": ("hwpool serve: acquire_blocking + release", "memory server vs fraction server"),
+    "server_flood": ("during the flood", "max round trip during the flood"),
+    "server_load": ("grants/s", "checks: free == total, no lease or waiter left"),
+    "sim_scale": ("us per task", "4k/1k"),
+}
+
+
+def sections(out: str) -> dict[str, str]:
+    """``hwpool bench`` output cut at its ``== NAME ==`` headings."""
+    found: dict[str, str] = {}
+    name = None
+    for line in out.splitlines():
+        if line.startswith("== ") and line.endswith(" ==") and ":" not in line:
+            name = line[3:-3]
+            found[name] = ""
+        elif name is not None:
+            found[name] += line + "\n"
+    return found
+
+
+@pytest.mark.timeout(300)
+def test_hwpool_bench_quick_runs_every_shipped_benchmark_end_to_end() -> None:
+    # Before, `hwpool bench` stopped at bench_policy_realtime ("unrecognized arguments:
+    # bench") and nothing after it ran; there was no --quick.
+    checkout = Path(__file__).resolve().parents[2]
+    shipped = {path.stem.removeprefix("bench_") for path in (checkout / "bench").glob("bench_*.py")}
+    assert shipped == set(SHIPPED), "add the new benchmark to SHIPPED"
+    proc = subprocess.run(
+        [sys.executable, "-m", "hwpool", "bench", "--quick"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(checkout / "src")},
+        timeout=280,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    ran = sections(proc.stdout)
+    assert list(ran) == sorted(SHIPPED)
+    for name, fragments in SHIPPED.items():
+        if name == "ray" and importlib.util.find_spec("ray") is None:
+            assert "skipped (needs Ray" in ran[name]
+            continue
+        for fragment in fragments:
+            assert fragment in ran[name], f"{name}: no {fragment!r} in\n{ran[name]}"

@@ -373,9 +373,50 @@ def test_bench_runs_each_script_and_prints_its_table(tmp_path: Path) -> None:
     (tmp_path / "bench_beta.py").write_text("def main():\n    return 'beta table'\n")
     proc = hwpool("bench", "--dir", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines() == ["alpha table", "beta table"]
+    assert proc.stdout.splitlines() == ["== alpha ==", "alpha table", "== beta ==", "beta table"]
     only = hwpool("bench", "beta", "--dir", str(tmp_path))
-    assert only.stdout.splitlines() == ["beta table"]
+    assert only.stdout.splitlines() == ["== beta ==", "beta table"]
+
+
+def test_bench_keeps_going_after_a_failure_and_exits_1(tmp_path: Path) -> None:
+    # Before, the first benchmark to fail ended the command: nothing after it ran.
+    (tmp_path / "bench_a.py").write_text("def main():\n    raise OSError('disk on fire')\n")
+    (tmp_path / "bench_b.py").write_text("def main():\n    return 'b table'\n")
+    proc = hwpool("bench", "--dir", str(tmp_path))
+    assert proc.returncode == 1
+    assert proc.stdout.splitlines() == ["== a ==", "== b ==", "b table"]
+    assert proc.stderr.splitlines() == [
+        "hwpool: error: bench_a.py failed: OSError: disk on fire",
+        "hwpool: error: 1 of 2 benchmarks failed: a",
+    ]
+
+
+def test_bench_does_not_hand_its_own_argv_to_a_benchmark(tmp_path: Path) -> None:
+    # bench_policy_realtime's main() parsed sys.argv, saw hwpool's "bench" and stopped the
+    # whole run: "unrecognized arguments: bench".
+    (tmp_path / "bench_args.py").write_text(
+        "import argparse\n"
+        "def main():\n"
+        "    parser = argparse.ArgumentParser()\n"
+        "    parser.add_argument('--quick', action='store_true')\n"
+        "    return f'quick={parser.parse_args().quick}'\n"
+    )
+    (tmp_path / "bench_argv.py").write_text("def main(argv):\n    return f'argv={argv}'\n")
+    proc = hwpool("bench", "--dir", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["== args ==", "quick=False", "== argv ==", "argv=[]"]
+    quick = hwpool("bench", "--quick", "--dir", str(tmp_path))
+    assert quick.returncode == 0, quick.stderr
+    assert quick.stdout.splitlines()[1::2] == ["quick=True", "argv=['--quick']"]
+
+
+def test_a_benchmark_that_exits_is_a_failure_not_the_end(tmp_path: Path) -> None:
+    (tmp_path / "bench_a.py").write_text("import sys\ndef main():\n    sys.exit(2)\n")
+    (tmp_path / "bench_b.py").write_text("def main():\n    return 'b table'\n")
+    proc = hwpool("bench", "--dir", str(tmp_path))
+    assert proc.returncode == 1
+    assert "bench_a.py exited with status 2" in proc.stderr
+    assert proc.stdout.splitlines()[-1] == "b table"
 
 
 def test_bench_failures_are_reported_in_one_line(tmp_path: Path) -> None:

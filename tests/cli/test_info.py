@@ -95,7 +95,7 @@ def test_info_shows_memory_names_and_mig(fake_smi) -> None:  # type: ignore[no-u
     mig = info["gpus"]["devices"][0]
     assert mig["parent"] == H100_MIG.uuid and mig["memory_mib"] == 38146
     lines = format_info(json.loads(json.dumps(info))).splitlines()
-    assert lines[0] == "GPUs: 4 (source: nvidia-smi; nvidia-smi)"
+    assert lines[0] == "GPUs: 4 (source: nvidia-smi)"  # before: "nvidia-smi; nvidia-smi"
     uuid = mig["uuid"]
     assert lines[1] == (
         f"  GPU 0: device {uuid} (NVIDIA H100 80GB HBM3 MIG 3g.40gb, 38146 MiB, "
@@ -113,3 +113,18 @@ def test_info_shows_memory_in_use_where_known(fake_smi) -> None:  # type: ignore
         f"  GPU 0: device 0 (NVIDIA GeForce RTX 4090, {RTX.uuid}, 24564 MiB, 1536 MiB in use)"
     )
     assert lines[2] == f"  GPU 1: device 1 (NVIDIA A100-SXM4-80GB, {A100.uuid}, 81920 MiB)"
+
+
+@pytest.mark.parametrize(
+    ("source", "detail", "shown"),
+    [
+        ("nvml", "nvml", "source: nvml"),
+        ("nvidia-smi", "nvidia-smi", "source: nvidia-smi"),
+        ("nvidia-smi", "nvidia-smi (NVML failed: x)", "source: nvidia-smi (NVML failed: x)"),
+        ("env", "HWPOOL_NUM_GPUS=2", "source: env; HWPOOL_NUM_GPUS=2"),
+    ],
+)  # fmt: skip
+def test_info_names_its_source_once(source: str, detail: str, shown: str) -> None:
+    info = gather()
+    info["gpus"].update(source=source, detail=detail, devices=[])
+    assert format_info(info).splitlines()[0] == f"GPUs: {info['gpus']['count']} ({shown})"

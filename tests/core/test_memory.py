@@ -103,6 +103,12 @@ def test_format_round_trips(mib: int) -> None:
     assert parse_memory(f"{mib}MiB") == parse_memory(f"{mib}M") == mib == parse_memory(mib)
 
 
+def test_nothing_is_written_in_mib_not_as_zero_tib() -> None:
+    # Before: "0TiB" (0 is a multiple of every unit), as in `hwpool status` of a full GPU.
+    assert format_mib(0) == "0MiB"
+    assert (format_mib(1), format_mib(1024), format_mib(1024**2)) == ("1MiB", "1GiB", "1TiB")
+
+
 @given(st.integers(1, 1024**3), st.sampled_from(["GiB", "G", "TiB", "T"]))
 def test_whole_units_scale_exactly(amount: int, unit: str) -> None:
     mib = amount * UNIT_MIB[unit]

@@ -47,6 +47,13 @@ def test_memory_requests_best_fit_by_least_memory_left(sized_pool: MakeSizedPool
     assert pool.snapshot().free_mib == (80 * GIB, 24 * GIB)
 
 
+def test_an_odd_sized_gpu_is_not_named_twice_in_the_error() -> None:
+    # Before: "more than the largest GPU of this pool (81559MiB, 81559 MiB)".
+    pool = GPUPool(gpu_memory=[81559, "24GiB"])
+    with pytest.raises(ValueError, match=r"the largest GPU of this pool \(81559 MiB\): it could"):
+        pool.acquire_nowait(memory="80GiB")
+
+
 def test_a_request_larger_than_every_gpu_fails_at_once(sized_pool: MakeSizedPool) -> None:
     pool = sized_pool(MIXED)
     with pytest.raises(

@@ -49,7 +49,7 @@ def test_a_run_with_no_server_starts_one(sockdir: Path, user_env: dict[str, str]
     assert run.finish()[0] == 0
     assert run.started()["CUDA_VISIBLE_DEVICES"] == "0"
     log = (sockdir / "hwpool" / "hwpool.sock.log").read_text()
-    assert log.count("serving 1 GPUs") == 1
+    assert log.count("serving 1 GPU ") == 1
     pid = status_of(sockdir / SOCKET)["server"]["pid"]  # detached: still there
     argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     assert argv[argv.index(b"--idle-timeout") + 1] == b"600"
@@ -118,7 +118,7 @@ def test_an_idle_server_stops_and_the_next_run_starts_another(
     assert not (sockdir / SOCKET).exists()
     run = Run(sockdir / SOCKET, sockdir, "a", env=user_env)
     assert run.finish()[0] == 0
-    assert "serving 1 GPUs" in (sockdir / "hwpool" / "hwpool.sock.log").read_text()
+    assert "serving 1 GPU " in (sockdir / "hwpool" / "hwpool.sock.log").read_text()
 
 
 def test_a_run_with_mem_starts_a_server_sized_in_memory(

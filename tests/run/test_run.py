@@ -41,9 +41,10 @@ def test_the_child_sees_the_uuid_of_its_gpu(
     env = {k: v for k, v in ENV.items() if k not in ("CUDA_VISIBLE_DEVICES", "HWPOOL_NUM_GPUS")}
     server = start_server(env={**env, "PATH": os.environ["PATH"]})
     with hwpool.connect(server.socket) as pool, pool.lease(1.0):
-        run = Run(server, sockdir, "a", options=("--gpus", "0.5"))
+        run = Run(server, sockdir, "a", "wait=a.go", options=("--gpus", "0.5"))
         seen = run.started()
-        status = run_cli("status", "--socket", str(server.socket))[1]
+        status = run_cli("status", "--socket", str(server.socket))[1]  # while the job runs
+        (sockdir / "a.go").touch()
         code, err = run.finish()
     assert f"  1  0.50  {UUIDS[1]}\n" in status  # the device the job sees, by its GPU index
     assert code == 0, err
@@ -237,7 +238,7 @@ def test_bad_arguments_are_one_line_and_exit_2(args: tuple[str, ...], fragment: 
 
 def test_more_gpus_than_the_server_has_is_bad_usage(one_gpu: Server) -> None:
     code, _, err = run_cli("run", "--socket", str(one_gpu.socket), "--gpus", "2", "--", "true")
-    assert code == 2 and "has 1 GPUs" in err
+    assert code == 2 and err.rstrip().endswith("has 1 GPU")  # not "1 GPUs"
     assert status_of(one_gpu.socket)["counters"]["granted"] == 0
 
 

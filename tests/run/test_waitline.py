@@ -31,6 +31,12 @@ def read_until(fd: int, fragment: str, seen: list[str]) -> None:
                 break
 
 
+def sockets_of(pid: int) -> int:
+    """How many sockets process ``pid`` has open."""
+    fds = Path(f"/proc/{pid}/fd")
+    return sum(os.readlink(fds / fd).startswith("socket:") for fd in os.listdir(fds))
+
+
 def test_a_terminal_shows_the_queue_position_in_place(
     start_server: Callable[..., Server], sockdir: Path
 ) -> None:
@@ -46,6 +52,10 @@ def test_a_terminal_shows_the_queue_position_in_place(
             seen: list[str] = []
             read_until(master, "1st of 1 in the queue, reserves GPU 0", seen)
             eventually(lambda: waiting_pids(server.socket) == [proc.pid], "it waits")
+            # One connection for the request and the line: a queued job is one of the
+            # connections its user may have, not two (it was two, a flood of queued jobs
+            # filled the cap at half its size).
+            assert sockets_of(proc.pid) == 1
             proc.send_signal(signal.SIGINT)
             assert proc.wait(BOUND) == 130
             read_until(master, "withdrawn", seen)

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from hostserver import BOUND, ClientProc, Server
-from rawpeers import Users, can_make_users, local_users
-from users import users  # noqa: F401  (real Unix users, for the multi-user tests)
+from rawpeers import Pair
+from users import Users, users  # noqa: F401  (real Unix users, for the multi-user tests)
 
 
 @pytest.fixture
@@ -59,14 +59,12 @@ def clients() -> Iterator[Callable[..., ClientProc]]:
 
 
 @pytest.fixture
-def pair() -> Iterator[Users]:
+def pair(users: Users) -> Pair:  # noqa: F811  (the fixture imported above)
     """Two real Unix users in a group of their own, removed after the test (root only:
     skipped otherwise)."""
-    reason = can_make_users()
-    if reason is not None:
-        pytest.skip(reason)
-    with local_users() as made:
-        yield made
+    gid = users.group()
+    alice, bob = users.user([gid]), users.user([gid])
+    return Pair(alice.uid, bob.uid, gid)
 
 
 @pytest.fixture

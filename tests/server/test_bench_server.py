@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib.util
+import multiprocessing
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -45,3 +47,21 @@ def test_flood_bench_times_the_others_during_and_after_a_flood(
     for label in ("alone", "during the flood", "as its waiters go", "max round trip"):
         assert label in table
     assert table in capsys.readouterr().out
+
+
+def test_load_bench_kills_a_client_that_already_exited_without_error() -> None:
+    # A client may finish its work between the check of its progress and its SIGKILL, and be
+    # reaped meanwhile (multiprocessing reaps finished children whenever it starts another):
+    # os.kill(pid) then raised ProcessLookupError and ended the benchmark.
+    bench = load("bench_server_load")
+    ctx = multiprocessing.get_context("fork")
+    slot = bench._Slot(1, ctx.RawArray("d", 1), ctx.Value("i", 0, lock=False))
+    slot.proc = ctx.Process(target=int)  # exits at once
+    slot.proc.start()
+    slot.proc.join()  # reaped: its pid is gone
+    assert bench._kill(slot) is False  # not killed: it had finished
+    live = ctx.Process(target=time.sleep, args=(60,))
+    live.start()
+    slot.proc = live
+    assert bench._kill(slot) is True
+    assert not live.is_alive()

@@ -628,7 +628,7 @@ def test_log_lines_name_the_user_and_the_job_escaped() -> None:
     state.acquire(alice, p.Acquire(2, 1, FULL, True), 0.0)
     state.cancel(Client(2, 0, 7, user="root (uid 0)"), p.Cancel(1, 1), 0.0)
     assert lines[0] == 'grant #1 "train\\n#2 fake" to alice (uid 1000) pid 42: GPU 0'
-    assert lines[1] == "wait #2 of alice (uid 1000) pid 42: 1 of a GPU"
+    assert lines[1] == "wait #2 of alice (uid 1000) pid 42: 1 whole GPU"
     assert (
         lines[2] == 'revoke #1 "train\\n#2 fake" of alice (uid 1000) pid 42 by root (uid 0): GPU 0'
     )

@@ -23,7 +23,7 @@ import pytest
 
 from hostserver import BOUND, ENV, Server, run_cli
 from hwpool._backends._unix import UnixBackend
-from users import User, Users
+from users import User, Users, readable
 
 StartServer = Callable[..., Server]
 IMPOSTOR = str(Path(__file__).parent / "impostor.py")
@@ -45,7 +45,7 @@ def impostor(users: Users) -> Iterator[Callable[..., subprocess.Popen[str]]]:
 
     def start(user: User, *args: str, pass_fds: tuple[int, ...] = ()) -> subprocess.Popen[str]:
         proc = subprocess.Popen(
-            users.argv(user, [users.python(user), IMPOSTOR, *args]),
+            users.command(user, [str(readable(Path(IMPOSTOR))), *args]),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=users.env(),
             pass_fds=pass_fds,
         )  # fmt: skip

@@ -23,7 +23,7 @@ from hostserver import BOUND, ENV, Server, status_of
 from hwpool._backends._unix import UnixBackend
 from hwpool._core._capacity import UNITS_PER_GPU
 from hwpool._core._scheduler import Demand
-from rawpeers import Users, hello, lines, read_until, reply_to, talk, talk_as
+from rawpeers import Pair, hello, lines, read_until, reply_to, talk, talk_as
 
 StartServer = Callable[..., Server]
 FULL = UNITS_PER_GPU
@@ -123,7 +123,7 @@ def test_requests_are_capped_per_connection_and_per_uid_and_the_connection_goes_
 
 
 def test_a_user_at_the_cap_does_not_stop_another_user(
-    start_server: StartServer, sockdir: Path, pair: Users, sockets: ExitStack
+    start_server: StartServer, sockdir: Path, pair: Pair, sockets: ExitStack
 ) -> None:
     path = sockdir / "shared" / "s.sock"
     server = start_server("--gpus", "1", "--group", str(pair.gid),

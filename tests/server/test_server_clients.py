@@ -147,7 +147,7 @@ def test_closing_the_pool_gives_everything_back_and_fails_its_waiters(server: Se
 
     thread = threading.Thread(target=wait)
     thread.start()
-    server.wait_for(f"pid {os.getpid()}: 1 of a GPU")
+    server.wait_for(f"pid {os.getpid()}: 1 whole GPU")
     other = UnixBackend(server.socket)
     backend.close()  # returns once the server has freed everything (its "bye")
     assert other.snapshot().free == (1.0, 1.0) and other.snapshot().waiting == ()
@@ -213,7 +213,7 @@ def test_cancelled_async_waiter_leaves_nothing_behind(server: Server) -> None:
     async def main() -> None:
         grant = await backend.acquire(Demand(2, FULL), BOUND)
         task = asyncio.create_task(backend.acquire(Demand(1, FULL), None))
-        await asyncio.to_thread(server.wait_for, f"pid {os.getpid()}: 1 of a GPU")
+        await asyncio.to_thread(server.wait_for, f"pid {os.getpid()}: 1 whole GPU")
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -234,7 +234,7 @@ def test_a_grant_that_races_a_cancellation_is_given_back(server: Server) -> None
     async def main() -> None:
         grant = await backend.acquire(Demand(2, FULL), BOUND)
         task = asyncio.create_task(backend.acquire(Demand(1, FULL), None))
-        await asyncio.to_thread(server.wait_for, f"pid {os.getpid()}: 1 of a GPU")
+        await asyncio.to_thread(server.wait_for, f"pid {os.getpid()}: 1 whole GPU")
         mark = len(server.lines)
         backend.release(grant)  # the server grants the waiter at once...
         server.wait_for(f"pid {os.getpid()}: GPU 0", mark)  # (blocking: the task cannot run)
@@ -338,7 +338,7 @@ def test_cancel_withdraws_a_waiter_which_raises(server: Server) -> None:
 
     thread = threading.Thread(target=wait)
     thread.start()
-    server.wait_for(f"pid {os.getpid()}: 1 of a GPU")
+    server.wait_for(f"pid {os.getpid()}: 1 whole GPU")
     waiter_id = status(server)["waiting"][0]["id"]  # type: ignore[index]
     assert run_cli("cancel", str(waiter_id), "--socket", str(server.socket))[0] == 0
     thread.join(BOUND)
@@ -370,7 +370,7 @@ def test_a_server_that_goes_away_mid_wait_is_retried_then_raises(server: Server)
 
     thread = threading.Thread(target=wait)
     thread.start()
-    server.wait_for(f"pid {os.getpid()}: 1 of a GPU")
+    server.wait_for(f"pid {os.getpid()}: 1 whole GPU")
     server.kill()
     thread.join(BOUND)
     assert len(errors) == 1 and isinstance(errors[0], ConnectionError)
@@ -386,7 +386,7 @@ def test_an_async_waiter_whose_server_goes_away_raises_after_retrying(server: Se
     async def main() -> None:
         await backend.acquire(Demand(2, FULL), BOUND)
         task = asyncio.create_task(backend.acquire(Demand(1, FULL), BOUND))
-        await asyncio.to_thread(server.wait_for, f"pid {os.getpid()}: 1 of a GPU")
+        await asyncio.to_thread(server.wait_for, f"pid {os.getpid()}: 1 whole GPU")
         server.kill()
         with pytest.raises(ConnectionError, match="reconnect_timeout"):
             await task

@@ -63,7 +63,7 @@ def test_a_grant_is_journaled_before_its_reply_reaches_the_client(
     again.wait_for("recovery over")
     other = clients(again.socket)
     other.send("full o 1")
-    again.wait_for(f"pid {other.pid}: 1 of a GPU")
+    again.wait_for(f"pid {other.pid}: 1 whole GPU")
     report = status_of(again.socket)
     assert [(x["id"], x["pid"]) for x in report["leases"]] == [(entry.id, os.getpid())]
     assert [w["pid"] for w in report["waiting"]] == [other.pid]  # the GPU stays ours
@@ -173,7 +173,7 @@ def test_a_planned_stop_grants_nothing_it_cannot_deliver(
     holder.send("full h 1")
     holder.expect("granted h")
     waiter.send("full w 1")
-    server.wait_for(f"pid {waiter.pid}: 1 of a GPU")
+    server.wait_for(f"pid {waiter.pid}: 1 whole GPU")
     assert server.stop(signal.SIGTERM) == 0
     server.wait_for("stopped")
     grants = [line for line in server.lines if "grant #" in line]
@@ -209,3 +209,36 @@ def test_the_counters_go_on_across_a_restart(
     again.wait_for("release #1")
     counters = status_of(again.socket)["counters"]
     assert (counters["granted"], counters["released"]) == (2, 2)
+
+
+@pytest.mark.parametrize("planted", ["another user's", "group-writable", "a symlink"])
+def test_a_planted_journal_is_not_loaded(
+    start_server: StartServer, sockdir: Path, planted: str
+) -> None:
+    """Item 10: a journal someone else could have written (one promising ids near 2**53, and
+    a lease that would hold the GPU) is refused by name, and nothing of it is believed."""
+    path = _journal.journal_path(sockdir / "s.sock")
+    lines = [
+        {"format": "hwpool-journal", "version": 2, "server_pid": 1},
+        {"op": "ids", "limit": 2**52},
+        {"op": "granted", "id": 7, "uid": 0, "pid": 1, "count": 1, "units": FULL,
+         "held": [[0, FULL]], "token": ""},
+    ]  # fmt: skip
+    text = "".join(json.dumps(line) + "\n" for line in lines)
+    target = sockdir / "elsewhere"
+    (target if planted == "a symlink" else path).write_text(text)
+    if planted == "another user's":
+        os.chown(path, 54321, 54321)
+    elif planted == "group-writable":
+        path.chmod(0o620)
+    else:
+        path.symlink_to(target)
+    if os.geteuid() != 0 and planted == "another user's":
+        pytest.skip("chown to another uid needs root")
+    server = start_server("--gpus", "1", "--grace", "0.2", socket=sockdir / "s.sock")
+    server.wait_for("cannot read the journal")
+    backend = UnixBackend(server.socket)
+    backend.acquire_blocking(Demand(1, FULL), BOUND)  # the planted lease holds nothing
+    [lease] = status_of(server.socket)["leases"]
+    assert lease["id"] < 2**20  # the planted id limit was not believed
+    backend.close()

@@ -20,7 +20,7 @@ from hostserver import BOUND, ClientProc, Server, status_of
 from hwpool._backends._unix import UnixBackend
 from hwpool._core._capacity import UNITS_PER_GPU
 from hwpool._core._scheduler import Demand
-from rawpeers import Users, become, hello, lines, read_until, reply_to, talk, talk_as
+from rawpeers import Pair, become, hello, lines, read_until, reply_to, talk, talk_as
 
 StartServer = Callable[..., Server]
 Clients = Callable[..., ClientProc]
@@ -55,7 +55,7 @@ def test_one_process_with_two_pools_keeps_both_leases_over_a_restart(
         again.wait_for(f"reclaim #{id_a} by root (uid 0) pid {os.getpid()}")  # then a's "reclaimed"
         newcomer = clients(server.socket)
         newcomer.send("full n 1")  # b's GPU is not free: a's "reclaimed" is not b's
-        again.wait_for(f"pid {newcomer.pid}: 1 of a GPU (held back while recovering)")
+        again.wait_for(f"pid {newcomer.pid}: 1 whole GPU (held back while recovering)")
         assert status_of(server.socket)["server"]["recovering_s"] > 0
     again.wait_for(f"reclaim #{id_b} by root (uid 0) pid {os.getpid()}")
     again.wait_for("recovery over")
@@ -148,7 +148,7 @@ class Holder:
 
 
 def test_another_user_cannot_reclaim_a_lease_and_its_owner_then_can(
-    start_server: StartServer, sockdir: Path, pair: Users
+    start_server: StartServer, sockdir: Path, pair: Pair
 ) -> None:
     path = sockdir / "shared" / "s.sock"
     args = ("--gpus", "1", "--grace", "30", "--group", str(pair.gid))

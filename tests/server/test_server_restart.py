@@ -156,12 +156,13 @@ def test_async_and_blocking_waiters_of_one_process_keep_their_order_over_a_resta
     held = backend.acquire_blocking(Demand(1, FULL), BOUND)
 
     def blocking() -> None:
-        backend.release(backend.acquire_blocking(Demand(1, FULL), BOUND * 2))
-        order.append("thread")
+        grant = backend.acquire_blocking(Demand(1, FULL), BOUND * 2)
+        order.append("thread")  # recorded while it holds the GPU, so before the next grant
+        backend.release(grant)
 
     async def main() -> None:
         task = asyncio.create_task(backend.acquire(Demand(1, FULL), BOUND * 2))
-        await asyncio.to_thread(server.wait_for, f"pid {os.getpid()}: 1 of a GPU")
+        await asyncio.to_thread(server.wait_for, f"pid {os.getpid()}: 1 whole GPU")
         thread = threading.Thread(target=blocking)
         thread.start()
         await asyncio.to_thread(server.wait_for, "wait #3")
@@ -171,8 +172,9 @@ def test_async_and_blocking_waiters_of_one_process_keep_their_order_over_a_resta
         again = start_server("--gpus", "1", "--grace", "8")
         await asyncio.to_thread(again.wait_for, "recovery over")
         backend.release(held)  # the lease survived: its release frees the GPU
-        backend.release(await task)
-        order.append("task")
+        grant = await task
+        order.append("task")  # before its release lets the thread's request be granted
+        backend.release(grant)
         await asyncio.to_thread(thread.join, BOUND)
 
     asyncio.run(main())

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from hwpool._server._host_state import Client, HostState
 from hwpool._server._server import MAX_BUFFERED, _Connection
 from hwpool._wire import _protocol as p
 from hwpool._wire._protocol import MAX_LINE, MAX_TEXT
-from unixusers import UnixUser, unix_user
+from users import User, Users
 
 StartServer = Callable[..., Server]
 FULL = UNITS_PER_GPU
@@ -209,12 +210,36 @@ def test_a_client_that_reads_a_long_status_slowly_is_not_dropped(
 HOSTILE = "evil\x1b]0;pwned\x07\x1b[2J\n  #99 root pid 1: GPU 0, held 1.0 s\u202e"
 
 
-def hwpool(*args: str, user: UnixUser | None = None) -> subprocess.CompletedProcess[str]:
+@dataclass(frozen=True)
+class Other:
+    """Another real Unix user (tests/users.py), and how to run Python as it."""
+
+    user: User
+    users: Users
+
+    @property
+    def name(self) -> str:
+        return self.user.name
+
+    @property
+    def uid(self) -> int:
+        return self.user.uid
+
+    @property
+    def gid(self) -> int:
+        return self.user.gid
+
+    def command(self, args: list[str]) -> list[str]:
+        return self.users.command(self.user, args)
+
+
+def hwpool(*args: str, user: Other | None = None) -> subprocess.CompletedProcess[str]:
     """The real ``hwpool`` command, as ``user`` (default: this process's)."""
-    argv = [sys.executable, "-m", "hwpool", *args]
+    argv = ["-m", "hwpool", *args]
     return subprocess.run(
-        argv if user is None else user.command(argv),
-        capture_output=True, text=True, env=ENV, timeout=BOUND, check=False,
+        [sys.executable, *argv] if user is None else user.command(argv),
+        capture_output=True, text=True, env=ENV if user is None else user.users.env(),
+        timeout=BOUND, check=False,
     )  # fmt: skip
 
 
@@ -244,9 +269,8 @@ def test_status_text_escapes_names_and_commands(one_gpu: Server) -> None:
 
 
 @pytest.fixture
-def other_user() -> Iterator[UnixUser]:
-    with unix_user() as user:
-        yield user
+def other_user(users: Users) -> Other:
+    return Other(users.user(), users)
 
 
 class Holder:
@@ -263,11 +287,11 @@ class Holder:
         "sys.stdin.read()\n"
     )
 
-    def __init__(self, user: UnixUser, path: Path, name: str, command: str) -> None:
-        argv = [sys.executable, "-c", self.SCRIPT, str(path), name, command]
+    def __init__(self, user: Other, path: Path, name: str, command: str) -> None:
+        argv = ["-c", self.SCRIPT, str(path), name, command]
         self.proc = subprocess.Popen(
             user.command(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True, env=ENV,
+            stderr=subprocess.PIPE, text=True, env=user.users.env(),
         )  # fmt: skip
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()  # bounded: its acquire has a 10 s timeout
@@ -280,7 +304,7 @@ class Holder:
 
 
 def test_another_user_sees_names_but_not_command_lines_and_cancels_only_its_own(
-    start_server: StartServer, sockdir: Path, other_user: UnixUser
+    start_server: StartServer, sockdir: Path, other_user: Other
 ) -> None:
     path = sockdir / "shared" / "s.sock"
     server = start_server("--gpus", "3", "--group", str(other_user.gid), socket=path)

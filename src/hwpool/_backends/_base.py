@@ -65,8 +65,16 @@ class Backend(Protocol):
 
     The front calls ``acquire_now`` first and ``acquire``/``acquire_blocking`` only when it
     returned None, so a backend needs no fast path of its own in those; the demand may have
-    become grantable meanwhile, and then they grant at once without queueing.
+    become grantable meanwhile, and then they grant at once without queueing. A ``remote``
+    backend is the exception: there ``acquire_now`` is a round trip to another process, so
+    the front queues at once (``acquire``/``acquire_blocking`` grant at once where
+    ``acquire_now`` would have): a wait costs one round trip, not two, and an ``await`` never
+    blocks its event loop for the first one.
     """
+
+    remote: bool
+    """Whether ``acquire_now`` asks another process (the front then calls it only for the
+    nowait calls)."""
 
     @property
     def gpus(self) -> tuple[GPUInfo, ...]:

@@ -79,6 +79,8 @@ class LocalBackend:
     ``shares`` and ``half_life``: the core's fair share between owners (rules 8-10e).
     """
 
+    remote = False  # acquire_now is a call under a lock: the front tries it before waiting
+
     def __init__(
         self,
         gpus: Sequence[GPUInfo],

@@ -9,10 +9,17 @@ through its own ``threading.Event``.
 - **Cancellation**: a waiter that gives up sends ``withdraw``, which the server applies to
   whatever the request has become (waiting: withdrawn; granted meanwhile: given back), and
   any grant that was already on its way is dropped on arrival.
-- **Losing the server**: the reader reconnects with bounded backoff (``reconnect_timeout``);
-  on the new connection it re-declares every lease and waiter (``reclaim``, in the original
-  order), then ``reclaimed``. A lease the new server cannot take back is reported as lost.
-  If no server comes back in time, waiters raise ConnectionError and leases are dropped.
+- **Losing the server**: the reader reconnects with backoff for up to ``reconnect_timeout``
+  (None: for as long as it takes); on the new connection it re-declares every lease and
+  waiter (``reclaim``, in the original order) and every request made meanwhile, then
+  ``reclaimed``. A lease the new server cannot take back is reported as lost. If no server
+  comes back in time, waiters raise ConnectionError and leases are dropped. A connection
+  lost while nothing was held or waited for is made again by the next request, which waits
+  for it the same way (bounded by ``reconnect_timeout`` and its own timeout): no caller ever
+  dials, so no caller (an event loop above all) waits for a server that does not answer.
+- **Never dropped**: a request is registered and its message posted in one section; when
+  there is no connection then, a connection thread is started (or one is running) and sends
+  it once connected. So a request is always sent, or fails with an error.
 - **Fork**: the child forgets the parent's connection and requests (their releases become
   no-ops there) and opens its own connection on first use.
 - **Locking**: state is changed in *sections* (the lock, with its owner noted). What may run
@@ -30,6 +37,7 @@ import contextlib
 import enum
 import itertools
 import logging
+import math
 import os
 import pwd
 import secrets
@@ -83,6 +91,10 @@ _log = logging.getLogger("hwpool")
 REPLY_TIMEOUT_S = 60.0  # a status or nowait reply that takes longer means the server hangs
 SNAPSHOT_TRIES = 5  # status round trips a snapshot makes at most to include its own writes
 CLOSE_TIMEOUT_S = 5.0  # how long close() waits for the server to confirm it freed everything
+RETRY_FIRST_S = 0.01  # the first pause between two attempts to reach a lost server
+RETRY_MAX_S = 0.5  # the longest pause (it doubles from the first up to this)
+DIAL_TIMEOUT_S = 10.0  # how long connecting and the hello may take at most
+SIGNAL_SLICE_S = 0.2  # the main thread's waits end this often, to act on a signal (see _wait)
 
 
 class _State(enum.Enum):
@@ -95,8 +107,8 @@ class _Req:
     """One request of this process, from ``acquire`` until it is released or fails."""
 
     __slots__ = (
-        "demand", "error", "event", "expected", "future", "gpus", "id", "key", "loop", "since",
-        "state", "units", "wait",
+        "answered", "demand", "error", "expected", "future", "gpus", "id", "key", "loop", "since",
+        "state", "units", "wait", "wake",
     )  # fmt: skip
 
     def __init__(
@@ -113,7 +125,8 @@ class _Req:
         self.wait = wait
         self.loop = loop
         self.future: asyncio.Future[None] | None = None if loop is None else loop.create_future()
-        self.event: threading.Event | None = threading.Event() if loop is None else None
+        self.wake: threading.Lock | None = _token() if loop is None else None
+        self.answered = False  # a thread waiter's truth (the token only ends its sleep)
         self.state = _State.SENT
         self.id: int | None = None
         self.gpus: tuple[int, ...] = ()
@@ -129,15 +142,18 @@ class _Req:
 
 
 class _Call:
-    """A request answered once (status, bye): a thread waits for ``reply`` on ``event``.
+    """A request answered once (status, bye): a thread waits for ``reply`` (see ``_wait``).
 
+    ``message`` is what asks for it: sent at once, or by the connection thread once connected.
     ``parts`` gathers the ``status_part`` lines of a streamed status before its last line.
     """
 
-    __slots__ = ("error", "event", "parts", "reply")
+    __slots__ = ("answered", "error", "message", "parts", "reply", "wake")
 
-    def __init__(self) -> None:
-        self.event = threading.Event()
+    def __init__(self, message: ClientMessage | None = None) -> None:
+        self.wake = _token()
+        self.answered = False
+        self.message = message
         self.reply: ServerMessage | None = None
         self.error: BaseException | None = None
         self.parts: list[StatusPart] = []
@@ -197,17 +213,25 @@ class UnixBackend:
     """A client of the host server on ``socket`` (default: see ``hwpool serve``).
 
     Connects at once: ConnectionError, naming the socket and how to start a server, if none
-    answers. ``reconnect_timeout`` bounds how long a lost server is waited for. ``name`` and
-    ``command`` label every request of this backend in ``hwpool status`` (at most
-    4096 characters each).
+    answers within ``connect_timeout`` seconds. ``reconnect_timeout`` bounds how long a lost
+    server is waited for (None: until it is back), by requests that wait and by leases held
+    (dropped after it). ``name`` and ``command`` label every request of this backend in
+    ``hwpool status`` (at most 4096 characters each).
     """
 
+    remote = True  # acquire_now is a round trip: the front queues at once instead
+
     def __init__(self, socket: str | os.PathLike[str] | None = None, *,
-                 reconnect_timeout: float = 30.0, name: str | None = None,
-                 command: str | None = None) -> None:  # fmt: skip
+                 reconnect_timeout: float | None = 30.0, name: str | None = None,
+                 command: str | None = None,
+                 connect_timeout: float = DIAL_TIMEOUT_S) -> None:  # fmt: skip
         self._path: Path = client_socket(socket).path
         self._token = secrets.token_hex(16)  # names this pool to the server, over reconnects
-        self._reconnect_s = check_timeout(reconnect_timeout, "reconnect_timeout") or 0.0
+        bound = check_timeout(reconnect_timeout, "reconnect_timeout")
+        self._reconnect_s = math.inf if bound is None else bound
+        dial_s = check_timeout(connect_timeout, "connect_timeout")
+        if dial_s is None or dial_s <= 0:
+            raise ValueError(f"connect_timeout must be a number > 0, got {connect_timeout!r}")
         self._name = _label("name", name)
         self._command = _label("command", command)
         self._lock = threading.Lock()
@@ -233,7 +257,7 @@ class UnixBackend:
         self._posted = 0  # messages queued for the server, ever (snapshots compare it)
         self._opened = _Opened()
         weakref.finalize(self, self._opened.close_all)
-        self._open()
+        self._open(dial_s)
         _BACKENDS.add(self)
 
     def __repr__(self) -> str:
@@ -315,8 +339,10 @@ class UnixBackend:
                     self._send_owner = 0
 
     def _wake(self, item: _Req | _Call) -> None:
-        if item.event is not None:
-            item.event.set()
+        if item.wake is not None:
+            item.answered = True  # first: a waiter woken by the token reads it
+            with contextlib.suppress(RuntimeError):  # given already
+                item.wake.release()
             return
         assert isinstance(item, _Req) and item.loop is not None
         delivery = _Delivery(self, item)
@@ -327,19 +353,19 @@ class UnixBackend:
             self._abandon(item, timed_out=False, lost=True)
 
     # ----------------------------------------------------------------- connecting
-    def _dial(self, timeout: float = 10.0) -> Wire:
+    def _dial(self, timeout: float = DIAL_TIMEOUT_S) -> Wire:
         """A welcomed connection to a server that counts capacity as this library does."""
         wire = Wire(self._path, timeout, token=self._token)
         if wire.welcome.units_per_gpu != UNITS_PER_GPU:
             wire.shutdown()
-            raise ConnectionError(
+            raise _Incompatible(
                 f"the hwpool server on {str(self._path)!r} ({wire.welcome.server}) counts "
                 f"{wire.welcome.units_per_gpu} units per GPU, this hwpool {UNITS_PER_GPU}: "
                 "run the same version of hwpool on both sides"
             )
         if self._welcomed and wire.welcome.totals != self._totals:
             wire.shutdown()
-            raise ConnectionError(
+            raise _Incompatible(
                 f"the hwpool server on {str(self._path)!r} came back with GPUs of other sizes "
                 f"({wire.welcome.totals} MiB, was {self._totals}): what this process holds "
                 "cannot be taken back there"
@@ -347,13 +373,17 @@ class UnixBackend:
         self._opened.wires.append(wire)
         return wire
 
-    def _open(self) -> None:
-        """Connect (ConnectionError if no server answers) and start reading."""
-        wire = self._dial()
+    def _open(self, timeout: float) -> None:
+        """Connect (ConnectionError if no server answers in time) and start reading."""
+        wire = self._dial(timeout)
         with self._section():
             self._wire = wire
             self._gpus, self._totals = wire.welcome.gpus, wire.welcome.totals
             self._welcomed = True
+        self._start_reader(wire)
+
+    def _start_reader(self, wire: Wire | None) -> None:
+        """Start the connection thread: it reads ``wire`` (None: it connects first)."""
         thread = threading.Thread(
             target=_read, args=(weakref.ref(self), wire), name="hwpool-unix-reader", daemon=True
         )
@@ -362,19 +392,27 @@ class UnixBackend:
             self._readers.add(thread.ident)
 
     def _connected(self) -> None:
-        """Before a request: refuse if closed; connect if this process has no connection."""
+        """Before a request: refuse if closed. (Connecting is the connection thread's: a
+        request made with no connection is sent by it, see ``_send_or_connect``.)"""
         if self._closed:
             raise PoolClosedError("the GPU pool is closed")
-        if self._wire is None and not self._reconnecting:
-            with self._connect_lock:
-                if self._wire is None and not self._reconnecting and not self._closed:
-                    self._open()
 
-    def _lost(self, wire: Wire, reason: ConnectionError) -> Wire | None:
-        """The reader lost ``wire``: reconnect and re-declare, or fail what waits."""
+    def _send_or_connect(self, message: ClientMessage) -> None:
+        """In a section: post ``message``, or, with no connection, have one made (the
+        connection thread sends it then: a request waiting in ``_reqs`` or ``_calls`` is
+        declared on every new connection)."""
+        if self._wire is not None:
+            self._post(message)
+        elif not self._reconnecting:
+            self._reconnecting = True
+            self._start_reader(None)
+
+    def _lost(self, wire: Wire, reason: ConnectionError) -> bool:
+        """The reader lost ``wire``: whether to connect again (something is held or waited
+        for); status calls sent on it fail with ``reason``."""
         with self._section():
             if self._wire is not wire:
-                return None  # closed, or this process forked: not ours to repair
+                return False  # closed, or this process forked: not ours to repair
             self._wire = None
             with contextlib.suppress(ValueError):
                 self._opened.wires.remove(wire)
@@ -384,29 +422,51 @@ class UnixBackend:
                 self._to_wake.append(call)
             self._calls.clear()
             if not self._reqs:
-                return None  # nothing to keep: the next request connects again
+                return False  # nothing to keep: the next request connects again
             self._reconnecting = True
+            return True
+
+    def _reconnect(self) -> Wire | None:
+        """The connection thread, with no connection: dial with backoff until a server
+        answers (then re-declare everything on it), nothing is left to declare, the pool is
+        closed, or ``reconnect_timeout`` passes (then fail what waits, drop what is held)."""
         deadline = time.monotonic() + self._reconnect_s
-        delay = 0.01
-        while not self._closed:
+        delay = RETRY_FIRST_S
+        reason = ConnectionError("no attempt made")
+        while self._wanted():
             try:
-                new = self._dial(max(0.1, min(5.0, deadline - time.monotonic())))
+                new = self._dial(max(0.1, min(DIAL_TIMEOUT_S, deadline - time.monotonic())))
+            except _Incompatible as exc:  # a server answered, and what is held cannot go there
+                reason = exc
+                break
             except ConnectionError as exc:
                 reason = exc
                 if time.monotonic() + delay >= deadline:
                     break
                 time.sleep(delay)  # backoff between attempts, bounded by the deadline
-                delay = min(2 * delay, 0.5)
+                delay = min(2 * delay, RETRY_MAX_S)
                 continue
             if self._resume(new):
                 return new
             new.shutdown()
             return None
+        else:
+            return None
         self._give_up(reason)
         return None
 
+    def _wanted(self) -> bool:
+        """Whether the connection thread should go on dialing: not closed, and something is
+        held or waited for (else it stops, and the next request starts it again)."""
+        with self._section():
+            if not self._closed and (self._reqs or self._calls):
+                return True
+            self._reconnecting = False
+            return False
+
     def _resume(self, wire: Wire) -> bool:
-        """Re-declare every lease and waiter on ``wire``, in their original order."""
+        """Re-declare every lease and waiter on ``wire``, in their original order, and send
+        the status calls made while there was no connection."""
         with self._send_lock:
             self._send_owner = get_ident()
             try:
@@ -414,6 +474,7 @@ class UnixBackend:
                     if self._closed:
                         return False
                     lines = [encode(m) for m in self._declarations()]
+                    lines += [encode(c.message) for c in self._calls.values() if c.message]
                     self._outbox.clear()  # superseded by the declarations
                     self._wire, self._reconnecting = wire, False
                     self._gpus = wire.welcome.gpus
@@ -422,7 +483,7 @@ class UnixBackend:
             finally:
                 self._send_owner = 0
         self._pump()
-        _log.info("hwpool: reconnected to %s; re-declared %d requests", self._path, len(lines) - 1)
+        _log.info("hwpool: connected to %s; declared %d requests", self._path, len(lines) - 1)
         return True
 
     def _declarations(self) -> list[ClientMessage]:
@@ -445,13 +506,21 @@ class UnixBackend:
         return out
 
     def _give_up(self, reason: ConnectionError) -> None:
-        error = ConnectionError(
-            f"lost the hwpool server on {str(self._path)!r} and none answered within "
-            f"reconnect_timeout={self._reconnect_s:g}s ({reason})"
-        )
+        """No server to go back to: fail every request and status call, drop the leases."""
+        if isinstance(reason, _Incompatible):
+            error = ConnectionError(str(reason))
+        else:
+            error = ConnectionError(
+                f"lost the hwpool server on {str(self._path)!r} and none answered within "
+                f"reconnect_timeout={self._reconnect_s:g}s ({reason})"
+            )
         with self._section():
             self._reconnecting = False
             self._drop_all(error)
+            for call in self._calls.values():
+                call.error = error
+                self._to_wake.append(call)
+            self._calls.clear()
         _log.warning("hwpool: %s; leases held are dropped", error)
 
     def _drop_all(self, error: BaseException) -> None:
@@ -578,7 +647,7 @@ class UnixBackend:
             r = _Req(next(self._keys), demand, wait, loop, expected)
             self._reqs[r.key] = r
             count, units, unit = self._asked(demand)
-            self._post(  # the owner is the uid the server sees; the priority is sent
+            self._send_or_connect(  # the owner is the uid the server sees; the priority is sent
                 Acquire(r.key, count, units, wait, self._name, self._command, expected, unit,
                         demand.priority)
             )  # fmt: skip
@@ -597,30 +666,46 @@ class UnixBackend:
     async def acquire(
         self, demand: Demand, timeout: float | None, expected: float | None = None
     ) -> Grant:
-        """Wait in the server's queue on the running loop; TimeoutError after ``timeout``."""
-        r = self._submit(demand, True, asyncio.get_running_loop(), expected)
+        """Wait in the server's queue on the running loop; TimeoutError after ``timeout``.
+
+        Nothing here blocks the loop: the request is posted (or left to the connection
+        thread) and its answer awaited. ``timeout=0`` asks for a grant now (no queueing),
+        awaited for at most REPLY_TIMEOUT_S.
+        """
+        now_only = timeout == 0
+        r = self._submit(demand, not now_only, asyncio.get_running_loop(), expected)
         assert r.future is not None
         try:
             if timeout is None:
                 await r.future
             else:
-                async with asyncio.timeout(timeout):
+                async with asyncio.timeout(REPLY_TIMEOUT_S if now_only else timeout):
                     await r.future
             grant = r.grant()
         except BaseException as exc:
             self._abandon(r, timed_out=isinstance(exc, TimeoutError))
             raise
-        assert grant is not None
+        if grant is None:  # now_only, and it would have to wait
+            with self._section():
+                self._timed_out += 1
+            raise TimeoutError(f"no GPU capacity granted within timeout={timeout}s")
         return grant
 
     def acquire_blocking(
         self, demand: Demand, timeout: float | None, expected: float | None = None
     ) -> Grant:
-        """Block this thread until the server grants; TimeoutError after ``timeout``."""
+        """Block this thread until the server grants; TimeoutError after ``timeout``
+        (``timeout=0``: a grant now or TimeoutError, as ``acquire``)."""
+        if timeout == 0:
+            grant = self.acquire_now(demand, expected)
+            if grant is None:
+                with self._section():
+                    self._timed_out += 1
+                raise TimeoutError(f"no GPU capacity granted within timeout={timeout}s")
+            return grant
         r = self._submit(demand, True, None, expected)
-        assert r.event is not None
         try:
-            if not r.event.wait(timeout):
+            if not _wait(r, timeout):
                 self._time_out(r, timeout)
             grant = r.grant()
         except BaseException as exc:
@@ -640,11 +725,11 @@ class UnixBackend:
         raise TimeoutError(f"no GPU capacity granted within timeout={timeout}s")
 
     def acquire_now(self, demand: Demand, expected: float | None = None) -> Grant | None:
-        """Ask the server for a grant that jumps no waiter; None if it would have to wait."""
+        """Ask the server for a grant that jumps no waiter; None if it would have to wait
+        (ConnectionError if no answer comes within REPLY_TIMEOUT_S)."""
         r = self._submit(demand, False, None, expected)
-        assert r.event is not None
         try:
-            if not r.event.wait(REPLY_TIMEOUT_S):
+            if not _wait(r, REPLY_TIMEOUT_S):
                 raise ConnectionError(f"no reply from the hwpool server on {str(self._path)!r}")
             return r.grant()
         except BaseException:
@@ -730,16 +815,20 @@ class UnixBackend:
             counters = (self._granted, self._released, self._cancelled, self._timed_out)
         return _snapshot(reply, counters, self._totals)
 
+    def status(self) -> StatusReply:
+        """The server's whole status, over this backend's own connection (no other one is
+        opened: ``hwpool run``'s wait line asks through the connection its request uses)."""
+        return self._status()[0]
+
     def _status(self) -> tuple[StatusReply, bool]:
         """One status round trip, and whether nothing else was sent after its request."""
         self._connected()
-        call = _Call()
         with self._section():
             key = next(self._keys)
-            self._calls[key] = call
-            self._post(Status(key, stream=True))
+            call = self._calls[key] = _Call(Status(key, stream=True))
+            self._send_or_connect(Status(key, stream=True))
             posted = self._posted
-        if not call.event.wait(REPLY_TIMEOUT_S):
+        if not _wait(call, REPLY_TIMEOUT_S):
             with self._section():
                 self._calls.pop(key, None)
             raise ConnectionError(f"no status from the hwpool server on {str(self._path)!r}")
@@ -776,11 +865,49 @@ class UnixBackend:
             self._calls[key] = bye
         if wire is None:
             return
-        with self._send_lock, contextlib.suppress(OSError):
-            wire.send_bytes(encode(Bye(key)))
+        try:
+            with self._send_lock, contextlib.suppress(OSError):
+                wire.send_bytes(encode(Bye(key)))
             if get_ident() not in self._readers:  # (a finalizer on the reader cannot wait)
-                bye.event.wait(CLOSE_TIMEOUT_S)
-        wire.shutdown()
+                _wait(bye, CLOSE_TIMEOUT_S)  # not holding the send lock: no sender waits on it
+        finally:
+            wire.shutdown()  # even if Ctrl-C cut the wait short
+
+
+def _token() -> threading.Lock:
+    """A wake-up token for one thread waiter: held (no token) until the reader gives it."""
+    lock = threading.Lock()
+    lock.acquire()
+    return lock
+
+
+def _wait(item: _Req | _Call, timeout: float | None) -> bool:
+    """Wait until ``item`` is answered or ``timeout`` passes; whether it was answered.
+
+    On the main thread the wait is cut in slices of SIGNAL_SLICE_S: CPython acts on a signal
+    only between two bytecodes, so a SIGINT that lands as the thread goes to sleep (or on
+    another thread) would otherwise wait for the end of the sleep, which without a timeout
+    never comes (``hwpool run`` hung after Ctrl-C so). The truth is ``item.answered``, never
+    the token: an exception may land just after the token was taken, and the next wait looks
+    again. No Condition is involved, whose Python-level wait an exception can cut in half.
+    """
+    wake = item.wake
+    assert wake is not None
+    main = get_ident() == threading.main_thread().ident
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while not item.answered:
+        if deadline is None:
+            wake.acquire(True, SIGNAL_SLICE_S if main else -1)
+            continue
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        wake.acquire(True, min(left, SIGNAL_SLICE_S) if main else left)
+    return True
+
+
+class _Incompatible(ConnectionError):
+    """A server answered, but what this process holds cannot be declared to it."""
 
 
 def _user(uid: int) -> str:
@@ -846,18 +973,28 @@ def _waiter(w: WaiterRecord, totals: tuple[int, ...] | None) -> WaiterSnapshot:
 
 
 def _read(ref: weakref.ref[UnixBackend], wire: Wire | None) -> None:
-    """The reader thread: dispatch each message; on a lost connection, let the backend repair.
+    """The connection thread: connect when it has no connection (``wire`` None), then read
+    and dispatch each message; on a lost connection, let the backend reconnect or stop.
 
-    It holds the backend only while handling a message, so an unused backend can be
-    collected (its connection then closes and the server frees what it held).
+    It holds the backend only while handling a message or connecting, so an unused backend
+    can be collected (its connection then closes and the server frees what it held).
     """
-    while wire is not None:
+    while True:
+        if wire is None:
+            backend = ref()
+            wire = None if backend is None else backend._reconnect()
+            del backend
+            if wire is None:
+                return
         try:
             message = wire.read()
         except ConnectionError as exc:
             backend = ref()
-            wire = None if backend is None else backend._lost(wire, exc)
+            again = backend is not None and backend._lost(wire, exc)
             del backend
+            if not again:
+                return
+            wire = None
             continue
         backend = ref()
         if backend is None:

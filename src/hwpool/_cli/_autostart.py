@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
+import math
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from .._backends._unix import UnixBackend
@@ -27,9 +29,17 @@ from .._server._listen import ServeError, prepare_directory
 from .._wire._paths import SYSTEM_SOCKET_VAR, log_path, start_lock_path, system_server
 from .._wire._safety import UnsafePathError, UntrustedServerError, open_side_file
 
-__all__ = ["AUTOSTART_VAR", "IDLE_TIMEOUT_S", "autostart_from_env", "connect"]
+__all__ = [
+    "AUTOSTART_VAR",
+    "IDLE_TIMEOUT_S",
+    "RECONNECT_VAR",
+    "autostart_from_env",
+    "connect",
+    "reconnect_timeout_from_env",
+]
 
 AUTOSTART_VAR = "HWPOOL_AUTOSTART"
+RECONNECT_VAR = "HWPOOL_RECONNECT_TIMEOUT"
 IDLE_TIMEOUT_S = 600.0
 START_TIMEOUT_S = 20.0  # how long a server that was started may take to answer
 
@@ -43,16 +53,43 @@ def autostart_from_env(environ: Mapping[str, str]) -> bool:
     return raw != "0"
 
 
+def reconnect_timeout_from_env(environ: Mapping[str, str]) -> float | None:
+    """``HWPOOL_RECONNECT_TIMEOUT``: how many seconds ``hwpool run`` waits for a server that
+    went away before it gives its lease up (and ends the job); unset or empty: until the
+    server is back. Anything but a finite number >= 0 is a ValueError naming the variable."""
+    raw = environ.get(RECONNECT_VAR, "")
+    if raw == "":
+        return None
+    return seconds_from_text(raw, RECONNECT_VAR)
+
+
+def seconds_from_text(text: str, name: str) -> float:
+    """A finite number of seconds >= 0 written in ``text``; ValueError naming ``name``."""
+    try:
+        value = float(text) if len(text) <= 40 else math.nan
+    except ValueError:
+        value = math.nan
+    if not 0 <= value < math.inf:
+        raise ValueError(f"{name} must be a number of seconds >= 0, got {text[:40]!r}")
+    return value
+
+
 def connect(
-    path: Path, *, autostart: bool, name: str | None, command: str | None, memory: bool = False
-) -> UnixBackend:
+    path: Path, *, autostart: bool, name: str | None, command: str | None, memory: bool = False,
+    reconnect_timeout: float | None = None, connect_timeout: float = 10.0,
+) -> UnixBackend:  # fmt: skip
     """A client of the server on ``path``; with ``autostart``, start one if none answers
-    (``memory``: one sized in memory, ``hwpool serve --memory``).
+    (``memory``: one sized in memory, ``hwpool serve --memory``). ``reconnect_timeout`` and
+    ``connect_timeout``: the client's (see ``UnixBackend``).
 
     Raises ConnectionError when none answers (and none could be started).
     """
+    client = functools.partial(
+        UnixBackend, path, name=name, command=command, reconnect_timeout=reconnect_timeout,
+        connect_timeout=connect_timeout,
+    )  # fmt: skip
     try:
-        return UnixBackend(path, name=name, command=command)
+        return client()
     except UntrustedServerError:
         raise
     except ConnectionError:
@@ -65,13 +102,13 @@ def connect(
         raise ConnectionError(f"cannot start a server on {str(path)!r}: {exc}") from None
     with _locked(start_lock_path(path)):
         try:  # another client may have started one while this one waited for the lock
-            return UnixBackend(path, name=name, command=command)
+            return client()
         except UntrustedServerError:
             raise
         except ConnectionError:
             pass
         server = _start_server(path, memory)
-        return _connect_started(path, server, name, command)
+        return _connect_started(path, server, client)
 
 
 def _no_system_server(path: Path) -> None:
@@ -121,14 +158,15 @@ def _start_server(path: Path, memory: bool) -> subprocess.Popen[bytes]:
 
 
 def _connect_started(
-    path: Path, server: subprocess.Popen[bytes], name: str | None, command: str | None
+    path: Path, server: subprocess.Popen[bytes], client: Callable[[], UnixBackend]
 ) -> UnixBackend:
-    """Connect to the server just started, retrying (with backoff) until it answers."""
+    """Connect (``client()``) to the server just started, retrying (with backoff) until it
+    answers."""
     deadline = time.monotonic() + START_TIMEOUT_S
     delay = 0.005
     while True:
         try:
-            return UnixBackend(path, name=name, command=command)
+            return client()
         except UntrustedServerError:
             raise
         except ConnectionError as exc:

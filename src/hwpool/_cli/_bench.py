@@ -2,9 +2,11 @@
 
 The benchmarks are the ``bench/bench_*.py`` scripts of the source tree; the wheel ships them
 as ``hwpool/_cli/benchmarks`` (see ``force-include`` in pyproject.toml), so that whoever
-installed the package can measure their own machine. Each module has a ``main() -> str`` (or
-``main(argv) -> str``, then called with ``[]``) that runs it and returns its table; what it
-prints is captured, and shown only where it is more than that table.
+installed the package can measure their own machine. Each module has a ``main(argv) -> str``
+that runs it and returns its table: it is called with ``[]``, or ``["--quick"]`` for its
+smallest setting (a smoke run), and never parses ``hwpool``'s own command line. (A ``main()``
+without an argv, in a folder given with ``--dir``, is called without one.) What it prints is
+captured, and shown only where it is more than that table.
 """
 
 from __future__ import annotations
@@ -17,10 +19,20 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-__all__ = ["PACKAGED", "BenchError", "find_bench_dir", "run_benchmarks"]
+__all__ = [
+    "PACKAGED",
+    "QUICK",
+    "BenchError",
+    "find_bench_dir",
+    "find_scripts",
+    "run_benchmarks",
+    "run_one",
+]
 
 PACKAGED = "benchmarks"
 """Where an installed wheel holds the benchmarks, beside this module."""
+QUICK = "--quick"
+"""The argument that asks a benchmark for its smallest setting."""
 
 
 class BenchError(RuntimeError):
@@ -42,7 +54,9 @@ def find_bench_dir() -> Path:
     )
 
 
-def _scripts(directory: Path, names: Sequence[str]) -> list[Path]:
+def find_scripts(directory: Path, names: Sequence[str] = ()) -> list[Path]:
+    """The ``bench_*.py`` of ``directory`` (only those ``names``, in their order, if given;
+    a name may omit the ``bench_`` prefix)."""
     scripts = sorted(directory.glob("bench_*.py"))
     if not scripts:
         raise BenchError(f"no bench_*.py in {str(directory)!r}")
@@ -56,13 +70,18 @@ def _scripts(directory: Path, names: Sequence[str]) -> list[Path]:
     return [by_name[name.removeprefix("bench_")] for name in names]
 
 
-def run_benchmarks(directory: Path, names: Sequence[str] = ()) -> Iterator[str]:
-    """Run the chosen benchmarks of ``directory`` in order, yielding each one's table."""
-    for script in _scripts(directory, names):
-        yield _run_one(script)
+def run_benchmarks(
+    directory: Path, names: Sequence[str] = (), *, quick: bool = False
+) -> Iterator[str]:
+    """Run the chosen benchmarks of ``directory`` in order, yielding each one's table; the
+    first that fails raises :class:`BenchError`."""
+    for script in find_scripts(directory, names):
+        yield run_one(script, quick=quick)
 
 
-def _run_one(script: Path) -> str:
+def run_one(script: Path, *, quick: bool = False) -> str:
+    """Run one benchmark script's ``main`` and return its table (what it printed besides the
+    table first); :class:`BenchError` says which script failed and how."""
     spec = importlib.util.spec_from_file_location(f"_hwpool_bench_{script.stem}", script)
     if spec is None or spec.loader is None:
         raise BenchError(f"cannot load {str(script)!r}")
@@ -73,9 +92,11 @@ def _run_one(script: Path) -> str:
         entry = getattr(module, "main", None)
         if not callable(entry):
             raise BenchError(f"{script.name} has no main() function")
-        table, printed = _call_main(entry)
+        table, printed = _call_main(entry, script, quick)
     except BenchError:
         raise
+    except SystemExit as exc:  # argparse's error(), or a script's own sys.exit()
+        raise BenchError(f"{script.name} exited with status {exc.code}") from exc
     except ModuleNotFoundError as exc:  # numpy, threadpoolctl: the `bench` extra
         raise BenchError(f"{script.name} needs {exc.name}: pip install 'hwpool[bench]'") from exc
     except Exception as exc:
@@ -88,10 +109,17 @@ def _run_one(script: Path) -> str:
     return f"{extra}\n{table}" if extra else table
 
 
-def _call_main(entry: Callable[..., object]) -> tuple[object, str]:
-    """Call a benchmark's ``main``, with an empty argv if it takes one (so that it does not
-    parse hwpool's own arguments); return its result and what it printed."""
+def _call_main(entry: Callable[..., object], script: Path, quick: bool) -> tuple[object, str]:
+    """Call a benchmark's ``main`` with its own argv (empty, or ``--quick``) if it takes one;
+    ``sys.argv`` reads as that script's own command line meanwhile, so that a ``main`` that
+    parses it does not see hwpool's arguments. Return its result and what it printed."""
     takes_argv = bool(inspect.signature(entry).parameters)
-    with contextlib.redirect_stdout(io.StringIO()) as printed:
-        result = entry([]) if takes_argv else entry()
+    argv = [QUICK] if quick else []
+    saved = sys.argv
+    sys.argv = [str(script), *argv]
+    try:
+        with contextlib.redirect_stdout(io.StringIO()) as printed:
+            result = entry(argv) if takes_argv else entry()
+    finally:
+        sys.argv = saved
     return result, printed.getvalue()

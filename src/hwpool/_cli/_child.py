@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -28,16 +29,18 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 
-__all__ = ["FORWARDED", "exit_status", "run_job"]
+__all__ = ["FORWARDED", "exit_status", "run_job", "say"]
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 KILL_WAIT_S = 5.0  # after SIGKILL, how long the group may take to be gone
 WATCH_S = 0.25  # how often the lease is looked at while the job runs
+SIGNAL_SLICE_S = 0.25  # how often the wait for the job wakes to act on a signal (_wait_for)
 
 _WRAPPER = """\
 import ctypes, os, signal, sys
 if ctypes.CDLL(None, use_errno=True).prctl(1, 9, 0, 0, 0) != 0:  # PR_SET_PDEATHSIG, SIGKILL
-    print("hwpool: warning: PR_SET_PDEATHSIG failed", file=sys.stderr)
+    if sys.stderr:
+        print("hwpool: warning: PR_SET_PDEATHSIG failed", file=sys.stderr)
 if os.getppid() != int(sys.argv[1]):
     os._exit(137)  # hwpool run died before the death signal was set: do not start the job
 if sys.argv[2] == "fg":
@@ -51,9 +54,20 @@ for name in ("SIGPIPE", "SIGXFSZ", "SIGTTOU"):  # Python ignores these; the job 
 try:
     os.execvp(sys.argv[3], sys.argv[3:])
 except OSError as exc:
-    print(f"hwpool: error: cannot run {sys.argv[3]!r}: {exc.strerror}", file=sys.stderr)
+    if sys.stderr:
+        print(f"hwpool: error: cannot run {sys.argv[3]!r}: {exc.strerror}", file=sys.stderr)
     os._exit(127 if isinstance(exc, FileNotFoundError) else 126)
 """
+
+
+def say(line: str) -> None:
+    """Write ``line`` on stderr, if there is one: with stderr closed (``2>&-``) Python has
+    none, and a message must never go to stdout (``print(file=None)`` would) instead."""
+    stream = sys.stderr
+    if stream is None:
+        return
+    with contextlib.suppress(OSError, ValueError):
+        print(line, file=stream, flush=True)
 
 
 def exit_status(returncode: int) -> int:
@@ -71,7 +85,8 @@ def run_job(
     """Run ``argv`` with ``env`` in its own process group; return its exit status once the
     rest of its group is gone too (SIGTERM, then SIGKILL after ``grace_s``).
 
-    SIGINT, SIGTERM and SIGHUP that this process receives meanwhile go to the child's group.
+    SIGINT, SIGTERM and SIGHUP that this process receives meanwhile go to the child's group
+    (one ignored when this process started stays ignored, here and in the child).
     ``held()`` is asked a few times a second: once false, ``lost`` is printed on stderr and
     the group is ended the same way (SIGTERM, SIGKILL after ``grace_s``).
     """
@@ -87,7 +102,7 @@ def run_job(
             _give_terminal(tty, child.pid)
         watch = None if held is None else _Watch(held, child.pid, grace_s, lost)
         try:
-            code = child.wait() if tty is None else _wait_in_foreground(child, tty)
+            code = _wait_for(child) if tty is None else _wait_in_foreground(child, tty)
         finally:
             if watch is not None:
                 watch.close()
@@ -116,11 +131,28 @@ class _Watch:
                 break
         else:
             return
-        print(self._lost, file=sys.stderr, flush=True)
+        say(self._lost)
         _signal_group(self._pgid, signal.SIGTERM)
         _signal_group(self._pgid, signal.SIGCONT)
         if not self._done.wait(self._grace_s):
             _signal_group(self._pgid, signal.SIGKILL)
+
+
+def _wait_for(child: subprocess.Popen[bytes]) -> int:
+    """Wait for ``child`` to exit, waking every SIGNAL_SLICE_S: CPython runs a signal's
+    handler (here: forwarding it to the job) only between two bytecodes, so a signal that
+    lands as this thread goes to sleep in ``waitpid`` (or on another thread) would wait for
+    the job's end. Where ``pidfd_open`` is missing, a plain wait."""
+    try:
+        pidfd = os.pidfd_open(child.pid)
+    except (AttributeError, OSError):
+        return child.wait()
+    try:
+        while child.poll() is None:
+            select.select([pidfd], [], [], SIGNAL_SLICE_S)  # readable once it has exited
+    finally:
+        os.close(pidfd)
+    return child.returncode
 
 
 def _wait_in_foreground(child: subprocess.Popen[bytes], tty: int) -> int:
@@ -139,7 +171,8 @@ def _wait_in_foreground(child: subprocess.Popen[bytes], tty: int) -> int:
 
 @contextlib.contextmanager
 def _forwarding() -> Iterator[list[int]]:
-    """While inside, the FORWARDED signals go to the process group appended to the list."""
+    """While inside, the FORWARDED signals go to the process group appended to the list;
+    an ignored one (``nohup``, a shell's ``&``) stays ignored, and the child inherits that."""
     group: list[int] = []
 
     def forward(signum: int, frame: FrameType | None) -> None:
@@ -147,7 +180,11 @@ def _forwarding() -> Iterator[list[int]]:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(group[0], signum)
 
-    previous = {signum: signal.signal(signum, forward) for signum in FORWARDED}
+    previous = {
+        signum: signal.signal(signum, forward)
+        for signum in FORWARDED
+        if signal.getsignal(signum) is not signal.SIG_IGN
+    }
     try:
         yield group
     finally:

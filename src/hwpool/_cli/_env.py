@@ -1,6 +1,7 @@
 """The ``HWPOOL_*`` variables, checked before a command does any work.
 
-The command reads no variable of its own, but the library parts it drives read four. Each is
+The library parts the command drives read four variables, and ``hwpool run`` two of its own
+(``HWPOOL_AUTOSTART``, ``HWPOOL_RECONNECT_TIMEOUT``). Each is
 parsed here by the library's own parser (so the command and the library can never disagree)
 before anything runs: a malformed ``HWPOOL_SPIN`` must stop ``hwpool demo`` at once, not after
 its GPU stage, when the CPU pool first reads it.
@@ -13,7 +14,7 @@ from collections.abc import Mapping
 from .._host._detect import NUM_GPUS_VAR, detect_gpus
 from .._host._sizing import spin_from_env, threads_from_env
 from .._numa._pages import numa_mode
-from ._autostart import autostart_from_env
+from ._autostart import autostart_from_env, reconnect_timeout_from_env
 
 __all__ = ["check_environment"]
 
@@ -30,3 +31,4 @@ def check_environment(environ: Mapping[str, str]) -> None:
     spin_from_env(environ)
     numa_mode(environ)
     autostart_from_env(environ)
+    reconnect_timeout_from_env(environ)

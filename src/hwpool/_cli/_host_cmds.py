@@ -503,7 +503,7 @@ def _asked(waiter: dict[str, Any]) -> str:
         return f"{waiter['count']} whole GPUs"
     if waiter["memory_mib"] is not None:
         return format_mib(waiter["memory_mib"])
-    return f"{waiter['fraction']:g} of a GPU"
+    return "1 whole GPU" if waiter["fraction"] == 1 else f"{waiter['fraction']:g} of a GPU"
 
 
 def _label(item: dict[str, Any]) -> str:

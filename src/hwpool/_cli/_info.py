@@ -130,8 +130,19 @@ def server_line(server: dict[str, Any]) -> str:
     return f"{where} (per-user, {state}; {none})"
 
 
+def _source(source: str, detail: str) -> str:
+    """``source: nvidia-smi``, with the detail where it adds to the source (not
+    ``source: nvidia-smi; nvidia-smi``): ``source: nvidia-smi (NVML failed at init (...))``,
+    ``source: env; HWPOOL_NUM_GPUS=2``."""
+    if not detail or detail == source:
+        return f"source: {source}"
+    if detail.startswith(f"{source} "):
+        return f"source: {detail}"
+    return f"source: {source}; {detail}"
+
+
 def _gpu_lines(gpus: dict[str, Any]) -> list[str]:
-    lines = [f"GPUs: {gpus['count']} (source: {gpus['source']}; {gpus['detail']})"]
+    lines = [f"GPUs: {gpus['count']} ({_source(gpus['source'], gpus['detail'])})"]
     for dev in gpus["devices"]:
         extra = [
             dev[key] for key in ("name", "uuid") if dev.get(key) and dev[key] != dev["device_id"]

@@ -139,6 +139,9 @@ def _parser() -> argparse.ArgumentParser:
     bench = commands.add_parser("bench", help="run the benchmarks in bench/ and print their tables")
     bench.add_argument("names", nargs="*", metavar="NAME", help="only these (e.g. gpu_pool)")
     bench.add_argument("--dir", type=Path, metavar="DIR", help="the bench/ directory to use")
+    bench.add_argument(
+        "--quick", action="store_true", help="each benchmark's smallest setting (a smoke run)"
+    )
     bench.set_defaults(run=_cmd_bench)
     _host_cmds.register(commands)
     _run.register(commands)
@@ -301,10 +304,27 @@ def _demo_cpu_stage(rows: int) -> None:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
+    """Run each chosen benchmark under a ``== NAME ==`` heading; one that fails is reported
+    on stderr and the others still run; exit status 1 if any failed."""
     directory = args.dir if args.dir is not None else _bench.find_bench_dir()
-    for table in _bench.run_benchmarks(directory, args.names):
+    scripts = _bench.find_scripts(directory, args.names)
+    failed: list[str] = []
+    for script in scripts:
+        name = script.stem.removeprefix("bench_")
+        print(f"== {name} ==")
+        sys.stdout.flush()
+        try:
+            table = _bench.run_one(script, quick=args.quick)
+        except _bench.BenchError as exc:
+            print(f"hwpool: error: {one_line(str(exc))}", file=sys.stderr)
+            failed.append(name)
+            continue
         print(table)
         sys.stdout.flush()
+    if failed:
+        raise _bench.BenchError(
+            f"{len(failed)} of {plural(len(scripts), 'benchmark')} failed: {', '.join(failed)}"
+        )
     return 0
 
 

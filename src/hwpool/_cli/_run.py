@@ -4,6 +4,13 @@ Exit status: the command's (killed by signal N: 128 + N); 2 for bad usage; 124 w
 ``--timeout`` passed in the queue; 125 when no server answers or the request fails; 126 / 127
 when CMD cannot be run / is not found; 130 / 143 / 129 for SIGINT / SIGTERM / SIGHUP while
 waiting (the request is withdrawn first).
+
+A server that goes away while the job runs does not end it: ``hwpool run`` waits for it to
+come back (``--reconnect-timeout``, ``HWPOOL_RECONNECT_TIMEOUT``; default: for as long as it
+takes) and re-declares the lease there; only a server that says the lease is gone (revoked,
+or lost in a restart) ends the job. A signal ignored when ``hwpool run`` starts (``nohup``
+ignores SIGHUP, a shell's ``&`` SIGINT) stays ignored, by it and by the job; and a closed
+stderr (``2>&-``) is no terminal: nothing is written there.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from collections.abc import Callable, Iterator
 from fractions import Fraction
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, TextIO
 
 from .._backends._unix import UnixBackend
 from .._check import check_int
@@ -31,12 +38,15 @@ from .._gpu._pool import GPUPool
 from .._wire._paths import client_socket
 from .._wire._protocol import MAX_PRIORITY, MAX_TEXT
 from . import _autostart, _child
+from ._child import say
 from ._text import one_line, plural
 from ._waitline import WaitLine
 
 __all__ = ["register"]
 
 GRACE_S = 5.0
+CONNECT_TIMEOUT_S = 10.0  # how long connecting to the server (and its hello) may take
+MIN_CONNECT_S = 0.5  # ... at least, even with a shorter --timeout (0: only if free now)
 
 
 class _Exit(Exception):
@@ -60,7 +70,8 @@ def register(commands: Any) -> None:
     run = commands.add_parser(
         "run", help="wait for a share of the GPUs, then run a command on it",
         usage="hwpool run [-h] [--gpus G | --mem SIZE] [--timeout S] [--name NAME] "
-        "[--priority P] [--no-start] [--socket PATH] [--grace S] -- CMD [ARGS...]",
+        "[--priority P] [--no-start] [--socket PATH] [--grace S] [--reconnect-timeout S] "
+        "-- CMD [ARGS...]",
         description="Wait in the host-wide queue for G of the GPUs (or SIZE of one GPU's "
         "memory), then run CMD with CUDA_VISIBLE_DEVICES set to them; exit with its status.",
     )  # fmt: skip
@@ -94,6 +105,11 @@ def register(commands: Any) -> None:
         "--grace", type=_seconds, default=GRACE_S, metavar="S",
         help="after CMD exits, what is left of its process group gets SIGTERM, and SIGKILL "
         f"S s later (default {GRACE_S:g})",
+    )  # fmt: skip
+    run.add_argument(
+        "--reconnect-timeout", type=_seconds, metavar="S",
+        help="if the server goes away, wait S s for it to come back before giving the lease "
+        "up and ending the job (default: $HWPOOL_RECONNECT_TIMEOUT, else until it is back)",
     )  # fmt: skip
     run.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]")
     run.set_defaults(run=_cmd_run)
@@ -135,19 +151,18 @@ def _memory(text: str) -> int:
 
 def _seconds(text: str) -> float:
     try:
-        value = float(text)
+        return _autostart.seconds_from_text(text, "S")
     except ValueError:
-        value = float("nan")
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, got {text[:40]!r}")
-    return value
+        raise argparse.ArgumentTypeError(
+            f"must be a number of seconds >= 0, got {text[:40]!r}"
+        ) from None
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     try:
         return _run(args)
     except _Exit as exc:
-        print(f"hwpool: error: run: {one_line(str(exc))}", file=sys.stderr)
+        say(f"hwpool: error: run: {one_line(str(exc))}")
         return exc.status
 
 
@@ -168,13 +183,23 @@ def _run(args: argparse.Namespace) -> int:
     label = _carried(shlex.join(argv))
     if len(label) > MAX_TEXT:
         label = label[: MAX_TEXT - 3] + "..."
+    reconnect = args.reconnect_timeout
+    if reconnect is None:
+        try:
+            reconnect = _autostart.reconnect_timeout_from_env(os.environ)
+        except ValueError as exc:
+            raise _Exit(2, str(exc)) from None
+    started = time.monotonic()
     try:
         with _stopping():
             backend = _autostart.connect(
                 path, autostart=autostart, name=args.name, command=label,
-                memory=args.mem is not None,
+                memory=args.mem is not None, reconnect_timeout=reconnect,
+                connect_timeout=_connect_timeout(args.timeout),
             )  # fmt: skip
     except ConnectionError as exc:
+        if args.timeout is not None and time.monotonic() - started >= args.timeout:
+            raise _Exit(124, f"no answer within --timeout {args.timeout:g} s: {exc}") from None
         raise _Exit(125, str(exc)) from None
     except _Signalled as exc:
         return 128 + exc.signum
@@ -182,6 +207,14 @@ def _run(args: argparse.Namespace) -> int:
         return _lease_and_run(GPUPool(backend=backend), args, argv, path)
     finally:
         backend.close()  # the server has freed everything of this process when it returns
+
+
+def _connect_timeout(timeout: float | None) -> float:
+    """How long connecting may take: as always, but no longer than ``--timeout`` (a server
+    that accepts and never answers, stopped or hung, must not outlast it)."""
+    if timeout is None:
+        return CONNECT_TIMEOUT_S
+    return min(CONNECT_TIMEOUT_S, max(timeout, MIN_CONNECT_S))
 
 
 def _command(words: list[str]) -> list[str]:
@@ -203,11 +236,10 @@ def _lease_and_run(pool: GPUPool, args: argparse.Namespace, argv: list[str], pat
     started = time.monotonic()
     _wait(lease, what, path, started, args.timeout)
     try:
-        print(
+        say(
             f"hwpool run: {_granted(lease)} after {time.monotonic() - started:.1f} s; "
-            f"running {shlex.join(argv)}",
-            file=sys.stderr, flush=True,
-        )  # fmt: skip
+            f"running {shlex.join(argv)}"
+        )
         return _child.run_job(argv, lease.env(), args.grace, _holds(pool, lease), _LOST)
     finally:
         lease.__exit__(None, None, None)
@@ -227,7 +259,9 @@ def _lease(pool: GPUPool, args: argparse.Namespace, path: Path) -> tuple[GPULeas
             ) from None
     demand: Any = Fraction(1) if args.gpus is None else args.gpus  # exact: a Fraction or int
     if isinstance(demand, int) and demand > pool.num_gpus:
-        raise _Exit(2, f"--gpus {demand}: the server on {str(path)!r} has {pool.num_gpus} GPUs")
+        raise _Exit(
+            2, f"--gpus {demand}: the server on {str(path)!r} has {plural(pool.num_gpus, 'GPU')}"
+        )
     if isinstance(demand, int):
         return pool.lease_full(demand, timeout=timeout, priority=priority), plural(
             demand, "whole GPU"
@@ -260,7 +294,9 @@ def _holds(pool: GPUPool, lease: GPULease) -> Callable[[], bool]:
 
 def _wait(lease: GPULease, what: str, path: Path, started: float, timeout: float | None) -> None:
     """Enter ``lease``: wait in the queue, with a status line on a terminal."""
-    line = WaitLine(sys.stderr, what, path) if sys.stderr.isatty() else None
+    backend = lease._pool._backend
+    assert isinstance(backend, UnixBackend)
+    line = WaitLine(sys.stderr, what, backend.status) if _on_terminal(sys.stderr) else None
     try:
         with _stopping():
             lease.__enter__()
@@ -280,6 +316,15 @@ def _wait(lease: GPULease, what: str, path: Path, started: float, timeout: float
         _close(line)
         raise _Exit(125, str(exc)) from None
     _close(line)
+
+
+def _on_terminal(stream: TextIO | None) -> bool:
+    """Whether ``stream`` is a terminal: a closed stderr (None, or a descriptor that is gone)
+    is not."""
+    try:
+        return stream is not None and stream.isatty()
+    except (OSError, ValueError):
+        return False
 
 
 def _close(line: WaitLine | None) -> None:
@@ -309,12 +354,17 @@ def _granted(lease: GPULease) -> str:
 
 @contextlib.contextmanager
 def _stopping() -> Iterator[None]:
-    """While inside, SIGTERM and SIGHUP raise :class:`_Signalled` (SIGINT stays Ctrl-C)."""
+    """While inside, SIGTERM and SIGHUP raise :class:`_Signalled` (SIGINT stays Ctrl-C);
+    one that is ignored (``nohup``) stays ignored."""
 
     def stop(signum: int, frame: FrameType | None) -> None:
         raise _Signalled(signum)
 
-    previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGTERM, signal.SIGHUP)}
+    previous = {
+        signum: signal.signal(signum, stop)
+        for signum in (signal.SIGTERM, signal.SIGHUP)
+        if signal.getsignal(signum) is not signal.SIG_IGN
+    }
     try:
         yield
     finally:

@@ -1,8 +1,9 @@
 """The one status line ``hwpool run`` shows on a terminal while it waits in the queue.
 
 A thread redraws it in place (carriage return, erase to the end of the line) a few times a
-second, and asks the server where this process's request stands about once a second, over a
-connection of its own: its position in the queue, how many wait, the GPUs it reserves.
+second, and asks the server where this process's request stands about once a second, over the
+connection the request itself went through (a queued job needs one connection, not two): its
+position in the queue, how many wait, the GPUs it reserves.
 """
 
 from __future__ import annotations
@@ -11,10 +12,9 @@ import contextlib
 import os
 import threading
 import time
-from pathlib import Path
+from collections.abc import Callable
 from typing import TextIO
 
-from .._wire._connection import Wire
 from .._wire._protocol import StatusReply
 
 __all__ = ["WaitLine"]
@@ -26,10 +26,10 @@ ASK_EVERY = 4  # redraws between two questions to the server
 class WaitLine:
     """Shows ``hwpool run: waiting 3 s for 0.5 of a GPU: 2nd of 3 in the queue`` on ``out``."""
 
-    def __init__(self, out: TextIO, what: str, socket: Path) -> None:
+    def __init__(self, out: TextIO, what: str, status: Callable[[], StatusReply]) -> None:
         self._out = out
         self._what = what
-        self._socket = socket
+        self._status = status
         self._since = time.monotonic()
         self._where = ""
         self._stop = threading.Event()
@@ -45,29 +45,20 @@ class WaitLine:
             self._out.flush()
 
     def _run(self) -> None:
-        wire: Wire | None = None
         turn = 0
-        try:
-            while not self._stop.is_set():
-                if turn % ASK_EVERY == 0 or not self._where:  # each turn until it is queued
-                    wire = self._ask(wire, turn)
-                turn += 1
-                self._draw()
-                self._stop.wait(REDRAW_S)
-        finally:
-            if wire is not None:
-                wire.shutdown()
+        while not self._stop.is_set():
+            if turn % ASK_EVERY == 0 or not self._where:  # each turn until it is queued
+                self._ask()
+            turn += 1
+            self._draw()
+            self._stop.wait(REDRAW_S)
 
-    def _ask(self, wire: Wire | None, turn: int) -> Wire | None:
+    def _ask(self) -> None:
         try:
-            wire = wire or Wire(self._socket, 5.0)
-            reply = wire.status(turn + 1)
-        except (ConnectionError, OSError):
-            if wire is not None:
-                wire.shutdown()
-            return None
+            reply = self._status()
+        except (ConnectionError, OSError, TimeoutError):  # shown again once the server answers
+            return
         self._where = where_in_queue(reply, os.getpid())
-        return wire
 
     def _draw(self) -> None:
         waited = time.monotonic() - self._since

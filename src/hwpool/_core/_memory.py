@@ -60,10 +60,13 @@ def _parse_text(text: str, name: str) -> int:
 
 
 def format_mib(mib: int) -> str:
-    """``mib`` in the largest unit that writes it exactly: ``"80GiB"``, ``"81559MiB"``.
+    """``mib`` in the largest unit that writes it exactly: ``"80GiB"``, ``"81559MiB"``;
+    ``"0MiB"`` for nothing (not ``"0TiB"``).
 
-    :func:`parse_memory` reads it back to ``mib`` exactly.
+    :func:`parse_memory` reads it back to ``mib`` exactly (for ``mib`` >= 1, what it accepts).
     """
+    if mib == 0:
+        return "0MiB"
     for unit in ("TiB", "GiB"):
         if mib % UNIT_MIB[unit] == 0:
             return f"{mib // UNIT_MIB[unit]}{unit}"

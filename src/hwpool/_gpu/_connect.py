@@ -17,7 +17,7 @@ __all__ = ["connect"]
 
 
 def connect(
-    socket: str | os.PathLike[str] | None = None, *, reconnect_timeout: float = 30.0
+    socket: str | os.PathLike[str] | None = None, *, reconnect_timeout: float | None = 30.0
 ) -> GPUPool:
     """A :class:`GPUPool` that shares this machine's GPUs with every process using ``socket``.
 
@@ -27,8 +27,9 @@ def connect(
     ``hwpool serve`` listens by default). The server is verified before anything is sent to
     it (its directory, and the uid it runs as: see docs/security.md). One
     connection serves every task and thread of the process; a forked child opens its own.
-    If the server goes away, waiting requests wait up to ``reconnect_timeout`` seconds for it
-    to come back (leases are re-declared to it), then raise ConnectionError. Raises
+    If the server goes away, requests (waiting ones, and new ones made meanwhile) wait up to
+    ``reconnect_timeout`` seconds for it to come back (None: until it does; leases are
+    re-declared to it), then raise ConnectionError, and leases held are dropped. Raises
     ConnectionError at once, naming the socket and how to start a server, if none answers;
     ValueError for a socket path that cannot be one. ``close()`` (or ``with``) gives
     everything back to the server.

@@ -160,9 +160,9 @@ class GPULease:
         pool = self._pool
         expected = self._expected
         if expected is None:
-            grant = pool._acquire_now(self._demand)  # no waiter, no event loop lookup
+            grant = pool._try_now(self._demand)  # no waiter, no event loop lookup
         else:
-            grant = pool._acquire_now(self._demand, expected)
+            grant = pool._try_now(self._demand, expected)
         if grant is None:
             grant = await pool._backend.acquire(self._demand, self._timeout, expected)
         self._grant = grant

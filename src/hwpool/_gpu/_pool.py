@@ -2,7 +2,9 @@
 
 The front checks every argument, then asks its backend (``hwpool._backends``): first for a
 grant at once (``acquire_now``, the cheap path that needs no event loop and no waiter), and only
-if there is none for a place in the queue. The in-process backend is the default; the host
+if there is none for a place in the queue. Over a ``remote`` backend (the host server's client)
+that first question would be a round trip of its own, blocking, so there the front queues at
+once (``_try_now`` is then ``_no_grant``). The in-process backend is the default; the host
 server's client plugs in with ``GPUPool(backend=...)``.
 
 Explicit releases are tied to grants: the front keeps, per GPU, the grants its ``acquire*``
@@ -126,6 +128,7 @@ class GPUPool:
         self._totals = backend.gpu_memory
         self._num_gpus = len(self._gpus)
         self._acquire_now = backend.acquire_now  # the hot paths, looked up once
+        self._try_now = _no_grant if getattr(backend, "remote", False) else self._acquire_now
         self._release = backend.release
         # Per GPU, the grants of acquire* calls not yet released (list ops are atomic).
         self._held: list[list[Grant]] = [[] for _ in range(self._num_gpus)]
@@ -206,9 +209,9 @@ class GPUPool:
             timeout = check_timeout(timeout)
         if expected_s is not None:
             expected_s = check_timeout(expected_s, "expected_s")
-            grant = self._acquire_now(demand, expected_s)
+            grant = self._try_now(demand, expected_s)
         else:
-            grant = self._acquire_now(demand)
+            grant = self._try_now(demand)
         if grant is None:
             grant = await self._backend.acquire(demand, timeout, expected_s)
         gpu = grant.gpus[0]
@@ -231,7 +234,7 @@ class GPUPool:
         demand = _owned(self._whole_demand(count), owner, priority)
         timeout = check_timeout(timeout)
         expected_s = check_timeout(expected_s, "expected_s")
-        grant = self._acquire_now(demand, expected_s)
+        grant = self._try_now(demand, expected_s)
         if grant is None:
             grant = await self._backend.acquire(demand, timeout, expected_s)
         return self._keep(grant)
@@ -281,7 +284,7 @@ class GPUPool:
                 "(and never return if a task of this loop holds the GPUs); use "
                 "'await pool.acquire()' or 'async with pool.lease()' there"
             )
-        grant = self._acquire_now(demand, expected)
+        grant = self._try_now(demand, expected)
         if grant is not None:
             return grant
         return self._backend.acquire_blocking(demand, timeout, expected)
@@ -497,6 +500,11 @@ def _owned(demand: Demand, owner: object, priority: object) -> Demand:
         raise TypeError(f"owner must be hashable, got {owner!r} ({type(owner).__name__})") from None
     number = check_int("priority", priority)
     return dataclasses.replace(demand, owner=owner, priority=number)
+
+
+def _no_grant(demand: Demand, expected: float | None = None) -> Grant | None:
+    """The front's first question to a remote backend: none (it queues at once instead)."""
+    return None
 
 
 def _pool_gpus(num_gpus: object) -> tuple[GPUInfo, ...]:

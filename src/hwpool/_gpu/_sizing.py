@@ -170,7 +170,7 @@ def sized_units(totals: tuple[int, ...], fraction: object, memory: object, gpu: 
         if mib > largest:
             raise ValueError(
                 f"memory={memory!r} ({mib} MiB) is more than the largest GPU of this pool "
-                f"({format_mib(largest)}, {largest} MiB): it could never be granted"
+                f"({_in_mib(largest)}): it could never be granted"
             )
         return mib
     units = fraction_to_units(1.0 if fraction is None else fraction)
@@ -185,6 +185,13 @@ def sized_units(totals: tuple[int, ...], fraction: object, memory: object, gpu: 
             "amount on each; ask for memory=... instead"
         )
     return max(1, -(-units * total // UNITS_PER_GPU))
+
+
+def _in_mib(mib: int) -> str:
+    """``80GiB, 81920 MiB`` where a larger unit writes ``mib`` exactly, else ``81559 MiB``
+    alone (not the same number twice)."""
+    short = format_mib(mib)
+    return f"{mib} MiB" if short.endswith("MiB") else f"{short}, {mib} MiB"
 
 
 def whole_demand(totals: tuple[int, ...], count: int) -> Demand:

@@ -790,8 +790,8 @@ class HostState:
         full = self.units_per_gpu
         if unit == "mib":
             return f"{units} MiB"
-        if count > 1:
-            return f"{count} whole GPUs"
+        if count > 1 or units == full:
+            return f"{count} whole GPU{'s' if count > 1 else ''}"
         return f"{units / full:g} of a GPU"
 
 

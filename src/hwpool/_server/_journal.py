@@ -44,6 +44,7 @@ from typing import NamedTuple
 
 from .._check import check_int
 from .._wire._protocol import MAX_ID
+from .._wire._safety import create_side_file, open_side_file
 
 __all__ = [
     "Counters",
@@ -153,9 +154,11 @@ def _snapshot_lines(server_pid: int, journal: Journal) -> list[str]:
 
 # ----------------------------------------------------------------- side files
 def _read(path: Path) -> bytes | None:
-    """The bytes of ``path`` (never through a symlink), or None if there is none."""
+    """The bytes of ``path``, or None if there is none. It must be a regular file of this
+    server's uid that no one else may write (never a symlink or a FIFO: see _wire._safety);
+    otherwise UnsafePathError, an OSError."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = open_side_file(path, os.O_RDONLY, what="journal file")
     except FileNotFoundError:
         return None
     with os.fdopen(fd, "rb") as file:
@@ -163,12 +166,9 @@ def _read(path: Path) -> bytes | None:
 
 
 def _create(path: Path) -> int:
-    """A new, empty file at ``path`` for writing (what was there is removed first; O_EXCL and
-    O_NOFOLLOW: a symlink or file planted in between makes this fail, never followed)."""
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_APPEND | os.O_CLOEXEC
-    return os.open(path, flags, 0o600)
+    """A new, empty file at ``path`` for appending (what had that name is removed first;
+    O_EXCL and O_NOFOLLOW: a symlink or file planted in between is never followed)."""
+    return create_side_file(path, os.O_WRONLY | os.O_APPEND, what="journal file")
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -203,7 +203,9 @@ def load_ids(path: Path) -> int | None:
     try:
         data = _read(path)
     except OSError as exc:
-        raise JournalError(f"cannot read the id file {str(path)!r}: {exc.strerror}") from None
+        raise JournalError(
+            f"cannot read the id file {str(path)!r}: {exc.strerror or exc}"
+        ) from None
     if data is None:
         return None
     try:
@@ -221,7 +223,9 @@ def load(path: Path) -> Journal | None:
     try:
         data = _read(path)
     except OSError as exc:
-        raise JournalError(f"cannot read the journal {str(path)!r}: {exc.strerror}") from None
+        raise JournalError(
+            f"cannot read the journal {str(path)!r}: {exc.strerror or exc}"
+        ) from None
     if data is None:
         return None
     try:

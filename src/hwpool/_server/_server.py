@@ -745,7 +745,8 @@ class _Server:
         self.flush()  # the journal starts anew from what was recovered
         server = await loop.create_unix_server(lambda: _Connection(self), sock=sock)
         self.say(
-            f"serving {len(self.config.gpus)} GPUs on {str(self.config.socket)!r} "
+            f"serving {len(self.config.gpus)} GPU{'' if len(self.config.gpus) == 1 else 's'} "
+            f"on {str(self.config.socket)!r} "
             f"(pid {os.getpid()}, uid {self.uid}"
             + ("" if self.config.group is None else f", group {self.config.group}")
             + f"); policy {self.config.policy}, half-life {self.config.half_life:g} s"
