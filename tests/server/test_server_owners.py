@@ -16,7 +16,7 @@ from hwpool import GPUPool
 from hwpool._backends._unix import UnixBackend
 from hwpool._core._capacity import UNITS_PER_GPU
 from hwpool._wire._protocol import MAX_PRIORITY
-from rawpeers import Peer, Users, connect_as, hello
+from rawpeers import Pair, Peer, connect_as, hello
 from runproc import eventually
 
 StartServer = Callable[..., Server]
@@ -38,7 +38,7 @@ def peers() -> Iterator[list[Peer]]:
 
 
 def test_another_user_is_granted_ahead_of_one_users_flood(
-    start_server: StartServer, sockdir: Path, pair: Users, peers: list[Peer]
+    start_server: StartServer, sockdir: Path, pair: Pair, peers: list[Peer]
 ) -> None:
     path = sockdir / "shared" / "s.sock"
     start_server("--gpus", "2", "--group", str(pair.gid), socket=path)
@@ -103,7 +103,7 @@ def test_a_priority_out_of_bounds_is_refused_before_it_is_sent(
 
 
 def test_status_shows_each_user_with_share_usage_running_and_queued(
-    start_server: StartServer, sockdir: Path, pair: Users, peers: list[Peer]
+    start_server: StartServer, sockdir: Path, pair: Pair, peers: list[Peer]
 ) -> None:
     config = sockdir / "serve.toml"
     config.write_text(f'half_life = "1h"\n[shares]\n"uid:{pair.alice}" = 2\n')
