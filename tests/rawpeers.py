@@ -95,3 +95,50 @@ def talk_as(uid: int, gid: int, path: Path, messages: list[dict[str, object]]) -
     os.waitpid(pid, 0)
     assert isinstance(got, list), got
     return got
+
+
+def connect_as(uid: int, gid: int, path: Path) -> socket.socket:
+    """A connection to ``path`` made by ``uid`` (the server sees its SO_PEERCRED), held open
+    by this process: a forked child becomes ``uid``, connects, and hands the socket back
+    over a socket pair (SCM_RIGHTS), so the test can talk on it as long as it likes."""
+    parent, child = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - reports through the pair
+        try:
+            parent.close()
+            become(uid, gid)
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.connect(str(path))
+                socket.send_fds(child, [b"ok"], [sock.fileno()])
+        except BaseException as exc:
+            child.sendall(f"{type(exc).__name__}: {exc}".encode())
+        finally:
+            os._exit(0)
+    child.close()
+    with parent:
+        parent.settimeout(BOUND)
+        message, fds, _, _ = socket.recv_fds(parent, 4096, 1)
+    os.waitpid(pid, 0)
+    assert message == b"ok" and len(fds) == 1, message
+    sock = socket.socket(fileno=fds[0])
+    sock.settimeout(BOUND)
+    return sock
+
+
+class Peer:
+    """A raw-protocol connection held open: send messages, read what comes until a reply."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.replies: list[dict[str, Any]] = []
+
+    def send(self, *messages: dict[str, object]) -> None:
+        self.sock.sendall(lines(list(messages)))
+
+    def answer(self, req: int) -> dict[str, Any]:
+        """The final reply to ``req`` (read until it came; bounded by the socket timeout)."""
+        read_until(self.sock, req, self.replies)
+        return reply_to(self.replies, req)
+
+    def close(self) -> None:
+        self.sock.close()

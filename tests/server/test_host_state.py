@@ -226,6 +226,75 @@ def test_disconnect_of_an_idle_client_is_quiet() -> None:
     assert state.disconnect(client(), 0.0) == [] and lines == []
 
 
+# ----------------------------------------------------------------- owners: the uid (issue 23)
+@pytest.mark.parametrize("policy", ["easy", "reserve-all"])
+def test_a_user_flooding_the_queue_does_not_hold_back_another_user(policy: str) -> None:
+    """uid 1000 holds both GPUs and queues five more; uid 2000 queues one a second later,
+    behind them all, and is granted at the next release (fair share between owners, the
+    uids), not last."""
+    state = HostState(2, admins={0}, policy=policy)
+    flood, other = client(uid=1000, pid=1), client(uid=2000, pid=2, number=2)
+    for req in range(1, 8):
+        acquire(state, flood, req)
+    assert only(state.acquire(other, p.Acquire(1, 1, FULL, True), 1.0)) == p.Queued(1, 8)
+    assert state.release(flood, p.Release(20, 1), 10.0) == [(other, p.Granted(1, 8, (0,), FULL))]
+    assert state.release(flood, p.Release(21, 2), 11.0) == [(flood, p.Granted(3, 3, (1,), FULL))]
+
+
+def test_the_core_counts_each_request_as_its_clients_uid() -> None:
+    state = host(2)
+    alice, bob = client(uid=1000, pid=1), client(uid=2000, pid=2, number=2)
+    acquire(state, alice, 1, 0.5)
+    acquire(state, bob, 1, count=1)
+    state.release(alice, p.Release(2, 1), 10.0)
+    assert state.core.running(1000) == 0 and state.core.running(2000) == 1
+    assert state.core.usage(1000, 10.0) > 0 and state.core.usage(None, 10.0) == 0
+
+
+def test_a_priority_reorders_its_users_own_waiters_only() -> None:
+    """Alice's urgent request passes her own waiters (not the head, which keeps its place:
+    rule 10e), never bob's: bob, with less usage, still comes first."""
+    state = host(1)
+    alice, bob = client(uid=1000, pid=1), client(uid=2000, pid=2, number=2)
+    acquire(state, alice, 1)  # holds the GPU
+    for req in (2, 3):
+        state.acquire(alice, p.Acquire(req, 1, FULL, True), 0.0)
+    assert only(state.acquire(bob, p.Acquire(1, 1, FULL, True), 1.0)) == p.Queued(1, 4)
+    urgent = p.Acquire(4, 1, FULL, True, priority=p.MAX_PRIORITY)
+    assert only(state.acquire(alice, urgent, 1.0)) == p.Queued(4, 5)
+    assert [w.id for w in state.status(1, 1.0, 0.0).waiting] == [4, 5, 2, 3]
+    assert state.release(alice, p.Release(5, 1), 2.0) == [(bob, p.Granted(1, 4, (0,), FULL))]
+    granted = [state.release(c, p.Release(6, r), t)[0][1] for c, r, t in ((bob, 1, 3.0),
+               (alice, 2, 4.0), (alice, 4, 5.0))]  # fmt: skip
+    assert [g.id for g in granted if isinstance(g, p.Granted)] == [2, 5, 3]
+
+
+def test_status_lists_each_owner_busiest_first_with_shares_usage_running_queued() -> None:
+    state = HostState(2, admins={0}, shares={3000: 4.0})
+    alice, bob = client(uid=1000, pid=1), client(uid=2000, pid=2, number=2)
+    acquire(state, alice, 1)
+    acquire(state, alice, 2, 0.5)
+    acquire(state, alice, 3)
+    acquire(state, bob, 1)
+    owners = state.status(1, 10.0, 0.0).owners
+    assert [(o.uid, o.share, o.running, o.queued) for o in owners] == [
+        (1000, 1.0, 1.5, 1), (2000, 1.0, 0.0, 1), (3000, 4.0, 0.0, 0),
+    ]  # fmt: skip
+    assert owners[0].usage_gpu_s == pytest.approx(state.core.usage(1000, 10.0))
+    assert 14.0 < owners[0].usage_gpu_s < 15.0  # 1.5 GPUs for 10 s, decayed a little
+    assert owners[1].usage_gpu_s == 0.0
+
+
+def test_a_reclaimed_lease_counts_as_its_clients_uid() -> None:
+    state = host(2)
+    state.start_recovery(journal_of(), 0.0, 5.0, alive=lambda pid: True, complete=False)
+    state.reclaim(client(uid=1000, pid=1), p.Reclaim(1, 5, 1, FULL, ((1, FULL),), 0.0), 0.0)
+    state.reclaim(client(uid=2000, pid=2), p.Reclaim(1, 6, 1, HALF, None, 0.0), 0.0)
+    state.check_recovery(5.0)
+    assert state.core.running(1000) == 1 and state.core.running(2000) == 0.5
+    assert state.core.running(None) == 0
+
+
 # ----------------------------------------------------------------- recovery
 def journal_of(*entries: JournalEntry, id_limit: int = 100) -> Journal:
     return Journal(id_limit, entries)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -19,6 +20,8 @@ CLIENT_MESSAGES: list[p.ClientMessage] = [
     p.Acquire(2, 2, 1_000_000, False, name="train", command="python train.py"),
     p.Acquire(3, 1, 5, True, expected_s=2.5),
     p.Acquire(4, 1, 6144, True, unit="mib"),
+    p.Acquire(5, 1, 5, True, priority=-p.MAX_PRIORITY),
+    p.Acquire(6, 1, 5, True, priority=p.MAX_PRIORITY),
     p.Withdraw(3, 1, timed_out=True),
     p.Release(4, 2),
     p.Release(5, 2, gpu=1, units=250_000),
@@ -57,6 +60,11 @@ SERVER_MESSAGES: list[p.ServerMessage] = [
         3, 2, 1, 0, 0.0, 12.0,
     ),
     p.StatusReply(7, (0,), (), (), 3, 2, 1, 0, 0.0, 12.0, leases_left_out=2, waiting_left_out=9),
+    p.StatusReply(
+        7, (0,), (), (), 3, 2, 1, 0, 0.0, 12.0,
+        owners=(p.OwnerRecord(1000, 2.0, 3600.5, 1.5, 3), p.OwnerRecord(0, 1.0, 0.0, 0.0, 0)),
+        owners_left_out=4,
+    ),
     p.StatusPart(
         7, (p.LeaseRecord(5, 0, 99, ((0, 1_000_000),), 1.25, name="x"),),
         (p.WaiterRecord(6, 1000, 100, 1, 600_000, (1,), 0.5, command="z"),),
@@ -127,6 +135,11 @@ def test_malformed_lines_are_refused_by_code(line: bytes, code: ErrorCode) -> No
         ({"expected_s": 1e999}, "expected_s"),
         ({"unit": "GiB"}, "unit"),
         ({"unit": None}, "unit"),
+        ({"priority": p.MAX_PRIORITY + 1}, "priority"),
+        ({"priority": -p.MAX_PRIORITY - 1}, "priority"),
+        ({"priority": 1.5}, "priority"),
+        ({"priority": "1"}, "priority"),
+        ({"priority": True}, "priority"),
     ],
 )
 def test_bad_acquire_fields_are_named(fields: dict[str, object], named: str) -> None:
@@ -342,3 +355,29 @@ def test_a_status_says_why_the_journal_cannot_be_written_only_when_it_cannot() -
     assert p.decode_server(p.encode(failing)[:-1]) == failing
     with pytest.raises(ProtocolError, match="journal_error"):
         p.decode_server(p.encode(plain)[:-2] + b',"journal_error":5}')
+
+
+def test_a_priority_is_sent_only_when_it_is_not_the_default() -> None:
+    assert "priority" not in p.Acquire(1, 1, 5, True).wire()
+    assert p.Acquire(1, 1, 5, True, priority=-3).wire()["priority"] == -3
+    line = json.dumps({"op": "acquire", "req": 1, "count": 1, "units": 5, "wait": True})
+    assert p.decode_client(line.encode()) == p.Acquire(1, 1, 5, True)  # an older client's
+
+
+def test_owners_are_sent_only_when_there_are_some_and_checked() -> None:
+    plain = p.StatusReply(7, (0,), (), (), 0, 0, 0, 0, 0.0, 1.0)
+    assert "owners" not in plain.wire()  # as before: an older client sees what it saw
+    wire = plain.wire() | {"owners": [{"uid": 5, "share": 0, "usage_gpu_s": 1.0,
+                                       "running": 0.0, "queued": 0}]}  # fmt: skip
+    with pytest.raises(ProtocolError, match="share must be a finite number > 0"):
+        p.decode_server(json.dumps(wire).encode())
+
+
+def test_a_long_status_keeps_its_owners_in_the_last_line() -> None:
+    owners = tuple(p.OwnerRecord(uid, 1.0, 1e9, 4096.0, 10**6) for uid in range(p.MAX_OWNERS))
+    reply = dataclasses.replace(_big_status(300, 3000, "x" * 100), owners=owners)
+    for stream in (True, False):
+        lines = list(p.status_lines(reply, stream))
+        assert all(len(line) <= p.MAX_LINE for line in lines)
+        last = p.decode_server(lines[-1])
+        assert isinstance(last, p.StatusReply) and last.owners == owners

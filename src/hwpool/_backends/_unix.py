@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from threading import get_ident
 
-from .._check import check_timeout
+from .._check import check_int, check_timeout
 from .._core._capacity import UNITS_PER_GPU, units_to_fraction
 from .._core._scheduler import Demand, Grant
 from .._errors import PoolClosedError, RevokedError
@@ -57,6 +57,7 @@ from .._printable import printable
 from .._wire._connection import Wire
 from .._wire._paths import SOCKET_VAR, client_socket
 from .._wire._protocol import (
+    MAX_PRIORITY,
     MAX_TEXT,
     Acquire,
     Busy,
@@ -493,7 +494,7 @@ class UnixBackend:
             if r.id is None:
                 out.append(
                     Acquire(r.key, count, units, r.wait, self._name, self._command, r.expected,
-                            unit)
+                            unit, r.demand.priority)
                 )  # fmt: skip
             else:
                 held = self._held(r) if r.state is _State.HELD else None
@@ -637,6 +638,8 @@ class UnixBackend:
         loop: asyncio.AbstractEventLoop | None,
         expected: float | None = None,
     ) -> _Req:
+        if demand.priority:  # ValueError naming it, before anything is sent
+            check_int("priority", demand.priority, minimum=-MAX_PRIORITY, maximum=MAX_PRIORITY)
         self._connected()
         with self._section():
             if self._closed:
@@ -644,9 +647,10 @@ class UnixBackend:
             r = _Req(next(self._keys), demand, wait, loop, expected)
             self._reqs[r.key] = r
             count, units, unit = self._asked(demand)
-            self._send_or_connect(
-                Acquire(r.key, count, units, wait, self._name, self._command, expected, unit)
-            )
+            self._send_or_connect(  # the owner is the uid the server sees; the priority is sent
+                Acquire(r.key, count, units, wait, self._name, self._command, expected, unit,
+                        demand.priority)
+            )  # fmt: skip
         return r
 
     def _asked(self, demand: Demand) -> tuple[int, int, Unit]:

@@ -19,16 +19,18 @@ from pathlib import Path
 from typing import Any
 
 from .._check import int_from_text
+from .._core._fairshare import DEFAULT_HALF_LIFE
 from .._core._memory import format_mib
 from .._core._scheduler import POLICIES
 from .._gpu._env import device_id
 from .._gpu._sizing import capacities_of, sized_gpus
 from .._host._detect import GPUInfo, detect_gpus, gpu_memory_in_use
 from .._server import _listen
+from .._server._config import DEFAULT_CONFIG, ConfigError, read_config
 from .._server._host_state import MAX_REQUESTS_PER_CONNECTION, MAX_REQUESTS_PER_USER
 from .._server._server import ServeConfig, serve
 from .._wire._connection import Wire
-from .._wire._paths import client_socket, socket_path
+from .._wire._paths import client_socket, socket_path, system_socket
 from .._wire._protocol import (
     Cancel,
     Done,
@@ -73,31 +75,31 @@ def register(commands: Any) -> None:
         help="also serve the members of group NAME (directory 0770, socket 0660)",
     )  # fmt: skip
     srv.add_argument(
-        "--grace", type=_seconds, default=5.0, metavar="S",
+        "--grace", type=_seconds, metavar="S",
         help="after a restart, grant nothing new for up to S s while clients reclaim (default 5)",
     )  # fmt: skip
     srv.add_argument(
-        "--max-connections", type=_count, default=64, metavar="N",
+        "--max-connections", type=_count, metavar="N",
         help="connections allowed per uid (default 64); `hwpool status` and `hwpool cancel` "
         "connect beyond them, on up to --max-control-connections more",
     )  # fmt: skip
     srv.add_argument(
-        "--max-control-connections", type=_count, default=8, metavar="N",
+        "--max-control-connections", type=_count, metavar="N",
         help="connections per uid for status and cancel only, beyond --max-connections "
         "(default 8)",
     )  # fmt: skip
     srv.add_argument(
-        "--max-requests-per-connection", type=_count, default=MAX_REQUESTS_PER_CONNECTION,
-        metavar="N", help="leases and waiters one connection may have at once (default "
+        "--max-requests-per-connection", type=_count, metavar="N",
+        help="leases and waiters one connection may have at once (default "
         f"{MAX_REQUESTS_PER_CONNECTION}); past it an acquire gets an error",
     )  # fmt: skip
     srv.add_argument(
-        "--max-requests-per-user", type=_count, default=MAX_REQUESTS_PER_USER, metavar="N",
+        "--max-requests-per-user", type=_count, metavar="N",
         help="leases and waiters one uid may have at once, over all its connections "
         f"(default {MAX_REQUESTS_PER_USER})",
     )  # fmt: skip
     srv.add_argument(
-        "--hello-timeout", type=_seconds, default=10.0, metavar="S",
+        "--hello-timeout", type=_seconds, metavar="S",
         help="close a connection that sends no hello, or half a message, for S s (default 10)",
     )  # fmt: skip
     srv.add_argument(
@@ -106,8 +108,18 @@ def register(commands: Any) -> None:
         "its servers with 600)",
     )  # fmt: skip
     srv.add_argument(
-        "--policy", choices=POLICIES, default=POLICIES[0],
+        "--policy", choices=POLICIES,
         help="the scheduling policy (default easy; reserve-all: the one hwpool started from)",
+    )  # fmt: skip
+    srv.add_argument(
+        "--config", type=Path, metavar="PATH",
+        help=f"read settings from this TOML file (default: {DEFAULT_CONFIG} if it exists and "
+        "the server listens on the machine-wide socket); flags override it",
+    )  # fmt: skip
+    srv.add_argument(
+        "--check-config", action="store_true",
+        help="check the config file and print the settings the server would run with; exit "
+        "0 if they are good, 2 if not (nothing is started)",
     )  # fmt: skip
     srv.set_defaults(run=_guarded(_cmd_serve))
 
@@ -188,20 +200,83 @@ def _path(args: argparse.Namespace, client: bool = True) -> Path:
 
 
 # ----------------------------------------------------------------- serve
+_BUILT_IN: dict[str, object] = {
+    "gpus": None, "memory": False, "gpu_memory": None, "reserve_in_use": False, "group": None,
+    "grace": 5.0, "policy": POLICIES[0], "max_connections": 64, "max_control_connections": 8,
+    "max_requests_per_connection": MAX_REQUESTS_PER_CONNECTION,
+    "max_requests_per_user": MAX_REQUESTS_PER_USER, "hello_timeout": 10.0,
+    "idle_timeout": None, "half_life": DEFAULT_HALF_LIFE, "shares": {},
+}  # fmt: skip
+"""Each setting's value when neither a flag nor the config file gives it."""
+
+
+def _config_file(args: argparse.Namespace, socket: Path) -> Path | None:
+    """The config file to read: ``--config``, else the default one for the machine-wide
+    server (on the machine-wide socket) if it exists, else none."""
+    if args.config is not None:
+        return Path(args.config)
+    try:
+        machine_wide = system_socket()
+    except ValueError:
+        machine_wide = None
+    if machine_wide is not None and socket == machine_wide and DEFAULT_CONFIG.exists():
+        return DEFAULT_CONFIG
+    return None
+
+
+def _settings(args: argparse.Namespace, socket: Path) -> tuple[Path | None, dict[str, Any]]:
+    """The config file read (if any) and the effective settings: a flag given on the command
+    line, else the file's value, else the built-in default. Bad usage for a bad file."""
+    path = _config_file(args, socket)
+    try:
+        from_file = {} if path is None else read_config(path, {0, os.geteuid()})
+    except ConfigError as exc:
+        raise _Usage(str(exc)) from None
+    settings: dict[str, Any] = {**_BUILT_IN, **from_file}
+    for key in _BUILT_IN:
+        given = getattr(args, key, None)
+        if key == "group" and given is not None:
+            settings[key] = _group(given)
+        elif given is not None and given is not False:  # a flag given overrides the file
+            settings[key] = given
+    return path, settings
+
+
+def _check_config(path: Path | None, settings: dict[str, Any]) -> int:
+    """``--check-config``: the file and the effective settings, one per line (TOML)."""
+    print(f"# config file: {path if path is not None else 'none'}")
+    for key, value in settings.items():
+        if key == "shares":
+            continue
+        if value is None:
+            print(f"# {key}: not set")
+        else:
+            print(f"{key} = {json.dumps(list(value) if isinstance(value, tuple) else value)}")
+    print("[shares]  # uid: share (everyone else: 1)")
+    for uid, share in sorted(settings["shares"].items()):
+        print(f'"uid:{uid}" = {share:g}  # {printable(_user(uid))}')
+    return 0
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     path = _path(args, client=False)
+    config_path, settings = _settings(args, path)
+    args = argparse.Namespace(**{**vars(args), **settings})
+    if args.check_config:
+        return _check_config(config_path, settings)
     if args.gpu_memory is None and not args.memory and not args.reserve_in_use:
         gpus, totals = _gpus(args.gpus), None
     else:
         gpus = _sized(args)
         totals = capacities_of(gpus, args.reserve_in_use)
     config = ServeConfig(
-        socket=path, gpus=gpus, group=_group(args.group), grace_s=args.grace,
+        socket=path, gpus=gpus, group=args.group, grace_s=args.grace,
         hello_timeout_s=args.hello_timeout, max_connections=args.max_connections,
         max_control_connections=args.max_control_connections,
         max_requests_per_connection=args.max_requests_per_connection,
         max_requests_per_user=args.max_requests_per_user,
         idle_timeout_s=args.idle_timeout, policy=args.policy, totals=totals,
+        shares=args.shares, half_life=args.half_life,
     )  # fmt: skip
     try:
         serve(config)
@@ -379,6 +454,12 @@ def _report(wire: Wire, reply: StatusReply) -> dict[str, Any]:
              "waited_s": w.age_s, "name": w.name, "command": w.command}
             for n, w in enumerate(reply.waiting, 1)
         ],
+        "owners": [
+            {"uid": o.uid, "user": _user(o.uid), "share": o.share, "usage_gpu_s": o.usage_gpu_s,
+             "running": o.running, "queued": o.queued}
+            for o in reply.owners
+        ],
+        "owners_left_out": reply.owners_left_out,
         "counters": {
             "granted": reply.granted, "released": reply.released,
             "cancelled": reply.cancelled, "timed_out": reply.timed_out,
@@ -464,9 +545,26 @@ def _format(report: dict[str, Any]) -> str:
             f"  {w['position']}. #{w['id']} {printable(w['user'])} pid {w['pid']}: {what}"
             f"{reserve}, waiting {w['waited_s']:.1f} s" + _label(w)
         )
+    lines += _owner_lines(report["owners"], report["owners_left_out"])
     c = report["counters"]
     lines.append(
         f"granted {c['granted']}, released {c['released']}, cancelled {c['cancelled']}, "
         f"timed out {c['timed_out']}"
     )
     return "\n".join(lines)
+
+
+def _owner_lines(owners: list[dict[str, Any]], left_out: int) -> list[str]:
+    """The owners table: each user's share, recent usage (GPU-seconds, decayed), GPUs held
+    now and requests waiting; the queue is fair between them by usage per share."""
+    if not owners:
+        return []
+    more = f", {left_out} more not shown" if left_out else ""
+    lines = [f"owners ({len(owners)}{more}; usage: GPU-seconds, decayed):",
+             "  user                      share      usage  running  queued"]  # fmt: skip
+    lines += [
+        f"  {printable(o['user']):<24}  {o['share']:>5g}  {o['usage_gpu_s']:>9.1f}"
+        f"  {o['running']:>7.2f}  {o['queued']:>6}"
+        for o in owners
+    ]
+    return lines

@@ -30,12 +30,13 @@ from types import FrameType
 from typing import Any, TextIO
 
 from .._backends._unix import UnixBackend
+from .._check import check_int
 from .._core._memory import format_mib, parse_memory
 from .._errors import PoolClosedError, RevokedError
 from .._gpu._lease import GPULease
 from .._gpu._pool import GPUPool
 from .._wire._paths import client_socket
-from .._wire._protocol import MAX_TEXT
+from .._wire._protocol import MAX_PRIORITY, MAX_TEXT
 from . import _autostart, _child
 from ._child import say
 from ._text import one_line, plural
@@ -69,7 +70,8 @@ def register(commands: Any) -> None:
     run = commands.add_parser(
         "run", help="wait for a share of the GPUs, then run a command on it",
         usage="hwpool run [-h] [--gpus G | --mem SIZE] [--timeout S] [--name NAME] "
-        "[--no-start] [--socket PATH] [--grace S] [--reconnect-timeout S] -- CMD [ARGS...]",
+        "[--priority P] [--no-start] [--socket PATH] [--grace S] [--reconnect-timeout S] "
+        "-- CMD [ARGS...]",
         description="Wait in the host-wide queue for G of the GPUs (or SIZE of one GPU's "
         "memory), then run CMD with CUDA_VISIBLE_DEVICES set to them; exit with its status.",
     )  # fmt: skip
@@ -90,6 +92,11 @@ def register(commands: Any) -> None:
     )  # fmt: skip
     run.add_argument("--timeout", type=_seconds, metavar="S", help="give up waiting after S s")
     run.add_argument("--name", metavar="NAME", help="a name for the job in `hwpool status`")
+    run.add_argument(
+        "--priority", type=_priority, default=0, metavar="P",
+        help=f"an int in -{MAX_PRIORITY}..{MAX_PRIORITY} (default 0): higher goes first among "
+        "your own waiting jobs; it never passes another user's",
+    )  # fmt: skip
     run.add_argument(
         "--no-start", action="store_true",
         help="do not start a server when none runs (also: HWPOOL_AUTOSTART=0)",
@@ -122,6 +129,16 @@ def demand_from_text(text: str) -> Fraction | int:
             f"got {text[:40]!r}"
         )
     return value
+
+
+def _priority(text: str) -> int:
+    """``--priority``: an int within the protocol's bounds (argparse names the option)."""
+    try:
+        return check_int("priority", int(text, 10), minimum=-MAX_PRIORITY, maximum=MAX_PRIORITY)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an integer in -{MAX_PRIORITY}..{MAX_PRIORITY}"
+        ) from exc
 
 
 def _memory(text: str) -> int:
@@ -230,9 +247,12 @@ def _lease_and_run(pool: GPUPool, args: argparse.Namespace, argv: list[str], pat
 
 def _lease(pool: GPUPool, args: argparse.Namespace, path: Path) -> tuple[GPULease, str]:
     """The lease ``--gpus`` or ``--mem`` asks for, and what it is in words."""
+    timeout, priority = args.timeout, args.priority
     if args.mem is not None:
         try:
-            return pool.lease(memory=args.mem, timeout=args.timeout), format_mib(args.mem)
+            return pool.lease(memory=args.mem, timeout=timeout, priority=priority), format_mib(
+                args.mem
+            )
         except ValueError as exc:  # a server that shares fractions, or too much for every GPU
             raise _Exit(
                 2, f"--mem {format_mib(args.mem)}: {exc} (server on {str(path)!r})"
@@ -243,8 +263,10 @@ def _lease(pool: GPUPool, args: argparse.Namespace, path: Path) -> tuple[GPULeas
             2, f"--gpus {demand}: the server on {str(path)!r} has {plural(pool.num_gpus, 'GPU')}"
         )
     if isinstance(demand, int):
-        return pool.lease_full(demand, timeout=args.timeout), plural(demand, "whole GPU")
-    return pool.lease(demand, timeout=args.timeout), _share(demand)
+        return pool.lease_full(demand, timeout=timeout, priority=priority), plural(
+            demand, "whole GPU"
+        )
+    return pool.lease(demand, timeout=timeout, priority=priority), _share(demand)
 
 
 def _carried(text: str) -> str:

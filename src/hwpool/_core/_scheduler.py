@@ -1148,8 +1148,16 @@ class Scheduler:
         self._open, self._reserving = open_gpus, reserving
         return self._dequeued(grants)
 
-    def restore(self, gpus: tuple[int, ...], units: int, *, now: float | None = None) -> Grant:
-        """Re-create a grant that was held before a restart: ``units`` on each of ``gpus``.
+    def restore(
+        self,
+        gpus: tuple[int, ...],
+        units: int,
+        *,
+        now: float | None = None,
+        owner: Hashable = None,
+    ) -> Grant:
+        """Re-create a grant that was held before a restart: ``units`` on each of ``gpus``,
+        counted in ``owner``'s usage from now (rule 8).
 
         The host server calls this while its clients re-declare their leases, before it
         queues anything, so no reservation or queue walk is involved. Raises ValueError,
@@ -1168,16 +1176,19 @@ class Scheduler:
                 raise ValueError(
                     f"cannot restore {units} units on GPU {gpu}: only {self._free[gpu]} free"
                 )
+        hash(owner)  # TypeError for an owner that cannot be one, before any change
         at = self._commit(self._time(now))
+        if owner is not None:
+            self._count_usage()
         for gpu in gpus:
             self._free[gpu] -= units
         grant = Grant(next(self._tickets), tuple(gpus), units)
         if self._easy:  # held from before: its start is unknown, so nothing is learned
             held = dict.fromkeys(gpus, units)
-            account = self._usage.hold(None, held, at) if self._counting else None
+            account = self._usage.hold(owner, held, at) if self._counting else None
             self._durations.start(grant.ticket, None, held, at, None, account)
         else:
-            self._accounted(grant, None)
+            self._accounted(grant, owner)
         return grant
 
     def rebuild(

@@ -72,9 +72,10 @@ class GPUPool:
     API key; default None, one owner for all) and ``priority=`` (an int, higher first within
     that owner). Between owners the queue is a fair share: the owner with the least recent
     GPU-seconds (decayed with ``half_life`` seconds, default an hour) per share goes first;
-    ``shares`` maps owners to their share (default 1). With one owner nothing changes. An
-    in-process pool only: over the host server (``HWPOOL_SOCKET``, ``backend=``) the owner is
-    the calling user, and ``owner``/``priority`` are not sent.
+    ``shares`` maps owners to their share (default 1). With one owner nothing changes. Over
+    the host server (``HWPOOL_SOCKET``, ``backend=``) the owner is the calling user (its uid;
+    ``owner`` is not sent) and the server's config sets shares; ``priority`` is sent
+    (-1000..1000) and orders that user's requests only.
     """
 
     def __init__(

@@ -20,14 +20,16 @@ requests (leases and waiters), a uid at most ``max_per_user`` over all its conne
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, overload
 
 from .._core._capacity import UNITS_PER_GPU
+from .._core._fairshare import DEFAULT_HALF_LIFE
 from .._core._scheduler import Demand, Grant, Scheduler
 from .._printable import printable
 from .._wire._protocol import (
+    MAX_OWNERS,
     Acquire,
     Busy,
     Cancel,
@@ -36,6 +38,7 @@ from .._wire._protocol import (
     ErrorReply,
     Granted,
     LeaseRecord,
+    OwnerRecord,
     ProtocolError,
     Queued,
     Reclaim,
@@ -164,8 +167,9 @@ class HostState:
     ``totals`` sizes the GPUs in memory (MiB each; see the protocol's ``unit``); without it
     each has ``units_per_gpu``. ``mig``: the GPUs are MIG instances, so no request may have
     more than one. ``max_per_connection`` and ``max_per_user`` cap the requests (leases and
-    waiters) of one connection and of one uid. Methods raise :class:`ProtocolError` for a
-    request that cannot be served, changing nothing.
+    waiters) of one connection and of one uid. ``shares`` (uid -> share; default 1 each) and
+    ``half_life`` set the fair share between uids (the core's rules 8-10). Methods raise
+    :class:`ProtocolError` for a request that cannot be served, changing nothing.
     """
 
     def __init__(
@@ -181,6 +185,8 @@ class HostState:
         policy: str = "easy",
         max_per_connection: int = MAX_REQUESTS_PER_CONNECTION,
         max_per_user: int = MAX_REQUESTS_PER_USER,
+        shares: Mapping[int, float] | None = None,
+        half_life: float = DEFAULT_HALF_LIFE,
     ) -> None:
         if totals is not None and len(totals) != num_gpus:
             raise ValueError(f"totals must give {num_gpus} GPUs, got {list(totals)}")
@@ -188,10 +194,14 @@ class HostState:
                           ("max_per_user", max_per_user)):  # fmt: skip
             if type(cap) is not int or cap < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {cap!r}")
+        per_uid: dict[Hashable, float] = {uid: share for uid, share in (shares or {}).items()}
+        self.shared_uids = tuple(shares or {})  # the uids with a share of their own
         if totals is None:
-            self.core = Scheduler(num_gpus, units_per_gpu, policy=policy)
+            self.core = Scheduler(
+                num_gpus, units_per_gpu, policy=policy, shares=per_uid, half_life=half_life
+            )
         else:
-            self.core = Scheduler(totals, policy=policy)
+            self.core = Scheduler(totals, policy=policy, shares=per_uid, half_life=half_life)
         self.totals = None if totals is None else self.core.totals
         # What a whole GPU is in a request that asks for a share of one (unit "gpu").
         self.units_per_gpu = self.core.units_per_gpu if totals is None else UNITS_PER_GPU
@@ -219,8 +229,11 @@ class HostState:
             self.id_limit = ident + ID_BLOCK  # the I/O layer journals this before replying
         return ident
 
-    def _demand(self, count: int, units: int, unit: Unit, req: int) -> Demand:
-        """The core's demand for a request's ``count``, ``units`` and ``unit`` (checked)."""
+    def _demand(
+        self, count: int, units: int, unit: Unit, req: int, *, owner: int, priority: int = 0
+    ) -> Demand:
+        """The core's demand for a request's ``count``, ``units`` and ``unit`` (checked), of
+        ``owner`` (the client's uid: a client never names its owner) at ``priority``."""
         core, totals = self.core, self.totals
         if count > core.num_gpus:
             raise _bad(f"count={count} but this host has {core.num_gpus} GPUs", req)
@@ -243,7 +256,7 @@ class HostState:
                     f"largest GPU of this host has {max(totals)} MiB",
                     req,
                 )
-            return Demand(1, units)
+            return Demand(1, units, owner=owner, priority=priority)
         full = self.units_per_gpu
         if units > full or (count > 1 and units != full):
             raise _bad(
@@ -252,10 +265,10 @@ class HostState:
                 req,
             )
         if totals is None:
-            return Demand(count, units)
+            return Demand(count, units, owner=owner, priority=priority)
         if units == full:
-            return Demand(count, max(totals), whole=True)
-        return Demand(1, units, relative=True)
+            return Demand(count, max(totals), whole=True, owner=owner, priority=priority)
+        return Demand(1, units, relative=True, owner=owner, priority=priority)
 
     def _wire_demand(self, demand: Demand) -> tuple[int, int, Unit]:
         """``count``, ``units`` and ``unit`` as a request would ask for ``demand``."""
@@ -307,7 +320,9 @@ class HostState:
     def acquire(self, client: Client, msg: Acquire, now: float) -> list[Delivery]:
         """A new request: granted at once, queued, or (nowait) refused with ``would_block``."""
         self._data_only(client, msg.req)
-        demand = self._demand(msg.count, msg.units, msg.unit, msg.req)
+        demand = self._demand(
+            msg.count, msg.units, msg.unit, msg.req, owner=client.uid, priority=msg.priority
+        )
         self._fresh_req(client, msg.req)
         self._room_for(client, msg.req)
         if not msg.wait:
@@ -543,7 +558,7 @@ class HostState:
         """
         self._data_only(client, msg.req)
         self._fresh_req(client, msg.req)
-        demand = self._demand(msg.count, msg.units, msg.unit, msg.req)
+        demand = self._demand(msg.count, msg.units, msg.unit, msg.req, owner=client.uid)
         if msg.held is not None and len({gpu for gpu, _ in msg.held}) != len(msg.held):
             raise ProtocolError(
                 ErrorCode.BAD_MESSAGE, f"reclaim of #{msg.id}: held names a GPU twice", msg.req
@@ -551,7 +566,8 @@ class HostState:
         journaled = self._journaled_as(client, msg, demand)
         if journaled is None:
             self._room_for(client, msg.req)
-        units = None if msg.held is None else self._restore(msg.held, msg.req)  # or LOST
+        # the lease taken back as its client's uid's, or LOST
+        units = None if msg.held is None else self._restore(msg.held, msg.req, client.uid)
         if journaled is not None:
             assert self.recovery is not None
             del self.recovery.pending[msg.id]
@@ -609,12 +625,13 @@ class HostState:
             return ident
         return None
 
-    def _restore(self, held: tuple[tuple[int, int], ...], req: int) -> int:
-        """Take ``held`` back in the core (all or nothing); LOST if it no longer fits."""
+    def _restore(self, held: tuple[tuple[int, int], ...], req: int, owner: int) -> int:
+        """Take ``held`` back in the core as ``owner``'s (all or nothing); LOST if it no
+        longer fits."""
         done: list[Grant] = []
         try:
             for gpu, units in held:
-                done.append(self.core.restore((gpu,), units))
+                done.append(self.core.restore((gpu,), units, owner=owner))
         except ValueError as exc:
             for grant in done:
                 self.core.release_many([(grant.gpus[0], grant.units)])
@@ -696,10 +713,29 @@ class HostState:
         ]
         waiting += [(e, (), now - e.since) for e in sorted(self._held_back, key=lambda e: e.id)]
         left = 0.0 if self.recovery is None else max(0.0, self.recovery.deadline - now)
+        owners = self._owners([e.client.uid for e, _, _ in waiting], now)
         return StatusReply(
             req, self.core.free, Built(leases, lease), Built(waiting, waiter), self.granted,
             self.released, self.cancelled, self.timed_out, left, now - started,
+            owners=tuple(owners[:MAX_OWNERS]), owners_left_out=max(0, len(owners) - MAX_OWNERS),
         )  # fmt: skip
+
+    def _owners(self, waiting_uids: list[int], now: float) -> list[OwnerRecord]:
+        """Every uid with a lease, a waiter or a share of its own, as the core counts it (its
+        share, decayed usage and GPUs held now) with its number of waiters: the busiest
+        first (most GPUs held, then most waiting, then by uid)."""
+        queued: dict[int, int] = {}
+        for uid in waiting_uids:
+            queued[uid] = queued.get(uid, 0) + 1
+        uids = {*self._per_uid, *self.shared_uids}
+        core = self.core
+        records = [
+            OwnerRecord(uid, core.share(uid), core.usage(uid, now), core.running(uid),
+                        queued.get(uid, 0))
+            for uid in uids
+        ]  # fmt: skip
+        records.sort(key=lambda r: (-r.running, -r.queued, r.uid))
+        return records
 
     def journal(self) -> Journal:
         """What a restarted server needs: the id limit, every lease, the queue in order.

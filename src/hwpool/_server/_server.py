@@ -33,11 +33,12 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TextIO
 
+from .._core._fairshare import DEFAULT_HALF_LIFE
 from .._host._detect import GPUInfo
 from .._printable import printable
 from .._version import __version__
@@ -102,6 +103,8 @@ class ServeConfig:
     idle_timeout_s: float | None = None  # stop after this long with no connection (None: never)
     policy: str = "easy"  # the core's scheduling policy
     totals: tuple[int, ...] | None = None  # MiB shared out per GPU (None: fractions)
+    shares: Mapping[int, float] = field(default_factory=dict)  # uid -> share
+    half_life: float = DEFAULT_HALF_LIFE  # seconds: of usage, for the fair share
 
 
 def _alive(pid: int) -> bool:
@@ -330,7 +333,8 @@ class _Server:
             len(config.gpus), totals=config.totals, mig=any(g.is_mig for g in config.gpus),
             admins={0, self.uid}, log=self.say, policy=config.policy,
             max_per_connection=config.max_requests_per_connection,
-            max_per_user=config.max_requests_per_user,
+            max_per_user=config.max_requests_per_user, shares=config.shares,
+            half_life=config.half_life,
         )  # fmt: skip
         self.journal_path = _journal.journal_path(config.socket)
         self.by_client: dict[Client, _Connection] = {}
@@ -745,7 +749,8 @@ class _Server:
             f"on {str(self.config.socket)!r} "
             f"(pid {os.getpid()}, uid {self.uid}"
             + ("" if self.config.group is None else f", group {self.config.group}")
-            + ")"
+            + f"); policy {self.config.policy}, half-life {self.config.half_life:g} s"
+            + "".join(f", uid {uid} share {share:g}" for uid, share in self.config.shares.items())
         )
         self.arm_idle()
         try:

@@ -41,6 +41,8 @@ from .._host._detect import GPUInfo
 
 __all__ = [
     "MAX_LINE",
+    "MAX_OWNERS",
+    "MAX_PRIORITY",
     "MAX_TEXT",
     "PROTOCOL_VERSION",
     "Acquire",
@@ -55,6 +57,7 @@ __all__ = [
     "Hello",
     "LeaseRecord",
     "LineBuffer",
+    "OwnerRecord",
     "ProtocolError",
     "Queued",
     "Reclaim",
@@ -87,6 +90,8 @@ MAX_MESSAGE = 1024
 """The longest ``message`` an ``error`` carries (in characters; a longer one is cut)."""
 MAX_ID = 2**53 - 1  # ids and counters stay exact in any JSON implementation
 MAX_GPUS = 4096
+MAX_PRIORITY = 1000
+"""An ``acquire``'s ``priority`` is an int in ``-MAX_PRIORITY..MAX_PRIORITY`` (default 0)."""
 
 TOKEN = re.compile(r"[0-9A-Za-z_-]{1,64}")
 """What a hello's ``token`` may be: 1 to 64 letters, digits, ``_`` or ``-``."""
@@ -371,6 +376,8 @@ class Acquire:
 
     ``name`` and ``command`` only label the request in ``hwpool status``; ``expected_s``
     (optional) is how long the client expects to hold the grant, for the policy.
+    ``priority`` (optional, ``-MAX_PRIORITY..MAX_PRIORITY``, default 0) orders it among the
+    same user's waiters only (higher first): it never passes another user's.
     """
 
     req: int
@@ -381,6 +388,7 @@ class Acquire:
     command: str | None = None
     expected_s: float | None = None
     unit: Unit = "gpu"
+    priority: int = 0
     op: ClassVar[str] = "acquire"
 
     def wire(self) -> dict[str, object]:
@@ -393,6 +401,8 @@ class Acquire:
             out["expected_s"] = self.expected_s
         if self.unit != "gpu":
             out["unit"] = self.unit
+        if self.priority:
+            out["priority"] = self.priority
         return out
 
 
@@ -543,6 +553,7 @@ def _acquire(f: _Fields) -> Acquire:
     return Acquire(
         f.num("req"), f.num("count", 1, MAX_GPUS), f.num("units", 1), f.flag("wait"),
         **_texts(f), expected_s=expected, unit=_unit(f),
+        priority=f.opt_num("priority", -MAX_PRIORITY, MAX_PRIORITY) or 0,
     )  # fmt: skip
 
 
@@ -763,6 +774,29 @@ class WaiterRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class OwnerRecord:
+    """One owner (a uid) in a status reply: its share, its recent usage (GPU-seconds, decayed
+    with the server's half-life), the GPUs it holds now and how many of its requests wait."""
+
+    uid: int
+    share: float
+    usage_gpu_s: float
+    running: float
+    queued: int
+
+    def wire(self) -> dict[str, object]:
+        return {
+            "uid": self.uid, "share": self.share, "usage_gpu_s": round(self.usage_gpu_s, 6),
+            "running": round(self.running, 6), "queued": self.queued,
+        }  # fmt: skip
+
+
+MAX_OWNERS = 256
+"""The most owners a status reply lists (those with the most running, then queued, first):
+so that they always fit in the one ``status`` line, however many users there are."""
+
+
+@dataclass(frozen=True, slots=True)
 class StatusReply:
     """The host's state: free units per GPU, leases, the queue in order, the counters.
 
@@ -771,6 +805,9 @@ class StatusReply:
     status without ``stream``) had no room for: the last ones of each list.
     ``journal_error``: why the server cannot write its journal now (it grants nothing new
     until it can), or None; sent only when set (older servers never send it).
+    ``owners``: each uid with a lease, a waiter or a configured share (at most MAX_OWNERS;
+    ``owners_left_out`` counts the rest); sent only when there are some (older servers never
+    send it).
     """
 
     req: int
@@ -786,6 +823,8 @@ class StatusReply:
     leases_left_out: int = 0
     waiting_left_out: int = 0
     journal_error: str | None = None
+    owners: tuple[OwnerRecord, ...] = ()
+    owners_left_out: int = 0
     op: ClassVar[str] = "status"
 
     def wire(self) -> dict[str, object]:
@@ -802,6 +841,9 @@ class StatusReply:
             out["waiting_left_out"] = self.waiting_left_out
         if self.journal_error is not None:
             out["journal_error"] = self.journal_error
+        if self.owners or self.owners_left_out:
+            out["owners"] = [owner.wire() for owner in self.owners]
+            out["owners_left_out"] = self.owners_left_out
         return out
 
 
@@ -985,7 +1027,16 @@ def _status(f: _Fields) -> StatusReply:
         f.age("recovering_s"), f.age("uptime_s"),
         f.opt_num("leases_left_out") or 0, f.opt_num("waiting_left_out") or 0,
         f.opt_text("journal_error"),
+        tuple(_owner_record(x) for x in f.objects("owners")) if "owners" in f.obj else (),
+        f.opt_num("owners_left_out") or 0,
     )  # fmt: skip
+
+
+def _owner_record(f: _Fields) -> OwnerRecord:
+    share = f.age("share")
+    if not share > 0:
+        raise f.fail(f"share must be a finite number > 0, got {share!r}")
+    return OwnerRecord(f.num("uid"), share, f.age("usage_gpu_s"), f.age("running"), f.num("queued"))
 
 
 def _status_part(f: _Fields) -> StatusPart:

@@ -41,7 +41,7 @@ from typing import Protocol
 
 __all__ = [
     "Peer", "UnsafePathError", "UntrustedServerError", "check_directory", "create_side_file",
-    "open_side_file", "peer_of", "server_uids", "verify_peer",
+    "open_side_file", "peer_of", "read_trusted_file", "server_uids", "verify_peer",
 ]  # fmt: skip
 
 _WRITABLE_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
@@ -303,4 +303,52 @@ def _side_file_problem(info: os.stat_result, owner: int) -> str | None:
         return f"is writable by others (mode {stat.S_IMODE(info.st_mode):04o})"
     if info.st_nlink != 1:
         return f"has {info.st_nlink} hard links (another name could reach it)"
+    return None
+
+
+# ----------------------------------------------------------------- the config file
+MAX_CONFIG_BYTES = 1 << 20
+"""The most a server's config file may hold (a bound: a config is a few lines)."""
+
+
+def read_trusted_file(path: Path, owners: Collection[int], what: str = "config file") -> bytes:
+    """The contents of ``path``, a file the server takes orders from (its config), checked as
+    a side file is (:func:`open_side_file`: never through a symbolic link, never blocking on a
+    FIFO, a regular file not writable by group or others) except that it may belong to any
+    uid in ``owners`` (root or the server's own) and have other links (whoever can write it
+    under another name is its owner). UnsafePathError naming ``what``, the path and the
+    problem; FileNotFoundError when it is missing."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise _open_error(path, exc, what) from None
+    try:
+        problem = _trusted_file_problem(os.fstat(fd), owners)
+        if problem is not None:
+            raise UnsafePathError(
+                f"the {what} {str(path)!r} {problem}: refusing to read it (it must belong to "
+                "root or the server's user and be writable by its owner only: chown root and "
+                f"chmod go-w {str(path)!r})"
+            )
+    except BaseException:
+        os.close(fd)
+        raise
+    with os.fdopen(fd, "rb") as file:
+        data = file.read(MAX_CONFIG_BYTES + 1)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise UnsafePathError(f"the {what} {str(path)!r} is over {MAX_CONFIG_BYTES} bytes")
+    return data
+
+
+def _trusted_file_problem(info: os.stat_result, owners: Collection[int]) -> str | None:
+    if not stat.S_ISREG(info.st_mode):
+        return "is not a regular file"
+    if info.st_uid not in owners:
+        allowed = " or ".join(user_name(uid) for uid in sorted(set(owners)))
+        return f"belongs to {user_name(info.st_uid)}, not to {allowed}"
+    if info.st_mode & _WRITABLE_BY_OTHERS:
+        return f"is writable by others (mode {stat.S_IMODE(info.st_mode):04o})"
     return None

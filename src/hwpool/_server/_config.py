@@ -1,0 +1,236 @@
+"""``hwpool serve``'s config file: TOML, read with the standard library's ``tomllib``.
+
+Every key is optional; a command-line flag overrides the file's value. The file is checked
+whole before anything starts: an unknown key, a value of the wrong type or out of range, an
+unknown user or group is a :class:`ConfigError` naming the key and its line. The file must
+belong to root or the server's user and be writable by its owner only
+(:func:`hwpool._wire._safety.read_trusted_file`).
+
+Keys (see docs/server.md for the reference): ``half_life`` and ``[shares]`` set the fair
+share between users (the scheduler's rules 8-10); the rest are ``hwpool serve``'s flags,
+spelt with underscores.
+"""
+
+from __future__ import annotations
+
+import grp
+import math
+import pwd
+import re
+import tomllib
+from collections.abc import Callable, Collection
+from pathlib import Path
+
+from .._core._memory import parse_memory
+from .._core._scheduler import POLICIES
+from .._wire._safety import read_trusted_file
+
+__all__ = ["DEFAULT_CONFIG", "KEYS", "ConfigError", "parse_config", "read_config"]
+
+DEFAULT_CONFIG = Path("/etc/hwpool/serve.toml")
+"""The machine-wide server's config file, read when it exists, no ``--config`` is given and
+the server listens on the machine-wide socket (a per-user server never reads it)."""
+
+MAX_GPUS = 4096
+
+
+class ConfigError(ValueError):
+    """A config file that cannot be used: the message names the file, the line and the key."""
+
+
+def _seconds(value: object) -> float:
+    """A number of seconds > 0, or a duration such as ``"90s"``, ``"30m"``, ``"1h"``, ``"2d"``."""
+    if isinstance(value, str):
+        return _duration(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f'must be a number of seconds or a duration like "1h", got {value!r}')
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"must be a number of seconds > 0, got {value!r}")
+    return float(value)
+
+
+_DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d)?\s*")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+
+def _duration(text: str) -> float:
+    match = _DURATION.fullmatch(text)
+    if match is None:
+        raise ValueError(
+            f'must be a duration: a number and one of ms, s, m, h, d (like "90s", "1h"), '
+            f"got {text!r}"
+        )
+    seconds = float(match[1]) * _UNIT_SECONDS[match[2]]
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"must be a duration > 0, got {text!r}")
+    return seconds
+
+
+def _count(value: object) -> int:
+    if type(value) is not int or not 1 <= value <= 2**31:
+        raise ValueError(f"must be an integer >= 1, got {value!r}")
+    return value
+
+
+def _gpus(value: object) -> int:
+    number = _count(value)
+    if number > MAX_GPUS:
+        raise ValueError(f"must be at most {MAX_GPUS}, got {value!r}")
+    return number
+
+
+def _flag(value: object) -> bool:
+    if type(value) is not bool:
+        raise ValueError(f"must be true or false, got {value!r}")
+    return value
+
+
+def _policy(value: object) -> str:
+    if not isinstance(value, str) or value not in POLICIES:
+        raise ValueError(f"must be one of {', '.join(map(repr, POLICIES))}, got {value!r}")
+    return value
+
+
+def _group(value: object) -> int:
+    """A group name or gid: its gid."""
+    if type(value) is int and value >= 0:
+        return value
+    if not isinstance(value, str):
+        raise ValueError(f"must be a group name or a gid, got {value!r}")
+    try:
+        return grp.getgrnam(value).gr_gid
+    except KeyError:
+        raise ValueError(f"no group named {value!r}") from None
+
+
+def _gpu_memory(value: object) -> tuple[int, ...]:
+    """A list of memory sizes (``["80GiB", "24GiB"]``) or one string of them, comma-separated."""
+    parts = value.split(",") if isinstance(value, str) else value
+    if not isinstance(parts, list) or not parts or len(parts) > MAX_GPUS:
+        raise ValueError(f'must be a list of memory sizes like ["80GiB", "24GiB"], got {value!r}')
+    sizes = []
+    for index, part in enumerate(parts):
+        if not isinstance(part, (str, int)) or isinstance(part, bool):
+            raise ValueError(f'GPU {index}\'s memory must be a size like "80GiB", got {part!r}')
+        sizes.append(parse_memory(str(part).strip(), f"GPU {index}'s memory"))
+    return tuple(sizes)
+
+
+KEYS: dict[str, Callable[[object], object]] = {
+    "half_life": _seconds,
+    "gpus": _gpus,
+    "memory": _flag,
+    "gpu_memory": _gpu_memory,
+    "reserve_in_use": _flag,
+    "group": _group,
+    "grace": _seconds,
+    "policy": _policy,
+    "max_connections": _count,
+    "max_control_connections": _count,
+    "max_requests_per_connection": _count,
+    "max_requests_per_user": _count,
+    "hello_timeout": _seconds,
+    "idle_timeout": _seconds,
+}
+"""The plain keys and what checks each (a ValueError saying what is wrong); ``[shares]`` is
+the one table."""
+
+
+def _owner(name: str) -> int:
+    """A ``[shares]`` key: a user name, or ``uid:N``; its uid."""
+    if name.startswith("uid:"):
+        digits = name[4:]
+        if digits.isascii() and digits.isdigit() and int(digits) < 2**32:
+            return int(digits)
+        raise ValueError(f"{name!r} is not uid:N with N a uid")
+    try:
+        return pwd.getpwnam(name).pw_uid
+    except KeyError:
+        raise ValueError(f"no user named {name!r} (give a user name or uid:N)") from None
+
+
+def _share(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"must be a number > 0, got {value!r}")
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def _line_of(text: str, table: str | None, key: str) -> int | None:
+    """The line (from 1) where ``key`` is set in ``table`` (None: the top), if one is found
+    (tomllib gives no positions for values, so the text is searched for the key)."""
+    current: str | None = None
+    spelt = rf"(?:{re.escape(key)}|\"{re.escape(key)}\"|'{re.escape(key)}')"
+    for number, line in enumerate(text.splitlines(), 1):
+        header = re.fullmatch(r"\s*\[\s*([^\[\]]+?)\s*\]\s*(?:#.*)?", line)
+        if header is not None:
+            current = header[1].strip("\"'")
+            if table is not None and current == table and key == table:
+                return number
+            continue
+        if current == table and re.match(rf"\s*{spelt}\s*=", line):
+            return number
+    return None
+
+
+def parse_config(text: str, source: str) -> dict[str, object]:
+    """The checked settings of a config file's ``text`` (``source`` names it in errors):
+    key -> value (seconds as floats, a group as its gid, ``shares`` as uid -> share)."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: not valid TOML: {exc}") from None
+
+    def fail(table: str | None, key: str, problem: str) -> ConfigError:
+        line = _line_of(text, table, key)
+        where = f"{source}, line {line}" if line is not None else source
+        name = key if table is None or table == key else f"{table}.{key}"
+        return ConfigError(f"{where}: {name}: {problem}")
+
+    settings: dict[str, object] = {}
+    for key, value in raw.items():
+        if key == "shares":
+            settings["shares"] = _shares(value, fail)
+            continue
+        check = KEYS.get(key)
+        if check is None:
+            known = ", ".join(sorted([*KEYS, "shares"]))
+            raise fail(None, key, f"unknown key (the keys are: {known})")
+        try:
+            settings[key] = check(value)
+        except ValueError as exc:
+            raise fail(None, key, str(exc)) from None
+    return settings
+
+
+def _shares(value: object, fail: Callable[[str | None, str, str], ConfigError]) -> dict[int, float]:
+    if not isinstance(value, dict):
+        raise fail(None, "shares", "must be a table: [shares] with lines like alice = 2")
+    shares: dict[int, float] = {}
+    for name, share in value.items():
+        try:
+            uid = _owner(name)
+            if uid in shares:
+                raise ValueError(f"names uid {uid} twice")
+            shares[uid] = _share(share)
+        except ValueError as exc:
+            raise fail("shares", name, str(exc)) from None
+    return shares
+
+
+def read_config(path: Path, owners: Collection[int]) -> dict[str, object]:
+    """The checked settings of the config file at ``path``, which must belong to a uid in
+    ``owners`` (root and the server's) and be writable by its owner only. ConfigError for a
+    file that is missing, unsafe, unreadable or not a valid config."""
+    try:
+        data = read_trusted_file(path, owners)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {str(path)!r} does not exist") from None
+    except OSError as exc:  # UnsafePathError names the file
+        raise ConfigError(str(exc) or f"config file {str(path)!r}: {exc!r}") from None
+    try:
+        text = data.decode()
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    return parse_config(text, str(path))

@@ -1,0 +1,177 @@
+"""``hwpool serve --config``: the TOML file, checked whole before anything starts (issue 23)."""
+
+from __future__ import annotations
+
+import os
+import pwd
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from hostserver import Server, run_cli
+from hwpool._cli import _host_cmds
+from hwpool._server._config import ConfigError, parse_config, read_config
+
+StartServer = Callable[..., Server]
+
+GOOD = """\
+# a machine-wide server
+half_life = "30m"
+gpus = 3
+policy = "reserve-all"
+grace = 2.5
+max_requests_per_user = 100
+hello_timeout = "1m"
+
+[shares]
+root = 3
+"uid:4242" = 0.5
+"""
+
+
+def write(path: Path, text: str, mode: int = 0o644) -> Path:
+    path.write_text(text)
+    path.chmod(mode)
+    return path
+
+
+def test_a_good_file_gives_every_setting_checked() -> None:
+    settings = parse_config(GOOD, "serve.toml")
+    assert settings == {
+        "half_life": 1800.0, "gpus": 3, "policy": "reserve-all", "grace": 2.5,
+        "max_requests_per_user": 100, "hello_timeout": 60.0,
+        "shares": {pwd.getpwnam("root").pw_uid: 3.0, 4242: 0.5},
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ('gpus = 2\ncolour = "red"\n', "line 2: colour: unknown key"),
+        ('gpus = "two"\n', "line 1: gpus: must be an integer >= 1, got 'two'"),
+        ("gpus = true\n", "line 1: gpus: must be an integer"),
+        ("gpus = 0\n", "line 1: gpus: must be an integer >= 1"),
+        ("\nhalf_life = -3\n", "line 2: half_life: must be a number of seconds > 0"),
+        ('half_life = "1 fortnight"\n', "line 1: half_life: must be a duration"),
+        ('half_life = "0s"\n', "line 1: half_life: must be a duration > 0"),
+        ('policy = "fifo"\n', "line 1: policy: must be one of 'easy', 'reserve-all'"),
+        ('group = "no-such-group-hwp"\n', "line 1: group: no group named"),
+        ("memory = 1\n", "line 1: memory: must be true or false"),
+        ('gpu_memory = ["80GiB", "lots"]\n', "line 1: gpu_memory: GPU 1's memory"),
+        ("[shares]\nroot = 1\nno-such-user-hwp = 2\n", "line 3: shares.no-such-user-hwp: no user"),
+        ('[shares]\n"uid:x" = 2\n', "line 2: shares.uid:x: 'uid:x' is not uid:N"),
+        ("[shares]\nroot = 0\n", "line 2: shares.root: must be a finite number > 0"),
+        ('[shares]\nroot = "2"\n', "line 2: shares.root: must be a number > 0"),
+        ('[shares]\nroot = 1\n"uid:0" = 2\n', "line 3: shares.uid:0: names uid 0 twice"),
+        ("shares = 5\n", "line 1: shares: must be a table"),
+        ("gpus = [\n", "not valid TOML"),
+        ("gpus = 2\ngpus = 3\n", "not valid TOML"),
+    ],
+)
+def test_each_kind_of_bad_file_is_an_error_naming_the_key_and_line(text: str, named: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, "serve.toml")
+    assert str(info.value).startswith("serve.toml")
+    assert named in str(info.value)
+
+
+def test_a_syntax_error_names_the_line_tomllib_gives() -> None:
+    with pytest.raises(ConfigError, match=r"line 3"):
+        parse_config("gpus = 2\n\npolicy = \n", "serve.toml")
+
+
+# ----------------------------------------------------------------- whose file it is
+def test_a_file_writable_by_others_is_refused(tmp_path: Path) -> None:
+    for mode in (0o666, 0o664):
+        path = write(tmp_path / "serve.toml", "gpus = 2\n", mode)
+        with pytest.raises(ConfigError, match=rf"writable by others \(mode 0{mode:o}\)"):
+            read_config(path, {0, os.geteuid()})
+
+
+def test_a_file_of_another_user_is_refused(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give the file to another user")
+    path = write(tmp_path / "serve.toml", "gpus = 2\n")
+    os.chown(path, 65534, -1)
+    with pytest.raises(ConfigError, match=r"belongs to uid 65534 .*not to uid 0 \(root\)"):
+        read_config(path, {0})
+    assert read_config(path, {0, 65534}) == {"gpus": 2}  # the server's own user's is fine
+
+
+def test_a_link_a_fifo_a_directory_and_a_missing_file_are_refused(tmp_path: Path) -> None:
+    real = write(tmp_path / "real.toml", "gpus = 2\n")
+    (tmp_path / "link.toml").symlink_to(real)
+    os.mkfifo(tmp_path / "fifo.toml", 0o600)
+    (tmp_path / "dir.toml").mkdir(mode=0o755)
+    problems = {"link.toml": "symbolic link", "fifo.toml": "not a regular file",
+                "dir.toml": "not a regular file", "none.toml": "does not exist"}  # fmt: skip
+    for name, problem in problems.items():
+        with pytest.raises(ConfigError, match=problem):
+            read_config(tmp_path / name, {0, os.geteuid()})
+
+
+# ----------------------------------------------------------------- hwpool serve
+def test_check_config_prints_the_effective_settings_flags_first(tmp_path: Path) -> None:
+    path = write(tmp_path / "serve.toml", GOOD)
+    code, out, err = run_cli("serve", "--socket", str(tmp_path / "d" / "s.sock"),
+                             "--config", str(path), "--check-config", "--grace", "9")  # fmt: skip
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[0] == f"# config file: {path}"
+    wanted = ["gpus = 3", "grace = 9.0", 'policy = "reserve-all"', "half_life = 1800.0",
+              "max_requests_per_user = 100", "max_connections = 64",
+              '"uid:4242" = 0.5  # 4242']  # fmt: skip
+    assert [line for line in wanted if line not in lines] == []
+    assert not (tmp_path / "d").exists()  # nothing started
+
+
+def test_check_config_of_a_bad_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    path = write(tmp_path / "serve.toml", "gpus = 2\ncolour = 1\n")
+    code, out, err = run_cli("serve", "--config", str(path), "--check-config")
+    assert (code, out) == (2, "")
+    assert err.startswith(f"hwpool: error: {path}, line 2: colour: unknown key")
+    assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("text", ["gpus = 0\n", "[shares]\nno-such-user-hwp = 1\n"])
+def test_serve_with_a_bad_file_starts_nothing(tmp_path: Path, text: str) -> None:
+    path = write(tmp_path / "serve.toml", text)
+    socket = tmp_path / "d" / "s.sock"
+    code, _, err = run_cli("serve", "--socket", str(socket), "--config", str(path))
+    assert code == 2 and str(path) in err
+    assert not (tmp_path / "d").exists()
+
+
+def test_serve_with_an_unsafe_file_starts_nothing(tmp_path: Path) -> None:
+    path = write(tmp_path / "serve.toml", "gpus = 2\n", 0o646)
+    code, _, err = run_cli("serve", "--socket", str(tmp_path / "d" / "s.sock"),
+                           "--config", str(path))  # fmt: skip
+    assert code == 2 and "writable by others" in err
+    assert not (tmp_path / "d").exists()
+
+
+def test_a_real_server_runs_with_the_files_settings(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    text = 'gpus = 3\npolicy = "reserve-all"\nhalf_life = "2h"\n[shares]\n"uid:4242" = 2\n'
+    path = write(tmp_path / "serve.toml", text)
+    server = start_server("--config", str(path), "--gpus", "2")  # the flag wins
+    server.wait_for("serving 2 GPUs on")
+    server.wait_for("policy reserve-all, half-life 7200 s, uid 4242 share 2")
+
+
+def test_the_default_file_is_read_only_by_the_machine_wide_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write(tmp_path / "serve.toml", "gpus = 5\n")
+    machine_wide = tmp_path / "run" / "hwpool.sock"
+    monkeypatch.setattr(_host_cmds, "DEFAULT_CONFIG", path)
+    monkeypatch.setenv("HWPOOL_SYSTEM_SOCKET", str(machine_wide))
+    code, out, _ = run_cli("serve", "--socket", str(machine_wide), "--check-config")
+    assert code == 0 and f"# config file: {path}" in out and "gpus = 5" in out
+    code, out, _ = run_cli("serve", "--socket", str(tmp_path / "me.sock"), "--check-config")
+    assert code == 0 and "# config file: none" in out and "# gpus: not set" in out
+    path.unlink()  # a missing default file is no error
+    code, out, _ = run_cli("serve", "--socket", str(machine_wide), "--check-config")
+    assert code == 0 and "# config file: none" in out
