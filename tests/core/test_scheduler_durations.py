@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import math
+from dataclasses import replace
 
 import pytest
 from hypothesis import settings
@@ -265,9 +266,24 @@ def shadowed_core() -> tuple[Scheduler, int, Grant]:
     return core, ticket, running
 
 
-def test_backfill_that_ends_by_the_shadow_goes_on_the_heads_gpu() -> None:
+def limited(fraction: float, limit: float) -> Demand:
+    """A fractional demand whose caller enforces ``limit`` seconds of hold."""
+    return replace(frac(fraction), limit=limit)
+
+
+def test_backfill_whose_limit_ends_by_the_shadow_goes_on_the_heads_gpu() -> None:
     core, _, _ = shadowed_core()
-    assert core.grant_now(frac(0.1), now=core.now + 1.0) is not None  # 4 s, ends at +5
+    start = core.now
+    assert core.grant_now(limited(0.1, 4.0), now=start + 1.0) is not None  # ends by +5
+    assert core.grant_now(limited(0.1, 9.0), now=start + 1.0) is not None  # by +10
+
+
+def test_backfill_without_a_limit_stays_off_the_heads_gpus() -> None:
+    """Rule 4e: a learned hold time (4 s, well before the shadow) is no bound: work that
+    holds longer than it did before would delay the head without limit."""
+    core, _, _ = shadowed_core()
+    assert core.grant_now(frac(0.1), now=core.now + 1.0) is None
+    assert core.grant_now(limited(0.1, 9.5), now=core.now + 1.0) is None  # past +10
 
 
 def test_backfill_that_would_delay_the_head_waits() -> None:
@@ -276,10 +292,11 @@ def test_backfill_that_would_delay_the_head_waits() -> None:
     assert core.grant_now(frac(0.1), now=core.now + 7.0) is None  # 4 s from +7 ends at +11
 
 
-def test_a_hint_stands_in_for_what_was_learned() -> None:
+def test_a_hint_lets_nothing_onto_the_heads_gpus() -> None:
+    """The liar of issue 23: a hint is not enforced, so it passes nobody."""
     core, _, _ = shadowed_core()
-    assert core.grant_now(frac(0.2), now=core.now, expected=3.0) is not None
-    assert core.grant_now(frac(0.1), now=core.now, expected=60.0) is None
+    assert core.grant_now(frac(0.2), now=core.now, expected=0.01) is None
+    assert core.grant_now(limited(0.2, 3.0), now=core.now, expected=0.01) is not None
 
 
 def test_once_the_shadow_has_passed_nothing_lands_on_the_heads_gpus() -> None:
@@ -291,21 +308,33 @@ def test_once_the_shadow_has_passed_nothing_lands_on_the_heads_gpus() -> None:
 
 def test_a_fractional_head_leaves_room_for_backfill_that_keeps_its_units() -> None:
     core = Scheduler(1, U)
-    assert core.grant_now(frac(0.5), now=0.0, expected=10.0) is not None
+    assert core.grant_now(limited(0.5, 10.0), now=0.0) is not None
     assert core.grant_now(frac(0.3), now=0.0, expected=1e9) is not None  # 0.2 free
     ticket, _ = core.submit(frac(0.6), now=0.0)  # fits once the 0.5 ends, at 10
     assert core.head == (ticket, (0,), 10.0, 0.0, False)
-    # At the shadow 0.7 is expected free: a 0.1 for ever leaves the head's 0.6; a second not.
+    # At the shadow 0.7 is surely free: a 0.1 for ever leaves the head's 0.6; a second not.
     assert core.grant_now(frac(0.1), now=1.0, expected=1e9) is not None
     assert core.grant_now(frac(0.1), now=1.0, expected=1e9) is None
-    assert core.grant_now(frac(0.1), now=1.0, expected=9.0) is not None  # ends by 10
+    assert core.grant_now(limited(0.1, 9.0), now=1.0) is not None  # ends by 10
 
 
-def test_a_hinted_waiter_may_pass_an_earlier_one_of_its_demand() -> None:
+def test_the_slack_counts_only_what_limits_end() -> None:
+    """A fractional head's slack (rule 4e) counts on no estimate: the 0.5 expected (hinted)
+    to end by the shadow may hold on, so only what is free now is left to share."""
+    core = Scheduler(1, U)
+    assert core.grant_now(frac(0.5), now=0.0, expected=10.0) is not None
+    assert core.grant_now(frac(0.3), now=0.0, expected=1e9) is not None  # 0.2 free
+    core.submit(frac(0.6), now=0.0)
+    assert core.grant_now(frac(0.1), now=1.0, expected=1e9) is None
+
+
+def test_a_limited_waiter_may_pass_an_earlier_one_of_its_size() -> None:
     core, _, _ = shadowed_core()
     slow, grant = core.submit(frac(0.2), now=core.now)
     assert grant is None
     _, grant = core.submit(frac(0.2), now=core.now, expected=1.0)
+    assert grant is None  # a hint is no bound: it waits behind the earlier one
+    _, grant = core.submit(limited(0.2, 1.0), now=core.now)
     assert grant is not None and core.is_waiting(slow)
 
 
@@ -320,7 +349,7 @@ def test_without_a_hint_a_new_arrival_never_passes_its_own_demand() -> None:
 
 def test_the_head_starts_when_its_gpus_empty() -> None:
     core, head, running = shadowed_core()
-    backfill = core.grant_now(frac(0.1), now=core.now + 1.0)
+    backfill = core.grant_now(limited(0.1, 4.0), now=core.now + 1.0)
     assert backfill is not None
     later = core.now + 20.0
     assert core.release(0, running.units, ticket=running.ticket, now=later) == []

@@ -255,7 +255,7 @@ def test_easy_backfill_beside_a_relative_head_leaves_its_need_on_its_gpu() -> No
     assert learn is not None
     core.release(learn.gpus[0], 10, ticket=learn.ticket, now=100.0)  # mean hold: 100 s
     assert core.submit(Demand(1, 1000), now=100.0, expected=1000.0)[1] is not None
-    assert core.submit(Demand(1, 60), now=100.0, expected=50.0)[1] == Grant(3, (1,), 60)
+    assert core.submit(Demand(1, 60, limit=50.0), now=100.0)[1] == Grant(3, (1,), 60)
     head, grant = core.submit(relative(0.75), now=100.0)  # 750 on GPU 0, 75 on GPU 1
     assert grant is None
     assert core.head is not None and core.head.gpus == (1,) and core.head.shadow == 150.0

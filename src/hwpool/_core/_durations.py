@@ -19,11 +19,12 @@ SMOOTHING = 0.3
 """Weight of the newest hold time in a class's moving average (exponential smoothing)."""
 
 
-# A running grant: [start, key, hint, held, account], a list for speed (it is made on every
-# grant). key None: not learned from (a restored grant, a guessed release); held: GPU -> units
-# still held (the caller's dict, not copied); account: its owner's usage (None: not counted).
+# A running grant: [start, key, hint, held, account, limit], a list for speed (it is made on
+# every grant). key None: not learned from (a restored grant, a guessed release); held: GPU ->
+# units still held (the caller's dict, not copied); account: its owner's usage (None: not
+# counted); limit: the hold time its caller enforces (None: none).
 _Run = list[Any]
-_START, _KEY, _HINT, _HELD, _ACCOUNT = range(5)
+_START, _KEY, _HINT, _HELD, _ACCOUNT, _LIMIT = range(6)
 
 
 class Durations:
@@ -50,10 +51,12 @@ class Durations:
         now: float,
         hint: float | None = None,
         account: Account | None = None,
+        limit: float | None = None,
     ) -> None:
         """Record a grant that starts at ``now`` holding ``held`` (GPU -> units; kept);
-        ``account``: its owner's, told what it gives back."""
-        self._runs[ticket] = [now, key, hint, held, account]
+        ``account``: its owner's, told what it gives back; ``limit``: the hold time its
+        caller enforces, so that it surely ends by ``now + limit``."""
+        self._runs[ticket] = [now, key, hint, held, account, limit]
         for gpu, units in held.items():
             self._on_gpu[gpu][ticket] = units
 
@@ -147,17 +150,22 @@ class Durations:
         Expected: its start plus its hint or its class's mean. One past that is expected to
         run as long again as it has (at least the mean over all): the longer work has run,
         the longer it tends to go on. Before any hold time is known at all, ``now``: nothing
-        is promised, so a head's shadow is now and nothing backfills onto its GPUs.
+        is promised, so a head's shadow is now. A grant with an enforced limit ends by its
+        start plus the limit, whatever is expected (with nothing known, then).
         """
         run = self._runs[ticket]
         start: float = run[_START]
         expected = run[_HINT] if run[_HINT] is not None else self.mean(run[_KEY])
+        limit: float | None = run[_LIMIT]
         if expected is None:
-            return now
+            return now if limit is None else max(now, start + limit)
         if start + expected > now:
-            end: float = start + expected
-            return end
-        return now + max(now - start, self.mean() or 0.0)
+            end = start + expected
+        else:
+            end = now + max(now - start, self.mean() or 0.0)
+        if limit is not None and start + limit < end:
+            return max(now, start + limit)
+        return end
 
     def free_at(self, gpu: int, free: int, units: int, now: float) -> float:
         """When ``gpu`` (``free`` units free now) is expected to have ``units`` free."""
@@ -170,9 +178,13 @@ class Durations:
                 return end
         return ends[-1][0] if ends else now  # units held outside any known run: unknown
 
-    def free_by(self, gpu: int, free: int, when: float, now: float) -> int:
-        """Units expected free on ``gpu`` at ``when``: ``free`` now plus the runs ending by then."""
+    def surely_free_by(self, gpu: int, free: int, when: float) -> int:
+        """Units surely free on ``gpu`` at ``when``: ``free`` now plus what the runs whose
+        enforced limits end by then hold (estimates promise nothing)."""
+        runs = self._runs
         for ticket, held in self._on_gpu[gpu].items():
-            if self.end_of(ticket, now) <= when:
+            run = runs[ticket]
+            limit = run[_LIMIT]
+            if limit is not None and run[_START] + limit <= when:
                 free += held
         return free

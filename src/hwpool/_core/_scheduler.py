@@ -106,7 +106,7 @@ import functools
 import heapq
 import itertools
 import math
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -137,7 +137,10 @@ class Demand:
     ``count == 1``) makes ``units`` a share of one GPU in ``UNITS_PER_GPU`` units, whatever
     its size: on GPUs of different sizes its need differs per GPU (rule 1). ``owner`` (any
     hashable; default None, one owner for all) and ``priority`` (an int, higher first; default
-    0) place it in the queue (rules 8-10); they never change where it fits.
+    0) place it in the queue (rules 8-10); they never change where it fits. ``limit``
+    (seconds, finite and > 0; default None) is a hold time the caller *enforces*: it ends the
+    work or takes the grant back once it has held that long, so the core may count on it
+    (rules 4e and 6e); a demand without one is trusted to end by no time at all.
     """
 
     count: int
@@ -146,6 +149,7 @@ class Demand:
     relative: bool = False
     owner: Hashable = None
     priority: int = 0
+    limit: float | None = None
 
 
 class Grant(NamedTuple):
@@ -193,6 +197,13 @@ def _share(units: int, total: int) -> int:
 
 def _first(entry: tuple[int, Demand, float | None]) -> int:
     return entry[0]
+
+
+def _check_limit(limit: object) -> None:
+    """TypeError/ValueError naming ``limit`` unless it is a finite real number > 0."""
+    number = check_real("limit", limit)
+    if not 0.0 < number < math.inf:
+        raise ValueError(f"limit must be a finite number of seconds > 0, got {limit!r}")
 
 
 def _check_rebuilt_ticket(ticket: object) -> int:
@@ -392,12 +403,12 @@ class Scheduler:
         # the tail still reserves.
         self._open: list[int] = list(range(self.num_gpus))
         self._reserving = True
-        # Under easy: the head, and the waiters without a hint per demand (FIFO within
-        # each), those with one apart.
+        # Under easy: the head, the waiters per demand (FIFO within each; a demand includes
+        # its owner, priority and limit), and the hints of those that gave one.
         self._head: Head | None = None
         self._open_of: Head | None = None  # the head self._open_easy was made for
         self._open_easy: list[int] = []
-        self._classes: dict[Demand, deque[int]] = {}
+        self._classes: dict[Demand, OrderedDict[int, None]] = {}
         self._hints: dict[int, float] = {}
         self._reset_owner_queues()
 
@@ -534,7 +545,7 @@ class Scheduler:
             key = (demand.count, units, False)  # _class_of(demand), inline
             held = dict.fromkeys(gpus, units)
             account = self._usage.hold(demand.owner, held, at) if self._counting else None
-            self._durations.start(ticket, key, held, at, None, account)
+            self._durations.start(ticket, key, held, at, None, account, demand.limit)
             return _grant((ticket, gpus, units))
         gpus = self._take_new(demand)
         if gpus is None:
@@ -680,6 +691,8 @@ class Scheduler:
         if demand.owner is not None or demand.priority.__class__ is not int or demand.priority:
             self._check_owner(demand)
             self._count_usage()
+        if demand.limit is not None:
+            _check_limit(demand.limit)
         if demand.relative:
             return self._admit_relative(demand)
         if count > 1 or demand.whole:
@@ -691,11 +704,20 @@ class Scheduler:
             if self._uniform:
                 if units != self.units_per_gpu or demand.whole:
                     return Demand(
-                        count, self.units_per_gpu, owner=demand.owner, priority=demand.priority
+                        count,
+                        self.units_per_gpu,
+                        owner=demand.owner,
+                        priority=demand.priority,
+                        limit=demand.limit,
                     )
             elif count > 1 and not demand.whole:
                 return Demand(
-                    count, units, whole=True, owner=demand.owner, priority=demand.priority
+                    count,
+                    units,
+                    whole=True,
+                    owner=demand.owner,
+                    priority=demand.priority,
+                    limit=demand.limit,
                 )
             return demand
         if not 1 <= units <= self.units_per_gpu:
@@ -723,6 +745,7 @@ class Scheduler:
                 _share(units, self.units_per_gpu),
                 owner=demand.owner,
                 priority=demand.priority,
+                limit=demand.limit,
             )
         return demand
 
@@ -1232,10 +1255,8 @@ class Scheduler:
             self._enqueue(ticket, demand)
             if not self._easy:
                 self._index_of(demand).add(self._key_of(demand))
-            elif hint is None:
-                self._classes.setdefault(demand, deque()).append(ticket)
             else:
-                self._hints[ticket] = hint
+                self._class_add(ticket, demand, hint)
         if not queue:
             return []
         return self._walk_easy(at) if self._easy else self._walk()
@@ -1292,10 +1313,7 @@ class Scheduler:
         if gpus is not None:
             return ticket, self._granted(ticket, demand, gpus, now, hint)
         self._enqueue(ticket, demand)
-        if hint is None:
-            self._classes.setdefault(demand, deque()).append(ticket)
-        else:
-            self._hints[ticket] = hint
+        self._class_add(ticket, demand, hint)
         if self._head is None:  # the queue was empty: this is its head
             self._head = self._choose_head(ticket, demand, now)
         elif self._fair:
@@ -1313,9 +1331,9 @@ class Scheduler:
                 if self._uniform
                 else self._fit_general(demand, None, take=True)
             )
-        if hint is None and demand in self._classes:
+        if demand in self._classes:
             return None  # an earlier one like it waits, and the same would stop it
-        return self._backfill_fit(demand, self._durations.guess(_class_of(demand), hint), now)
+        return self._backfill_fit(demand, now)
 
     def _granted(
         self, ticket: int, demand: Demand, gpus: tuple[int, ...], now: float, hint: float | None
@@ -1327,22 +1345,29 @@ class Scheduler:
         else:
             held = dict.fromkeys(gpus, units) if units else {g: self._totals[g] for g in gpus}
         account = self._usage.hold(demand.owner, held, now) if self._counting else None
-        self._durations.start(ticket, _class_of(demand), held, now, hint, account)
+        self._durations.start(ticket, _class_of(demand), held, now, hint, account, demand.limit)
         return grant
 
+    def _class_add(self, ticket: int, demand: Demand, hint: float | None) -> None:
+        """Put a waiter at the end of its demand's class (and keep its hint)."""
+        waiting = self._classes.get(demand)
+        if waiting is None:
+            waiting = self._classes[demand] = OrderedDict()
+        waiting[ticket] = None
+        if hint is not None:
+            self._hints[ticket] = hint
+
     def _dequeue(self, ticket: int) -> Demand:
-        """Take a waiter out of the queue and out of its class (O(class) for a middle one)."""
+        """Take a waiter out of the queue and out of its class (O(1) wherever it is)."""
         demand = self._unqueue(ticket)
         if self._yielded:
             self._yielded.discard(ticket)
-        if self._hints.pop(ticket, None) is None:
-            waiting = self._classes[demand]
-            if waiting[0] == ticket:
-                waiting.popleft()
-            else:
-                waiting.remove(ticket)
-            if not waiting:
-                del self._classes[demand]
+        if self._hints:
+            self._hints.pop(ticket, None)
+        waiting = self._classes[demand]
+        del waiting[ticket]
+        if not waiting:
+            del self._classes[demand]
         return demand
 
     def _need(self, demand: Demand, gpu: int) -> int:
@@ -1385,10 +1410,9 @@ class Scheduler:
             durations.free_at(gpu, free[gpu], self._need(demand, gpu), now) for gpu in head.gpus
         )
 
-    def _backfill_fit(
-        self, demand: Demand, guess: float | None, now: float
-    ) -> tuple[int, ...] | None:
-        """Best fit for a request behind the head, on the GPUs rule 4e lets it use."""
+    def _backfill_fit(self, demand: Demand, now: float) -> tuple[int, ...] | None:
+        """Best fit for a request behind the head, on the GPUs rule 4e lets it use: on the
+        head's GPUs only what is sure not to delay it, by enforced limits alone."""
         head = self._head
         if head is None:
             return self._fit_general(demand, None, take=True)
@@ -1397,20 +1421,24 @@ class Scheduler:
             self._open_easy = [gpu for gpu in range(self.num_gpus) if gpu not in head.gpus]
         allowed = self._open_easy
         if now < head.shadow:
-            allowed = list(allowed)
-            ends_in_time = guess is not None and now + guess <= head.shadow
+            limit = demand.limit
+            ends_in_time = limit is not None and now + limit <= head.shadow
             head_demand = self._queue[head.ticket]
-            fraction = not (demand.whole or demand.count > 1)
-            slack = fraction and head_demand.count == 1 and not head_demand.whole
-            for gpu in head.gpus:
-                if ends_in_time or (
-                    slack
-                    and self._durations.free_by(gpu, self._free[gpu], head.shadow, now)
-                    - self._need(demand, gpu)
-                    >= self._need(head_demand, gpu)
-                ):
-                    allowed.append(gpu)
-            allowed.sort()
+            slack = (
+                not (demand.whole or demand.count > 1)
+                and head_demand.count == 1
+                and not head_demand.whole
+            )
+            if ends_in_time or slack:
+                allowed = list(allowed)
+                for gpu in head.gpus:
+                    if ends_in_time or (
+                        self._durations.surely_free_by(gpu, self._free[gpu], head.shadow)
+                        - self._need(demand, gpu)
+                        >= self._need(head_demand, gpu)
+                    ):
+                        allowed.append(gpu)
+                allowed.sort()
         return self._fit_general(demand, allowed, take=True)
 
     def _walk_easy(self, now: float) -> list[Grant]:
@@ -1429,7 +1457,7 @@ class Scheduler:
             gpus = self._fit_general(demand, None, take=True)
             if gpus is None:
                 break
-            hint = self._hints.get(ticket)
+            hint = self._hints.get(ticket) if self._hints else None
             self._dequeue(ticket)
             grants.append(self._granted(ticket, demand, gpus, now, hint))
             head = None
@@ -1454,12 +1482,11 @@ class Scheduler:
     def _backfill(self, head: Head, now: float, grants: list[Grant]) -> None:
         """Offer capacity to the waiters behind ``head`` in queue order (rule 4e).
 
-        Waiters without a hint are taken per demand, the earliest of each first: once one is
-        refused, the rest of its demand would be too (capacity only falls during the walk),
-        so each walk looks at one waiter per demand plus those granted and those with hints.
-        A demand includes its owner and priority, whose waiters are FIFO (rule 10); the
-        streams merge on the ticket, or, when owners or priorities differ, on (the owner's
-        rank, minus the priority, the ticket): the queue order of rule 9.
+        Waiters are taken per demand (its size, owner, priority and limit), the earliest of
+        each first: once one is refused, the rest of its demand would be too (capacity only
+        falls during the walk), so each walk looks at one waiter per demand plus those
+        granted. The streams merge on the ticket, or, when owners or priorities differ, on
+        (the owner's rank, minus the priority, the ticket): the queue order of rule 9.
         """
         queue, free, totals = self._queue, self._free, self._totals
         top = max(free)
@@ -1483,8 +1510,6 @@ class Scheduler:
                 else self._key_of(demand) <= top
             )
         ]
-        streams.append(self._hinted_in_order(rank) if fair else iter(self._hints))
-        hinted = len(streams) - 1
         heap: list[tuple[Any, int]] = []
         for index, stream in enumerate(streams):
             key = next(stream, None)
@@ -1494,25 +1519,27 @@ class Scheduler:
                 heap.append((key, index))
         heapq.heapify(heap)
         granted: list[tuple[int, Demand]] = []
-        refused: set[Hashable] = set()  # sizes refused, whatever their owner (when fair)
+        # Sizes (with their limit) refused, whatever their owner (when fair).
+        refused: set[Hashable] = set()
+        hints = self._hints
         while heap and any(free):
             key, index = heap[0]
             ticket = key[2] if fair else key
             demand = queue[ticket]
-            hint = self._hints.get(ticket) if index == hinted else None
-            size = _class_of(demand)
-            if fair and index != hinted and size in refused:
+            size = (_class_of(demand), demand.limit) if fair else None
+            if fair and size in refused:
                 heapq.heappop(heap)  # another owner's waiter of this size was refused
                 continue
-            gpus = self._backfill_fit(demand, self._durations.guess(size, hint), now)
-            if gpus is None and index != hinted:
+            gpus = self._backfill_fit(demand, now)
+            if gpus is None:
                 heapq.heappop(heap)  # the rest of this demand waits too
                 if fair:
                     refused.add(size)
                 continue
-            if gpus is not None:
-                grants.append(self._granted(ticket, demand, gpus, now, hint))
-                granted.append((ticket, demand))
+            grants.append(
+                self._granted(ticket, demand, gpus, now, hints.get(ticket) if hints else None)
+            )
+            granted.append((ticket, demand))
             following = next(streams[index], None)
             if following is not None and fair and following[2] == head.ticket:
                 following = next(streams[index], None)  # the head, behind others in order
@@ -1558,16 +1585,6 @@ class Scheduler:
         """``tickets`` of one owner and priority as queue-order keys (rule 9)."""
         for ticket in tickets:
             yield rank, priority, ticket
-
-    def _hinted_in_order(self, rank: dict[Hashable, int]) -> Iterator[tuple[int, int, int]]:
-        """The waiters with a hint as queue-order keys, sorted (O(h log h) per walk)."""
-        queue = self._queue
-        keys = []
-        for ticket in self._hints:
-            demand = queue[ticket]
-            keys.append((rank[demand.owner], -demand.priority, ticket))
-        keys.sort()
-        return iter(keys)
 
     # ----------------------------------------------------------------- clock and hints
     def _time(self, now: object) -> float:
