@@ -30,20 +30,26 @@ hold under both policies:
     room strictly sooner.
 4e. Every other waiter, in queue order, and every new arrival may be granted at once on the
     GPUs the head does not reserve, and on the head's GPUs only before its shadow, and only
-    if its expected hold ends by the shadow or (for a fractional head) leaves the head's
-    need there free at the shadow. A new arrival never passes an earlier waiter of its own demand
-    that has no hint.
+    if it surely cannot delay the head: its enforced ``limit`` ends by the shadow, or (for a
+    fractional head, and a fractional demand) it leaves the head's need there free at the
+    shadow, counting as freed by then only what grants whose limits end by then hold.
+    Estimates (rule 7e, hints included) let nothing onto the head's GPUs: they are not
+    enforced, so a request that holds longer than expected would delay the head without
+    bound, and one that lies about its hold would gain by it (issue 23). A new arrival never
+    passes an earlier waiter of its own demand (size, owner, priority and limit).
 5e. The head is granted as soon as it fits anywhere (best fit, rule 2); every release or
     cancellation grants what now fits from the front, then backfills (rule 4e).
-6e. So the head's wait is bounded: once its shadow has passed, nothing new is placed on its
-    GPUs, and it starts when the grants there at its shadow have ended (those running when it
-    became head, and backfills placed before the shadow, expected to end by it).
-7e. A request's expected hold is its ``expected`` hint, else the smoothed mean (weight
-    ``SMOOTHING``) of its demand's past hold times, else the mean over all demands; none is
-    known before the first release. A running grant is expected to end at its start plus
-    that; one past it (or with none) is expected to run as long again as it has, and at
-    least the mean over all. In rule 3e, GPUs expected within ``GRAIN`` times the head's
-    own expected hold of the soonest are a tie.
+6e. So the head's wait is bounded by what the core controls: it starts once the grants running
+    on its GPUs when it became head have ended; every grant placed there since has ended by
+    the shadow, its limit being enforced by the caller. (After a move, the same from the
+    move.)
+7e. Estimates choose only the head's GPUs and its shadow (rule 3e). A request's expected hold
+    is its ``expected`` hint, else the smoothed mean (weight ``SMOOTHING``) of its demand's
+    past hold times, else the mean over all demands; none is known before the first release.
+    A running grant is expected to end at its start plus that; one past it (or with none) is
+    expected to run as long again as it has, and at least the mean over all; one with a
+    limit ends by its start plus the limit at the latest. In rule 3e, GPUs expected within
+    ``GRAIN`` times the head's own expected hold of the soonest are a tie.
 
 ``reserve-all`` (the policy hwpool started from; rules 3-5 replace 3e-7e):
 
