@@ -1076,7 +1076,7 @@ class Scheduler:
             for gpu in head.gpus:
                 if ends_in_time or (
                     slack
-                    and self._durations.surely_free_by(gpu, self._free[gpu], head.shadow)
+                    and self._durations.free_by(gpu, self._free[gpu], head.shadow, 0.0, False)
                     - self._need(demand, gpu)
                     >= self._need(head_demand, gpu)
                 ):

@@ -251,9 +251,9 @@ def test_rule_5e_the_head_takes_room_wherever_it_appears_first() -> None:
 
 
 # ----------------------------------------------------------------- rule 4e: backfill by time
-def shadowed_core() -> tuple[Scheduler, int, Grant]:
+def shadowed_core(backfill: str = "limits") -> tuple[Scheduler, int, Grant]:
     """One GPU 0.6 busy with work learned to take 10 s; a whole-GPU head with shadow 10."""
-    core = Scheduler(1, U)
+    core = Scheduler(1, U, backfill=backfill)
     learn(core, frac(0.6), 10.0)
     learn(core, frac(0.1), 4.0)
     learn(core, frac(0.2), 30.0)
@@ -462,3 +462,35 @@ TimedEasyMachine.TestCase.settings = settings(
     max_examples=100, stateful_step_count=30, deadline=None
 )
 TestTimedEasyMachine = TimedEasyMachine.TestCase
+
+
+def test_backfill_by_estimates_trusts_hints_and_what_was_learned() -> None:
+    """``backfill="estimates"``: the EASY of before issue 23, for one program's own work: an
+    expected hold (learned: 4 s; hinted: 3 s) ending by the shadow goes onto the head's GPU,
+    one past it does not, and a limit caps a longer estimate."""
+    core, _, _ = shadowed_core(backfill="estimates")
+    start = core.now
+    assert core.grant_now(frac(0.1), now=start + 1.0) is not None
+    assert core.grant_now(frac(0.2), now=start, expected=60.0) is None
+    assert core.grant_now(frac(0.2), now=start, expected=3.0) is not None
+    assert core.grant_now(limited(0.1, 2.0), now=start, expected=60.0) is not None
+
+
+@pytest.mark.parametrize("backfill", ["", "Limits", None, 1])
+def test_a_bad_backfill_is_refused_by_name(backfill: object) -> None:
+    with pytest.raises(
+        ValueError, match=f"backfill must be one of limits, estimates; got {backfill!r}"
+    ):
+        Scheduler(1, U, backfill=backfill)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("limit", [0, -1.0, math.inf, math.nan])
+def test_a_bad_limit_is_refused_by_name_and_changes_nothing(limit: float) -> None:
+    core = Scheduler(1, U)
+    with pytest.raises(
+        ValueError, match=r"limit must (be a finite number of seconds > 0|not be NaN)"
+    ):
+        core.submit(limited(0.5, limit), now=1.0)
+    with pytest.raises(TypeError, match="limit"):
+        core.submit(replace(frac(0.5), limit="9"), now=1.0)  # type: ignore[arg-type]
+    assert core.free == (U,) and core.queue_length == 0 and core.now == 0.0

@@ -178,9 +178,15 @@ class Durations:
                 return end
         return ends[-1][0] if ends else now  # units held outside any known run: unknown
 
-    def surely_free_by(self, gpu: int, free: int, when: float) -> int:
-        """Units surely free on ``gpu`` at ``when``: ``free`` now plus what the runs whose
-        enforced limits end by then hold (estimates promise nothing)."""
+    def free_by(self, gpu: int, free: int, when: float, now: float, expected: bool) -> int:
+        """Units free on ``gpu`` at ``when``: ``free`` now plus what the runs whose enforced
+        limits end by then hold (estimates promise nothing), or, if ``expected``, plus what
+        the runs expected to end by then hold."""
+        if expected:
+            for ticket, held in self._on_gpu[gpu].items():
+                if self.end_of(ticket, now) <= when:
+                    free += held
+            return free
         runs = self._runs
         for ticket, held in self._on_gpu[gpu].items():
             run = runs[ticket]

@@ -122,7 +122,13 @@ from ._capacity import UNITS_PER_GPU
 from ._durations import Durations
 from ._fairshare import DEFAULT_HALF_LIFE, OwnerQueue, Usage, check_half_life, check_shares
 
-__all__ = ["POLICIES", "Demand", "Grant", "Head", "Scheduler", "Waiter"]
+__all__ = ["BACKFILLS", "POLICIES", "Demand", "Grant", "Head", "Scheduler", "Waiter"]
+
+BACKFILLS = ("limits", "estimates")
+"""What lets work onto the ``easy`` head's GPUs before its shadow (rule 4e): ``limits`` (the
+default: only enforced time limits, so the head's wait has a bound the core controls) or
+``estimates`` (hold times learned or hinted too: more backfill, but work that holds longer
+than expected delays the head by as much; for a pool whose work is one program's)."""
 
 POLICIES = ("easy", "reserve-all")
 """The core's policies by name: ``easy`` (the default: only the head reserves, and others
@@ -351,6 +357,7 @@ class Scheduler:
         policy: str = "easy",
         shares: Mapping[Hashable, float] | None = None,
         half_life: float = DEFAULT_HALF_LIFE,
+        backfill: str = "limits",
     ) -> None:
         """``gpus``: a count of GPUs of ``units_per_gpu`` units each (default a whole GPU's
         ``UNITS_PER_GPU``), or a sequence giving each GPU's total in units (any positive
@@ -358,7 +365,8 @@ class Scheduler:
         ``policy``: one of :data:`POLICIES` (see the module docstring). ``shares``: owner ->
         share (a finite number > 0; owners not named have 1); ``half_life``: seconds of the
         caller's clock over which usage counts half (rule 8; default
-        :data:`~hwpool._core._fairshare.DEFAULT_HALF_LIFE`, an hour).
+        :data:`~hwpool._core._fairshare.DEFAULT_HALF_LIFE`, an hour). ``backfill``: one of
+        :data:`BACKFILLS`, what may go onto the ``easy`` head's GPUs (rule 4e).
         """
         checked_shares = check_shares(shares)
         checked_half_life = check_half_life(half_life)
@@ -366,6 +374,8 @@ class Scheduler:
             raise TypeError(f"policy must be a str, got {policy!r} ({type(policy).__name__})")
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {', '.join(POLICIES)}; got {policy!r}")
+        if not isinstance(backfill, str) or backfill not in BACKFILLS:
+            raise ValueError(f"backfill must be one of {', '.join(BACKFILLS)}; got {backfill!r}")
         if isinstance(gpus, (str, bytes)) or not isinstance(gpus, (int, Sequence)):
             raise TypeError(f"gpus must be an int or a sequence of ints, got {gpus!r}")
         if isinstance(gpus, Sequence):
@@ -386,7 +396,9 @@ class Scheduler:
         self._smallest = min(totals)
         self._totals = totals
         self.policy = policy
+        self.backfill = backfill
         self._easy = policy == "easy"
+        self._by_estimates = backfill == "estimates"
         self._uniform = len(set(totals)) == 1  # the fast path; else the plain walk
         self._tickets = itertools.count(1)
         # Under easy: the clock, and what was learned (with the grants running).
@@ -1339,7 +1351,7 @@ class Scheduler:
             )
         if demand in self._classes:
             return None  # an earlier one like it waits, and the same would stop it
-        return self._backfill_fit(demand, now)
+        return self._backfill_fit(demand, now, hint)
 
     def _granted(
         self, ticket: int, demand: Demand, gpus: tuple[int, ...], now: float, hint: float | None
@@ -1416,9 +1428,12 @@ class Scheduler:
             durations.free_at(gpu, free[gpu], self._need(demand, gpu), now) for gpu in head.gpus
         )
 
-    def _backfill_fit(self, demand: Demand, now: float) -> tuple[int, ...] | None:
+    def _backfill_fit(
+        self, demand: Demand, now: float, hint: float | None
+    ) -> tuple[int, ...] | None:
         """Best fit for a request behind the head, on the GPUs rule 4e lets it use: on the
-        head's GPUs only what is sure not to delay it, by enforced limits alone."""
+        head's GPUs only what is sure not to delay it, by enforced limits alone (or, under
+        ``backfill="estimates"``, what is expected not to)."""
         head = self._head
         if head is None:
             return self._fit_general(demand, None, take=True)
@@ -1428,6 +1443,10 @@ class Scheduler:
         allowed = self._open_easy
         if now < head.shadow:
             limit = demand.limit
+            if self._by_estimates:
+                guess = self._durations.guess(_class_of(demand), hint)
+                if guess is not None and (limit is None or guess < limit):
+                    limit = guess
             ends_in_time = limit is not None and now + limit <= head.shadow
             head_demand = self._queue[head.ticket]
             slack = (
@@ -1439,7 +1458,9 @@ class Scheduler:
                 allowed = list(allowed)
                 for gpu in head.gpus:
                     if ends_in_time or (
-                        self._durations.surely_free_by(gpu, self._free[gpu], head.shadow)
+                        self._durations.free_by(
+                            gpu, self._free[gpu], head.shadow, now, self._by_estimates
+                        )
                         - self._need(demand, gpu)
                         >= self._need(head_demand, gpu)
                     ):
@@ -1536,15 +1557,14 @@ class Scheduler:
             if fair and size in refused:
                 heapq.heappop(heap)  # another owner's waiter of this size was refused
                 continue
-            gpus = self._backfill_fit(demand, now)
+            hint = hints.get(ticket) if hints else None
+            gpus = self._backfill_fit(demand, now, hint)
             if gpus is None:
                 heapq.heappop(heap)  # the rest of this demand waits too
                 if fair:
                     refused.add(size)
                 continue
-            grants.append(
-                self._granted(ticket, demand, gpus, now, hints.get(ticket) if hints else None)
-            )
+            grants.append(self._granted(ticket, demand, gpus, now, hint))
             granted.append((ticket, demand))
             following = next(streams[index], None)
             if following is not None and fair and following[2] == head.ticket:

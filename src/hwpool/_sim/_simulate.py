@@ -37,7 +37,14 @@ __all__ = [
     "simulate",
 ]
 
-POLICIES = ("hwpool", "hwpool-reserve-all", "fifo", "first-fit", "shortest-queue")
+POLICIES = (
+    "hwpool",
+    "hwpool-estimates",
+    "hwpool-reserve-all",
+    "fifo",
+    "first-fit",
+    "shortest-queue",
+)
 _COMPLETION, _ARRIVAL = 0, 1  # event order at one instant
 
 
@@ -51,7 +58,8 @@ class Policy(Protocol):
 
 class HwpoolPolicy:
     """The hwpool scheduler core, with tickets mapped to task indices; ``core_policy`` is the
-    core's policy (``hwpool`` is ``"easy"``, ``hwpool-reserve-all`` is ``"reserve-all"``).
+    core's policy (``hwpool`` is ``"easy"``, ``hwpool-reserve-all`` is ``"reserve-all"``) and
+    ``backfill`` what goes onto the easy head's GPUs (``hwpool-estimates``: ``"estimates"``).
     Virtual time is the core's ``now``, so easy learns hold times as it would in real time.
     ``shares`` and ``half_life``: the core's fair share between the tasks' owners."""
 
@@ -63,9 +71,12 @@ class HwpoolPolicy:
         *,
         shares: Mapping[Hashable, float] | None = None,
         half_life: float = DEFAULT_HALF_LIFE,
+        backfill: str = "limits",
     ) -> None:
         gpus: int | tuple[int, ...] = num_gpus if totals is None else tuple(totals)
-        self.core = Scheduler(gpus, policy=core_policy, shares=shares, half_life=half_life)
+        self.core = Scheduler(
+            gpus, policy=core_policy, shares=shares, half_life=half_life, backfill=backfill
+        )
         self._task_of: dict[int, int] = {}
         self._held: dict[int, Grant] = {}
 
@@ -100,6 +111,10 @@ def make_policy(
     ``shares``, ``half_life``: the hwpool policies' fair share (the baselines have none)."""
     if name == "hwpool":
         return HwpoolPolicy(num_gpus, totals, "easy", shares=shares, half_life=half_life)
+    if name == "hwpool-estimates":
+        return HwpoolPolicy(
+            num_gpus, totals, "easy", shares=shares, half_life=half_life, backfill="estimates"
+        )
     if name == "hwpool-reserve-all":
         return HwpoolPolicy(num_gpus, totals, "reserve-all", shares=shares, half_life=half_life)
     baselines = {
