@@ -48,6 +48,19 @@ def test_a_job_past_its_time_is_ended_and_run_exits_124(one_gpu: Server, sockdir
     eventually(lambda: status_of(one_gpu.socket)["leases"] == [], "the lease is free")
 
 
+def test_with_no_grace_the_servers_revocation_is_a_time_out_too(
+    one_gpu: Server, sockdir: Path
+) -> None:
+    """``--grace 0``: the server's limit is --time itself, so its ``revoked`` (reason limit)
+    may come a moment before hwpool run's own deadline: the job is timed out all the same,
+    never "lost"."""
+    run = Run(one_gpu, sockdir, "a", "sleep", options=("--time", "0.5", "--grace", "0"))
+    code, err = run.finish()
+    assert code == 124, err
+    assert "timed out" in err and "no longer held" not in err
+    eventually(lambda: status_of(one_gpu.socket)["leases"] == [], "the lease is free")
+
+
 def test_a_job_that_ignores_sigterm_is_killed_after_the_grace(
     one_gpu: Server, sockdir: Path
 ) -> None:
@@ -103,7 +116,9 @@ def test_a_bad_time_is_one_line_naming_it_and_exits_2(value: str, fragment: str)
     code, out, err = run_cli("run", "--time", value, "--", "true")
     assert code == 2, err
     assert out == "" and len(err.strip().splitlines()) == 1
-    assert err.startswith("hwpool: error: run: ") and "--time" in err and fragment in err
+    assert err.startswith("hwpool: error: run: ") and fragment in err
+    # --time itself (before it existed, argparse read it as an abbreviation of --timeout)
+    assert "--time:" in err and "--timeout" not in err
 
 
 def test_help_shows_time() -> None:

@@ -256,6 +256,7 @@ class UnixBackend:
         self._readers: set[int] = set()  # idents of this backend's reader threads
         self._granted = self._released = self._cancelled = self._timed_out = 0
         self._revoked_count = 0  # leases the server took back when their time limit ran out
+        self._timed_out_keys: set[int] = set()  # of those, the ones not released since
         self._posted = 0  # messages queued for the server, ever (snapshots compare it)
         self._opened = _Opened()
         weakref.finalize(self, self._opened.close_all)
@@ -629,6 +630,7 @@ class UnixBackend:
         self._released += 1
         if message.reason == "limit":
             self._revoked_count += 1
+            self._timed_out_keys.add(r.key)
             _log.info(
                 "hwpool: lease #%s on GPUs %s was revoked: its time limit (%g s) ran out; its "
                 "release is a no-op",
@@ -768,6 +770,11 @@ class UnixBackend:
         self._defer(op)
 
     # ----------------------------------------------------------------- releasing
+    def revoked_by_limit(self, ticket: int) -> bool:
+        """Whether grant ``ticket`` was revoked because its time limit ran out (and not
+        released since)."""
+        return ticket in self._timed_out_keys
+
     def revoked(self, ticket: int) -> bool:
         """Whether grant ``ticket`` is no longer held although not released: revoked (its time
         limit, ``hwpool cancel``), lost in a restart, or inherited over fork."""
@@ -783,6 +790,7 @@ class UnixBackend:
         if r is None or r.state is not _State.HELD:
             if grant.ticket in self._orphans or self._closed:
                 self._orphans.discard(grant.ticket)
+                self._timed_out_keys.discard(grant.ticket)
                 return
             raise ValueError(
                 f"grant {grant.ticket} ({units_to_fraction(grant.units)} of GPU(s) "

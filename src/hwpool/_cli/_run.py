@@ -330,11 +330,13 @@ _LOST = (
 
 def _holds(pool: GPUPool, lease: GPULease) -> Callable[[], bool]:
     """Whether the server still counts ``lease`` as this process's (a revoked lease, or one a
-    restarted server did not take back, is not: its GPU may be handed on)."""
+    restarted server did not take back, is not: its GPU may be handed on). One the server
+    revoked for its time limit counts as held: ``--time``'s own deadline, which is no later,
+    ends the job as timed out (not as lost)."""
     backend, grant = pool._backend, lease._grant
     assert isinstance(backend, UnixBackend) and grant is not None
     ticket = grant.ticket
-    return lambda: backend.lease_id(ticket) is not None
+    return lambda: backend.lease_id(ticket) is not None or backend.revoked_by_limit(ticket)
 
 
 def _wait(lease: GPULease, what: str, path: Path, started: float, timeout: float | None) -> None:
