@@ -12,6 +12,7 @@ when they outnumber the live ones.
 from __future__ import annotations
 
 import heapq
+import math
 import threading
 from collections.abc import Callable
 
@@ -38,6 +39,7 @@ class Deadlines:
         self._cond = threading.Condition(threading.Lock())
         self._heap: list[tuple[float, int]] = []
         self._running = False
+        self._waiting_for = math.inf  # the deadline the thread sleeps until (inf: none)
         self._compact_at = 64  # compact the heap once it is this long (amortised O(log n))
 
     def arm(self, ticket: int, deadline: float) -> None:
@@ -49,7 +51,7 @@ class Deadlines:
                 heapq.heapify(heap)
                 self._compact_at = 2 * len(heap) + 64
             heapq.heappush(heap, (deadline, ticket))
-            if heap[0][1] == ticket:
+            if deadline < self._waiting_for:
                 self._cond.notify()  # it sleeps until a later deadline: wake it
             if not self._running:
                 self._running = True
@@ -80,13 +82,16 @@ class Deadlines:
                 while True:
                     if not self._heap:
                         self._running = False
+                        self._waiting_for = math.inf
                         return
                     deadline, ticket = self._heap[0]
                     delay = deadline - self._clock()
                     if delay <= 0:
                         heapq.heappop(self._heap)
                         break
+                    self._waiting_for = deadline
                     self._cond.wait(min(delay, MAX_SLEEP_S))
+                    self._waiting_for = math.inf
             if self._live(ticket):
                 try:
                     self._due(ticket)  # without the condition: it takes the backend's lock

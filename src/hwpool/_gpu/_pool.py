@@ -533,10 +533,14 @@ def _limited(demand: Demand, limit_s: object) -> Demand:
     ``limit_s`` and its value unless it is a finite number of seconds > 0."""
     if limit_s is None:
         return demand
-    number = check_real("limit_s", limit_s)
-    if not 0.0 < number < math.inf:
-        raise ValueError(f"limit_s must be a finite number of seconds > 0, got {limit_s!r}")
-    return dataclasses.replace(demand, limit=number)
+    if limit_s.__class__ is float and 0.0 < limit_s < math.inf:  # the common case, at once
+        number = limit_s
+    else:
+        number = check_real("limit_s", limit_s)
+        if not 0.0 < number < math.inf:
+            raise ValueError(f"limit_s must be a finite number of seconds > 0, got {limit_s!r}")
+    d = demand  # a new Demand directly: dataclasses.replace costs more than the grant
+    return Demand(d.count, d.units, d.whole, d.relative, d.owner, d.priority, number)
 
 
 def _no_grant(demand: Demand, expected: float | None = None) -> Grant | None:
