@@ -19,12 +19,15 @@ __all__ = [
     "check_int",
     "check_real",
     "check_timeout",
+    "duration_from_text",
     "env_int",
     "int_from_text",
     "is_ascii_int",
 ]
 
 _ASCII_DIGITS = re.compile(r"[0-9]+")
+_DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d)?\s*")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 
 
 def _type_name(value: object) -> str:
@@ -139,3 +142,20 @@ def check_callable(name: str, value: object) -> None:
     """Raise TypeError naming ``name`` and the value unless ``value`` is callable."""
     if not callable(value):
         raise TypeError(f"{name} must be callable, got {value!r} ({_type_name(value)})")
+
+
+def duration_from_text(text: str) -> float:
+    """The seconds of a duration written as a number and an optional unit (``ms``, ``s``,
+    ``m``, ``h``, ``d``; none: seconds), such as ``"90s"``, ``"30m"``, ``"2h"`` or ``"45"``;
+    finite and > 0. ValueError quoting ``text`` otherwise (the caller names the option or
+    key: this is shared by ``hwpool serve``'s config file and ``hwpool run --time``)."""
+    match = _DURATION.fullmatch(text)
+    if match is None:
+        raise ValueError(
+            f'must be a duration: a number and one of ms, s, m, h, d (like "90s", "1h"), '
+            f"got {text[:40]!r}"
+        )
+    seconds = float(match[1]) * _UNIT_SECONDS[match[2]]
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"must be a duration > 0, got {text[:40]!r}")
+    return seconds

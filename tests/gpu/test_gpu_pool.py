@@ -612,7 +612,9 @@ def test_a_bad_expected_s_is_refused_naming_it_and_changes_nothing(
     assert snap.free == (1.0,) and snap.waiting == () and snap.granted == 0
 
 
-def test_a_hint_lets_short_work_backfill_onto_the_heads_gpu() -> None:
+def test_a_limit_lets_short_work_backfill_onto_the_heads_gpu() -> None:
+    """Only an enforced limit that ends by the head's shadow passes it (issue 23): a hint
+    (``expected_s``) promises nothing, however short."""
     clock = [0.0]
     pool = GPUPool(backend=LocalBackend(GPUPool(1).gpus, clock=lambda: clock[0]))
 
@@ -624,8 +626,10 @@ def test_a_hint_lets_short_work_backfill_onto_the_heads_gpu() -> None:
         with pytest.raises(WouldBlock):
             pool.acquire_nowait(0.1)  # nothing learned: no promise that it ends in time
         with pytest.raises(WouldBlock):
-            pool.acquire_nowait(0.1, expected_s=50.0)  # would end past the shadow
-        async with pool.lease(0.1, expected_s=5.0) as gpus:  # ends by 6
+            pool.acquire_nowait(0.1, expected_s=0.01)  # a hint is not enforced
+        with pytest.raises(WouldBlock):
+            pool.acquire_nowait(0.1, limit_s=50.0)  # would end past the shadow
+        async with pool.lease(0.1, limit_s=5.0) as gpus:  # ends by 6, surely
             assert gpus == [0]
         pool.release(0, 0.6)
         assert await head == 0

@@ -84,14 +84,18 @@ def test_a_release_teaches_the_core_the_hold_time() -> None:
     assert state.core.expected(Demand(1, HALF)) == 6.5
 
 
-def test_a_hint_from_the_client_decides_a_backfill_onto_the_heads_gpu() -> None:
+def test_a_limit_from_the_client_decides_a_backfill_onto_the_heads_gpu() -> None:
+    """A hint (``expected_s``) lets nobody pass the head; a limit the server enforces that
+    ends by the head's shadow does (issue 23)."""
     state, a, b = host(1), client(pid=1), client(pid=2, number=2)
-    assert isinstance(only(state.acquire(a, p.Acquire(1, 1, HALF, True, expected_s=10.0), 0.0)),
+    assert isinstance(only(state.acquire(a, p.Acquire(1, 1, HALF, True, limit_s=10.0), 0.0)),
                       p.Granted)  # fmt: skip
     assert isinstance(only(acquire(state, b, 1)), p.Queued)  # a whole GPU: the head, shadow 10
-    short = p.Acquire(2, 1, FULL // 10, False, expected_s=5.0)
-    long = p.Acquire(3, 1, FULL // 10, False, expected_s=50.0)
-    assert only(state.acquire(b, long, 1.0)) == p.Busy(3)  # would end past the shadow
+    hinted = p.Acquire(2, 1, FULL // 10, False, expected_s=0.01)
+    short = p.Acquire(3, 1, FULL // 10, False, limit_s=5.0)
+    long = p.Acquire(4, 1, FULL // 10, False, limit_s=50.0)
+    assert only(state.acquire(b, hinted, 1.0)) == p.Busy(2)  # a hint is not enforced
+    assert only(state.acquire(b, long, 1.0)) == p.Busy(4)  # would end past the shadow
     assert isinstance(only(state.acquire(b, short, 1.0)), p.Granted)
 
 
@@ -633,3 +637,60 @@ def test_log_lines_name_the_user_and_the_job_escaped() -> None:
         lines[2] == 'revoke #1 "train\\n#2 fake" of alice (uid 1000) pid 42 by root (uid 0): GPU 0'
     )
     assert Client(3, 1001, 9).__str__() == "uid 1001 pid 9"  # no name known
+
+
+# ----------------------------------------------------------------- time limits
+def test_a_lease_past_its_limit_is_revoked_and_its_capacity_granted_on() -> None:
+    state, a, b = host(1), client(pid=1), client(pid=2, number=2)
+    assert only(state.acquire(a, p.Acquire(1, 1, FULL, True, limit_s=5.0), 1.0)) == p.Granted(
+        1, 1, (0,), FULL
+    )
+    assert only(acquire(state, b, 1)) == p.Queued(1, 2)
+    assert state.next_limit_end() == 6.0
+    assert state.expire(5.999) == []
+    out = state.expire(6.0)
+    assert out == [(a, p.Revoked(1, 1, 1000, "limit")), (b, p.Granted(1, 2, (0,), FULL))]
+    assert state.next_limit_end() is None and state.released == 1
+    journaled = {e.id: e for e in state.journal().entries}
+    assert set(journaled) == {2} and journaled[2].limit_end is None
+    with pytest.raises(ProtocolError) as caught:  # the revoked lease is gone for its client
+        state.release(a, p.Release(2, 1), 7.0)
+    assert caught.value.code is ErrorCode.NOT_FOUND
+
+
+def test_a_lease_released_before_its_limit_is_not_revoked() -> None:
+    state, a = host(1), client()
+    state.acquire(a, p.Acquire(1, 1, HALF, True, limit_s=5.0), 0.0)
+    state.acquire(a, p.Acquire(2, 1, HALF, True), 0.0)
+    assert state.journal().entries[0].limit_end == 5.0
+    state.release(a, p.Release(3, 1), 1.0)
+    assert state.next_limit_end() is None and state.expire(10.0) == []
+
+
+def test_a_waiters_limit_counts_from_its_grant() -> None:
+    state, a, b = host(1), client(pid=1), client(pid=2, number=2)
+    acquire(state, a, 1)
+    state.acquire(b, p.Acquire(1, 1, FULL, True, limit_s=2.0), 0.0)
+    state.release(a, p.Release(2, 1), 10.0)
+    assert state.next_limit_end() == 12.0
+
+
+def test_a_reclaimed_lease_keeps_the_limit_end_its_journal_records() -> None:
+    state = host(2)
+    journal = journal_of(JournalEntry(5, 1000, 11, 1, FULL, ((0, FULL),), limit_end=40.0))
+    state.start_recovery(journal, 30.0, 5.0, alive=lambda pid: True)
+    old = client(pid=11)
+    # The client says another limit (or none): the journal's end wins.
+    reclaim = p.Reclaim(1, 5, 1, FULL, ((0, FULL),), 20.0, limit_s=100.0)
+    assert only(state.reclaim(old, reclaim, 30.0)) == p.Granted(1, 5, (0,), FULL)
+    assert state.next_limit_end() == 40.0
+    assert state.journal().entries[0].limit_end == 40.0
+    assert state.expire(40.0)[0] == (old, p.Revoked(1, 5, 1000, "limit"))
+
+
+def test_a_reclaim_the_journal_does_not_name_counts_its_limit_from_its_age() -> None:
+    state = host(2)
+    state.start_recovery(journal_of(), 0.0, 5.0, alive=lambda pid: True, complete=False)
+    reclaim = p.Reclaim(1, 5, 1, FULL, ((1, FULL),), 3.0, limit_s=10.0)
+    state.reclaim(client(pid=1), reclaim, 50.0)
+    assert state.next_limit_end() == 57.0

@@ -229,3 +229,22 @@ def test_the_state_hands_over_what_changed_since_it_was_last_asked() -> None:
     }
     assert state.counters() == Counters(granted=2, released=1)
     assert state.journal().counters == state.counters()
+
+
+def test_a_leases_time_limit_end_is_journaled_and_replayed(tmp_path: Path) -> None:
+    file = opened(tmp_path)
+    limited = JournalEntry(1, 0, 11, 1, FULL, ((0, FULL),), "t", limit_end=12345.25)
+    file.write(1025, {1: limited, 2: waiter(2)}, Counters())
+    assert _journal.load(file.path) == Journal(1025, (limited, waiter(2)), Counters())
+    records = [json.loads(line) for line in file.path.read_text().splitlines()[1:]]
+    by_id = {r["id"]: r for r in records if r["op"] in ("granted", "queued")}
+    assert by_id[1]["limit_end"] == 12345.25 and "limit_end" not in by_id[2]
+
+
+def test_a_bad_limit_end_is_a_journal_error(tmp_path: Path) -> None:
+    file = opened(tmp_path)
+    file.write(1025, {1: lease(1)}, Counters())
+    text = file.path.read_text().replace('"token":"t"', '"token":"t","limit_end":"soon"')
+    file.path.write_text(text)
+    with pytest.raises(JournalError, match="limit_end"):
+        _journal.load(file.path)

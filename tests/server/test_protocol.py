@@ -28,6 +28,8 @@ CLIENT_MESSAGES: list[p.ClientMessage] = [
     p.Reclaim(6, 17, 2, 1_000_000, ((0, 1_000_000), (1, 1_000_000)), 3.5, name="tp"),
     p.Reclaim(7, 18, 1, 100, None, 0.0),
     p.Reclaim(7, 19, 1, 6144, ((1, 6144),), 2.0, unit="mib"),
+    p.Reclaim(7, 19, 1, 6144, ((1, 6144),), 2.0, unit="mib", limit_s=30.0),
+    p.Acquire(3, 1, 500_000, True, limit_s=0.5),
     p.Reclaimed(8),
     p.Status(9),
     p.Status(9, stream=True),
@@ -50,6 +52,7 @@ SERVER_MESSAGES: list[p.ServerMessage] = [
     p.Done(4, "lease"),
     p.Done(4, "waiter"),
     p.Revoked(5, 5, 0),
+    p.Revoked(5, 5, 1000, "limit"),
     p.ErrorReply(6, ErrorCode.NOT_FOUND, "no lease 9"),
     p.ErrorReply(None, ErrorCode.TOO_LONG, "too long"),
     p.StatusReply(
@@ -140,6 +143,11 @@ def test_malformed_lines_are_refused_by_code(line: bytes, code: ErrorCode) -> No
         ({"priority": 1.5}, "priority"),
         ({"priority": "1"}, "priority"),
         ({"priority": True}, "priority"),
+        ({"limit_s": 0}, "limit_s"),
+        ({"limit_s": -1}, "limit_s"),
+        ({"limit_s": 1e999}, "limit_s"),
+        ({"limit_s": "5"}, "limit_s"),
+        ({"limit_s": True}, "limit_s"),
     ],
 )
 def test_bad_acquire_fields_are_named(fields: dict[str, object], named: str) -> None:
@@ -381,3 +389,22 @@ def test_a_long_status_keeps_its_owners_in_the_last_line() -> None:
         assert all(len(line) <= p.MAX_LINE for line in lines)
         last = p.decode_server(lines[-1])
         assert isinstance(last, p.StatusReply) and last.owners == owners
+
+
+def test_a_limit_is_sent_only_when_given_and_named_with_its_value_when_bad() -> None:
+    assert "limit_s" not in p.Acquire(1, 1, 5, True).wire()
+    assert p.Acquire(1, 1, 5, True, limit_s=2.5).wire()["limit_s"] == 2.5
+    line = b'{"op":"acquire","req":1,"count":1,"units":5,"wait":true,"limit_s":NaN}\n'
+    error = _refused(line)
+    assert error.code in (ErrorCode.BAD_MESSAGE, ErrorCode.BAD_JSON)
+    zero = _refused(b'{"op":"acquire","req":1,"count":1,"units":5,"wait":true,"limit_s":0}\n')
+    assert "limit_s must be a finite number of seconds > 0, got 0.0" in zero.message
+    bad = _refused(b'{"op":"reclaim","req":1,"id":2,"count":1,"units":5,"held":null,'
+                   b'"age_s":1,"limit_s":-3}\n')  # fmt: skip
+    assert bad.code is ErrorCode.BAD_MESSAGE and "limit_s" in bad.message
+
+
+def test_a_revoked_reason_other_than_limit_reads_as_a_cancel() -> None:
+    line = b'{"op":"revoked","req":1,"id":2,"by":0,"reason":"later"}\n'
+    assert p.decode_server(line) == p.Revoked(1, 2, 0)
+    assert "reason" not in p.Revoked(1, 2, 0).wire()

@@ -180,3 +180,42 @@ def test_async_and_blocking_waiters_of_one_process_keep_their_order_over_a_resta
     asyncio.run(main())
     assert order == ["task", "thread"]
     backend.close()
+
+
+def test_a_reclaimed_lease_keeps_its_time_limit_end(start_server: StartServer) -> None:
+    """A lease with a time limit keeps the end its journal records across a SIGKILL: the
+    restarted server revokes it then (not later, for the outage; not from the client's
+    word), and one whose limit is long keeps exactly its journaled end."""
+    args = ("--gpus", "2", "--grace", "8")
+    server = start_server(*args)
+    path = server.socket
+    mine = UnixBackend(path)
+    short = mine.acquire_blocking(Demand(1, FULL, limit=3.0), BOUND)
+    long = mine.acquire_blocking(Demand(1, FULL, limit=3600.0), BOUND)
+    status(path)  # a sync point: the journal is up to date
+    server.proc.kill()
+    server.proc.wait(BOUND)
+    journal = _journal.load(_journal.journal_path(path))
+    assert journal is not None
+    ends = {e.held: e.limit_end for e in journal.entries}
+    assert len(ends) == 2 and all(end is not None for end in ends.values())
+
+    again = start_server(*args)
+    again.wait_for("recovery over")
+    line = again.wait_for("its time limit ran out")  # the short one, by its journaled end
+    assert f"#{mine.lease_id(long.ticket)}" not in line
+    revoked = threading.Event()
+    for _ in range(int(BOUND / 0.01)):  # the client hears of it (bounded)
+        if mine.revoked(short.ticket):
+            revoked.set()
+            break
+        revoked.wait(0.01)
+    assert revoked.is_set() and not mine.revoked(long.ticket)
+    status(path)
+    rewritten = _journal.load(_journal.journal_path(path))
+    assert rewritten is not None
+    (kept,) = rewritten.entries
+    assert kept.limit_end == ends[kept.held]  # exactly the journaled end
+    mine.release(short)  # revoked: a no-op
+    mine.release(long)
+    mine.close()

@@ -54,6 +54,9 @@ class PoolSnapshot:
     """On a pool sized in memory: free MiB per GPU (``free`` is then the free share)."""
     total_mib: tuple[int, ...] | None = None
     """On a pool sized in memory: each GPU's total MiB; None on a fraction pool."""
+    revoked: int = 0
+    """Grants taken back when their time limit (``limit_s``) ran out (counted in
+    ``released`` too)."""
 
 
 class Backend(Protocol):
@@ -62,6 +65,10 @@ class Backend(Protocol):
     A grant returned (or raised past) is owned by the caller until it is passed to
     ``release``. Cancellation, a timeout or KeyboardInterrupt while waiting must leave no
     trace: the request is withdrawn, or a grant that raced ahead is handed back.
+
+    A demand with a ``limit`` (seconds) is one whose grant the backend takes back once held
+    that long (the core counts on it): the in-process backend with a timer thread of its
+    own, the host server's client by the server's word (``revoked``).
 
     The front calls ``acquire_now`` first and ``acquire``/``acquire_blocking`` only when it
     returned None, so a backend needs no fast path of its own in those; the demand may have
@@ -109,9 +116,16 @@ class Backend(Protocol):
         """Give back ``grant``: one returned by an ``acquire*`` call, or a part of one (the same
         ticket and units, a subset of its GPUs; the front releases ``acquire_full`` grants GPU
         by GPU when its caller does). Each GPU of a grant is released once: again raises
-        ValueError, changing nothing. Safe to call after ``close()``. It may run inside a
+        ValueError, changing nothing; of a grant that was revoked (``revoked``) the release
+        is a no-op, once. Safe to call after ``close()``. It may run inside a
         finalizer (a lease's task collected by the GC), so it must not block on a lock its
         own thread may hold."""
+        ...
+
+    def revoked(self, ticket: int) -> bool:
+        """Whether grant ``ticket`` no longer holds its GPUs although its holder has not
+        released it: taken back when its time limit (``Demand.limit``) ran out, or by the host
+        server (``hwpool cancel``, lost in a restart). Its release is then a no-op."""
         ...
 
     def snapshot(self) -> PoolSnapshot:

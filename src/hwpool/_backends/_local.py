@@ -49,6 +49,7 @@ from .._core._scheduler import Waiter as CoreWaiter
 from .._errors import PoolClosedError
 from .._host._detect import GPUInfo
 from ._base import PoolSnapshot, WaiterSnapshot
+from ._deadlines import Deadlines
 from ._waiters import AsyncWaiter, ThreadWaiter, Waiter
 
 __all__ = ["LocalBackend"]
@@ -109,7 +110,11 @@ class LocalBackend:
         self._closed = False
         self._on_lost = self._lost  # one bound method for every AsyncWaiter
         # Grants made are not counted: every one is live or released (see snapshot).
-        self._released = self._cancelled = self._timed_out = 0
+        self._released = self._cancelled = self._timed_out = self._revoked_count = 0
+        # Time limits (Demand.limit): revoked grants by ticket -> the GPUs whose release is
+        # still to come (a no-op then), and the thread that revokes at the deadlines.
+        self._revoked: dict[int, set[int]] = {}
+        self._deadlines = Deadlines(clock, self._revoke, self._live.__contains__)
 
     def __repr__(self) -> str:
         return f"LocalBackend(num_gpus={len(self._gpus)})"
@@ -137,9 +142,12 @@ class LocalBackend:
                 if self._returns or self._dirty:  # self._begin(), inline: the hot path
                     self._drain()
                 self._dirty = True
-                taken = self._core.grant_now(demand, now=self._clock(), expected=expected)
+                now = self._clock()
+                taken = self._core.grant_now(demand, now=now, expected=expected)
                 if taken is not None:
                     self._live[taken.ticket] = grant = taken
+                    if demand.limit is not None:
+                        self._deadlines.arm(taken.ticket, now + demand.limit)
                 self._dirty = False
             if self._wake or self._returns:
                 self._settle()
@@ -199,13 +207,16 @@ class LocalBackend:
                 self._drain()
             self._dirty = True
             waiter.demand, waiter.expected = demand, expected
-            ticket, grant = self._core.submit(demand, now=self._clock(), expected=expected)
+            now = self._clock()
+            ticket, grant = self._core.submit(demand, now=now, expected=expected)
             if grant is None:
                 waiter.ticket = ticket
                 self._waiters[ticket] = waiter
             else:  # the waiter holds it, so that an exception from here on gives it back
                 waiter.grant = grant
                 self._live[ticket] = grant
+                if demand.limit is not None:
+                    self._deadlines.arm(ticket, now + demand.limit)
             self._dirty = False
         if self._wake or self._returns:
             self._settle()
@@ -241,12 +252,15 @@ class LocalBackend:
                 now = self._clock()  # self._hand_in(held), inline: the hot path
                 try:
                     del self._live[ticket]; self._returns.append((held, now))  # noqa: E702  # fmt: skip
-                except KeyError:  # another thread released it meanwhile
+                except KeyError:  # another thread released it meanwhile, or it was revoked
+                    if self._forget_revoked(grant):
+                        return
                     raise _not_held(grant) from None
                 if self._waiters and not (self._owner == get_ident() and self._lock.locked()):
                     self._settle()  # someone may be waiting for exactly this: apply it now
             elif held is None:
-                raise _not_held(grant)
+                if not self._forget_revoked(grant):
+                    raise _not_held(grant)
             else:
                 self._release_part(grant)
         except ValueError:
@@ -266,6 +280,52 @@ class LocalBackend:
         elif held is not None:
             with contextlib.suppress(ValueError):  # not a part of it, or released already
                 self._release_part(grant)
+
+    def _forget_revoked(self, grant: Grant) -> bool:
+        """Whether ``grant`` (or a part of it) was revoked when its limit ran out: its release
+        is then a no-op, once per GPU (ValueError for a GPU it did not hold then)."""
+        left = self._revoked.get(grant.ticket)
+        if left is None:
+            return False
+        gpus = set(grant.gpus)
+        if not gpus <= left:
+            raise _not_held(grant)
+        left -= gpus
+        if not left:
+            self._revoked.pop(grant.ticket, None)
+        return True
+
+    def revoked(self, ticket: int) -> bool:
+        """Whether grant ``ticket`` was taken back when its time limit ran out and its holder
+        has not released it since."""
+        return ticket in self._revoked
+
+    def _revoke(self, ticket: int) -> None:
+        """Take back grant ``ticket``, whose time limit ran out (the deadlines' thread calls
+        this): its capacity goes back to the pool at once, and its holder's release becomes a
+        no-op. A grant released meanwhile is left alone."""
+        with self._lock:
+            self._owner = get_ident()
+            self._begin()
+            held = self._live.get(ticket)
+            if held is not None:
+                # Marked before it leaves _live: a release that misses it there finds it here.
+                self._revoked[ticket] = set(held.gpus)
+                try:
+                    del self._live[ticket]
+                except KeyError:  # its holder released it just now (without the lock)
+                    del self._revoked[ticket]
+                else:
+                    self._released += 1
+                    self._revoked_count += 1
+                    self._collect(self._release_in_core(held, self._clock()))
+            self._dirty = False
+        self._settle()
+
+    def check_limits(self) -> None:
+        """Revoke now, on this thread, what the clock says is due (the limits' thread does so
+        by itself; a test whose clock moves by hand calls this)."""
+        self._deadlines.run_due()
 
     def _hand_in(self, held: Grant) -> None:
         """Hand in all of ``held`` (on our books), to be applied by the next section (or the
@@ -287,6 +347,8 @@ class LocalBackend:
         with self._lock:
             self._owner = get_ident()
             held = self._live.get(part.ticket)
+            if held is None and self._forget_revoked(part):
+                return
             rest = () if held is None else tuple(g for g in held.gpus if g not in part.gpus)
             each = {} if held is None else dict(self._held_by(held))
             if (
@@ -425,6 +487,9 @@ class LocalBackend:
             # In this order: a waiter both parked and live is granted (see _rebuild).
             waiter.grant = grant
             self._live[ticket] = grant
+            limit = waiter.demand.limit
+            if limit is not None:
+                self._deadlines.arm(ticket, self._clock() + limit)
             self._wake.append(waiter)
             del waiters[ticket]
 
@@ -518,6 +583,7 @@ class LocalBackend:
                 released=self._released,
                 cancelled=self._cancelled,
                 timed_out=self._timed_out,
+                revoked=self._revoked_count,
                 free_mib=self._core.free if self._sized else None,
                 total_mib=totals if self._sized else None,
             )

@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import enum
 import itertools
 import logging
@@ -254,6 +255,8 @@ class UnixBackend:
         self._welcomed = False
         self._readers: set[int] = set()  # idents of this backend's reader threads
         self._granted = self._released = self._cancelled = self._timed_out = 0
+        self._revoked_count = 0  # leases the server took back when their time limit ran out
+        self._timed_out_keys: set[int] = set()  # of those, the ones not released since
         self._posted = 0  # messages queued for the server, ever (snapshots compare it)
         self._opened = _Opened()
         weakref.finalize(self, self._opened.close_all)
@@ -494,14 +497,15 @@ class UnixBackend:
             if r.id is None:
                 out.append(
                     Acquire(r.key, count, units, r.wait, self._name, self._command, r.expected,
-                            unit, r.demand.priority)
+                            unit, r.demand.priority, r.demand.limit)
                 )  # fmt: skip
             else:
                 held = self._held(r) if r.state is _State.HELD else None
                 age = now - r.since
                 out.append(
-                    Reclaim(r.key, r.id, count, units, held, age, self._name, self._command, unit)
-                )
+                    Reclaim(r.key, r.id, count, units, held, age, self._name, self._command, unit,
+                            r.demand.limit)
+                )  # fmt: skip
         out.append(Reclaimed(next(self._keys)))
         return out
 
@@ -624,6 +628,15 @@ class UnixBackend:
             return
         self._orphans.add(r.key)
         self._released += 1
+        if message.reason == "limit":
+            self._revoked_count += 1
+            self._timed_out_keys.add(r.key)
+            _log.info(
+                "hwpool: lease #%s on GPUs %s was revoked: its time limit (%g s) ran out; its "
+                "release is a no-op",
+                message.id, list(r.gpus), r.demand.limit or 0.0,
+            )  # fmt: skip
+            return
         _log.warning(
             "hwpool: lease #%s on GPUs %s was revoked by %s (hwpool cancel): the server may "
             "grant those GPUs to others now, and its release is a no-op",
@@ -649,7 +662,7 @@ class UnixBackend:
             count, units, unit = self._asked(demand)
             self._send_or_connect(  # the owner is the uid the server sees; the priority is sent
                 Acquire(r.key, count, units, wait, self._name, self._command, expected, unit,
-                        demand.priority)
+                        demand.priority, demand.limit)
             )  # fmt: skip
         return r
 
@@ -757,6 +770,16 @@ class UnixBackend:
         self._defer(op)
 
     # ----------------------------------------------------------------- releasing
+    def revoked_by_limit(self, ticket: int) -> bool:
+        """Whether grant ``ticket`` was revoked because its time limit ran out (and not
+        released since)."""
+        return ticket in self._timed_out_keys
+
+    def revoked(self, ticket: int) -> bool:
+        """Whether grant ``ticket`` is no longer held although not released: revoked (its time
+        limit, ``hwpool cancel``), lost in a restart, or inherited over fork."""
+        return ticket in self._orphans
+
     def release(self, grant: Grant) -> None:
         """Give back ``grant`` or some of its GPUs; ValueError, changing nothing, if not held.
 
@@ -767,6 +790,7 @@ class UnixBackend:
         if r is None or r.state is not _State.HELD:
             if grant.ticket in self._orphans or self._closed:
                 self._orphans.discard(grant.ticket)
+                self._timed_out_keys.discard(grant.ticket)
                 return
             raise ValueError(
                 f"grant {grant.ticket} ({units_to_fraction(grant.units)} of GPU(s) "
@@ -813,7 +837,8 @@ class UnixBackend:
                 break
         with self._section():
             counters = (self._granted, self._released, self._cancelled, self._timed_out)
-        return _snapshot(reply, counters, self._totals)
+            revoked = self._revoked_count
+        return dataclasses.replace(_snapshot(reply, counters, self._totals), revoked=revoked)
 
     def status(self) -> StatusReply:
         """The server's whole status, over this backend's own connection (no other one is
@@ -844,7 +869,8 @@ class UnixBackend:
         finally:
             wire.shutdown()
         counters = (self._granted, self._released, self._cancelled, self._timed_out)
-        return _snapshot(reply, counters, self._totals)
+        snap = _snapshot(reply, counters, self._totals)
+        return dataclasses.replace(snap, revoked=self._revoked_count)
 
     def close(self) -> None:
         """Say goodbye: the server gives back everything this process held or waited for

@@ -29,12 +29,13 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 
-__all__ = ["FORWARDED", "exit_status", "run_job", "say"]
+__all__ = ["FORWARDED", "TIMED_OUT", "exit_status", "run_job", "say"]
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 KILL_WAIT_S = 5.0  # after SIGKILL, how long the group may take to be gone
 WATCH_S = 0.25  # how often the lease is looked at while the job runs
 SIGNAL_SLICE_S = 0.25  # how often the wait for the job wakes to act on a signal (_wait_for)
+TIMED_OUT = 124  # the exit status of a job ended by its time limit (as timeout(1)'s)
 
 _WRAPPER = """\
 import ctypes, os, signal, sys
@@ -81,6 +82,9 @@ def run_job(
     grace_s: float,
     held: Callable[[], bool] | None = None,
     lost: str = "",
+    *,
+    deadline: float | None = None,
+    late: str = "",
 ) -> int:
     """Run ``argv`` with ``env`` in its own process group; return its exit status once the
     rest of its group is gone too (SIGTERM, then SIGKILL after ``grace_s``).
@@ -88,7 +92,9 @@ def run_job(
     SIGINT, SIGTERM and SIGHUP that this process receives meanwhile go to the child's group
     (one ignored when this process started stays ignored, here and in the child).
     ``held()`` is asked a few times a second: once false, ``lost`` is printed on stderr and
-    the group is ended the same way (SIGTERM, SIGKILL after ``grace_s``).
+    the group is ended the same way (SIGTERM, SIGKILL after ``grace_s``). At ``deadline``
+    (``time.monotonic()``), if the job still runs, ``late`` is printed and the group is
+    ended so too; the status is then :data:`TIMED_OUT` (124), whatever the job's own.
     """
     tty = _foreground_tty()
     command = list(argv)
@@ -100,7 +106,9 @@ def run_job(
         group.append(child.pid)
         if tty is not None:
             _give_terminal(tty, child.pid)
-        watch = None if held is None else _Watch(held, child.pid, grace_s, lost)
+        watch = None
+        if held is not None or deadline is not None:
+            watch = _Watch(held, child.pid, grace_s, lost, deadline=deadline, late=late)
         try:
             code = _wait_for(child) if tty is None else _wait_in_foreground(child, tty)
         finally:
@@ -109,14 +117,28 @@ def run_job(
             if tty is not None:
                 _give_terminal(tty, os.getpgrp())
             end_group(child.pid, grace_s)
+    if watch is not None and watch.timed_out:
+        return TIMED_OUT
     return exit_status(code)
 
 
 class _Watch:
-    """A thread that ends process group ``pgid`` once ``held()`` turns false."""
+    """A thread that ends process group ``pgid`` once ``held()`` turns false, or once the
+    clock passes ``deadline`` (then ``timed_out`` is set)."""
 
-    def __init__(self, held: Callable[[], bool], pgid: int, grace_s: float, lost: str) -> None:
+    def __init__(
+        self,
+        held: Callable[[], bool] | None,
+        pgid: int,
+        grace_s: float,
+        lost: str,
+        *,
+        deadline: float | None = None,
+        late: str = "",
+    ) -> None:
         self._held, self._pgid, self._grace_s, self._lost = held, pgid, grace_s, lost
+        self._deadline, self._late = deadline, late
+        self.timed_out = False
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="hwpool-run-watch", daemon=True)
         self._thread.start()
@@ -126,16 +148,31 @@ class _Watch:
         self._thread.join(5.0)
 
     def _run(self) -> None:
-        while not self._done.wait(WATCH_S):
-            if not self._held():
-                break
-        else:
+        if not self._watch():
             return
-        say(self._lost)
         _signal_group(self._pgid, signal.SIGTERM)
         _signal_group(self._pgid, signal.SIGCONT)
         if not self._done.wait(self._grace_s):
             _signal_group(self._pgid, signal.SIGKILL)
+
+    def _watch(self) -> bool:
+        """Wait until the job must be ended (True, after saying why) or has ended (False)."""
+        deadline = self._deadline
+        while True:
+            pause = WATCH_S if deadline is None else max(0.0, min(WATCH_S, deadline - _now()))
+            if self._done.wait(pause):
+                return False
+            if deadline is not None and _now() >= deadline:
+                self.timed_out = True  # before the signal: the job may exit at once
+                say(self._late)
+                return True
+            if self._held is not None and not self._held():
+                say(self._lost)
+                return True
+
+
+def _now() -> float:
+    return time.monotonic()
 
 
 def _wait_for(child: subprocess.Popen[bytes]) -> int:

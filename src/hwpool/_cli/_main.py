@@ -106,7 +106,8 @@ def _parser() -> argparse.ArgumentParser:
     sim = commands.add_parser("simulate", help="replay a trace in virtual time")
     sim.add_argument(
         "trace", metavar="TRACE",
-        help="a JSON Lines or CSV file (arrival, demand, duration[, name, owner, priority]), "
+        help="a JSON Lines or CSV file (arrival, demand, duration[, name, owner, priority, "
+        "limit]), "
         "or a bundled "
         f"example: {', '.join(_trace.EXAMPLE_TRACES)}",
     )  # fmt: skip

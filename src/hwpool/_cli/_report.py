@@ -20,6 +20,9 @@ def format_table(outcomes: Sequence[Outcome]) -> str:
         ("GPU utilisation", [f"{o.utilization:.0%}" for o in outcomes]),
         ("  at the lower bound", [f"{o.best_utilization:.0%}" for o in outcomes]),
     ]
+    timed_out = sum(run.task.timed_out for run in outcomes[0].runs)  # the same in every one
+    if any(run.task.limit is not None for run in outcomes[0].runs):
+        rows.append(("tasks ended at their limit", [str(timed_out)] * len(outcomes)))
     for index, stats in enumerate(outcomes[0].classes):
         rows.append((f"{stats.label} x{stats.count}", [""] * len(outcomes)))
         for metric in ("p50", "p99", "worst"):
@@ -48,11 +51,15 @@ def _run_json(run: TaskRun) -> dict[str, JSONValue]:
         asked["owner"] = run.task.owner
     if run.task.priority:
         asked["priority"] = run.task.priority
+    limited: dict[str, JSONValue] = {}
+    if run.task.limit is not None:  # the limit reads back; timed_out says how it ran
+        limited = {"limit": run.task.limit, "timed_out": run.task.timed_out}
     return {
         "name": run.task.name,
         "arrival": run.task.arrival,
         **asked,
         "duration": run.task.duration,
+        **limited,
         "start": run.start,
         "end": run.end,
         "wait": run.wait,

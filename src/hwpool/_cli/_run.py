@@ -1,9 +1,10 @@
 """``hwpool run -- CMD``: wait in the host-wide queue for a share of the GPUs, then run CMD on it.
 
 Exit status: the command's (killed by signal N: 128 + N); 2 for bad usage; 124 when
-``--timeout`` passed in the queue; 125 when no server answers or the request fails; 126 / 127
-when CMD cannot be run / is not found; 130 / 143 / 129 for SIGINT / SIGTERM / SIGHUP while
-waiting (the request is withdrawn first).
+``--timeout`` passed in the queue, or when the job ran past ``--time`` and was ended; 125
+when no server answers or the request fails; 126 / 127 when CMD cannot be run / is not
+found; 130 / 143 / 129 for SIGINT / SIGTERM / SIGHUP while waiting (the request is withdrawn
+first).
 
 A server that goes away while the job runs does not end it: ``hwpool run`` waits for it to
 come back (``--reconnect-timeout``, ``HWPOOL_RECONNECT_TIMEOUT``; default: for as long as it
@@ -30,7 +31,7 @@ from types import FrameType
 from typing import Any, TextIO
 
 from .._backends._unix import UnixBackend
-from .._check import check_int
+from .._check import check_int, duration_from_text
 from .._core._memory import format_mib, parse_memory
 from .._errors import PoolClosedError, RevokedError
 from .._gpu._lease import GPULease
@@ -69,9 +70,9 @@ def register(commands: Any) -> None:
     """Add ``run`` to the ``hwpool`` subcommands."""
     run = commands.add_parser(
         "run", help="wait for a share of the GPUs, then run a command on it",
-        usage="hwpool run [-h] [--gpus G | --mem SIZE] [--timeout S] [--name NAME] "
-        "[--priority P] [--no-start] [--socket PATH] [--grace S] [--reconnect-timeout S] "
-        "-- CMD [ARGS...]",
+        usage="hwpool run [-h] [--gpus G | --mem SIZE] [--timeout S] [--time LIMIT] "
+        "[--name NAME] [--priority P] [--no-start] [--socket PATH] [--grace S] "
+        "[--reconnect-timeout S] -- CMD [ARGS...]",
         description="Wait in the host-wide queue for G of the GPUs (or SIZE of one GPU's "
         "memory), then run CMD with CUDA_VISIBLE_DEVICES set to them; exit with its status.",
     )  # fmt: skip
@@ -91,6 +92,13 @@ def register(commands: Any) -> None:
         "(`hwpool serve --memory`; a server this starts is)",
     )  # fmt: skip
     run.add_argument("--timeout", type=_seconds, metavar="S", help="give up waiting after S s")
+    run.add_argument(
+        "--time", type=_limit, metavar="LIMIT",
+        help="a time limit for the job once it runs (90s, 30m, 2h, 1d, or seconds): past it "
+        "the job's process group gets SIGTERM, SIGKILL --grace S later, and hwpool run exits "
+        "124; the server counts on the limit (plus the grace), and may let the job start "
+        "ahead of a wide request that waits",
+    )  # fmt: skip
     run.add_argument("--name", metavar="NAME", help="a name for the job in `hwpool status`")
     run.add_argument(
         "--priority", type=_priority, default=0, metavar="P",
@@ -145,6 +153,14 @@ def _memory(text: str) -> int:
     """``--mem``: an amount of memory (see ``hwpool._core._memory``), in MiB."""
     try:
         return parse_memory(text, "SIZE")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _limit(text: str) -> float:
+    """``--time``: a duration (``90s``, ``30m``, ``2h``, or seconds), > 0."""
+    try:
+        return duration_from_text(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -235,24 +251,54 @@ def _lease_and_run(pool: GPUPool, args: argparse.Namespace, argv: list[str], pat
     lease, what = _lease(pool, args, path)
     started = time.monotonic()
     _wait(lease, what, path, started, args.timeout)
+    granted = time.monotonic()
+    limit = args.time
     try:
         say(
-            f"hwpool run: {_granted(lease)} after {time.monotonic() - started:.1f} s; "
+            f"hwpool run: {_granted(lease)} after {granted - started:.1f} s; "
             f"running {shlex.join(argv)}"
+            + ("" if limit is None else f" for at most {_duration_text(limit)} (--time)")
         )
-        return _child.run_job(argv, lease.env(), args.grace, _holds(pool, lease), _LOST)
+        return _child.run_job(
+            argv, lease.env(), args.grace, _holds(pool, lease), _LOST,
+            deadline=None if limit is None else granted + limit,
+            late=_late(limit, args.grace) if limit is not None else "",
+        )  # fmt: skip
     finally:
         lease.__exit__(None, None, None)
 
 
+def _late(limit: float, grace: float) -> str:
+    """The line ``hwpool run`` says when the job runs past ``--time``."""
+    return (
+        f"hwpool run: timed out: the job ran past --time {_duration_text(limit)}; ending it "
+        f"(SIGTERM, then SIGKILL after {grace:g} s); exit status 124"
+    )
+
+
+def _duration_text(seconds: float) -> str:
+    """``90 s``, ``30 min``, ``2 h``: a --time as people read it."""
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{seconds / 3600:g} h"
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{seconds / 60:g} min"
+    return f"{seconds:g} s"
+
+
+def _limit_s(args: argparse.Namespace) -> float | None:
+    """The ``limit_s`` sent with the request: ``--time`` plus ``--grace``, which is when the
+    job is surely gone (SIGKILL comes ``--grace`` s after SIGTERM), so that the server (and
+    the policy that counts on the limit) never sees the GPU free while the job still runs."""
+    return None if args.time is None else args.time + args.grace
+
+
 def _lease(pool: GPUPool, args: argparse.Namespace, path: Path) -> tuple[GPULease, str]:
     """The lease ``--gpus`` or ``--mem`` asks for, and what it is in words."""
-    timeout, priority = args.timeout, args.priority
+    timeout, priority, limit = args.timeout, args.priority, _limit_s(args)
     if args.mem is not None:
         try:
-            return pool.lease(memory=args.mem, timeout=timeout, priority=priority), format_mib(
-                args.mem
-            )
+            lease = pool.lease(memory=args.mem, timeout=timeout, priority=priority, limit_s=limit)
+            return lease, format_mib(args.mem)
         except ValueError as exc:  # a server that shares fractions, or too much for every GPU
             raise _Exit(
                 2, f"--mem {format_mib(args.mem)}: {exc} (server on {str(path)!r})"
@@ -263,10 +309,9 @@ def _lease(pool: GPUPool, args: argparse.Namespace, path: Path) -> tuple[GPULeas
             2, f"--gpus {demand}: the server on {str(path)!r} has {plural(pool.num_gpus, 'GPU')}"
         )
     if isinstance(demand, int):
-        return pool.lease_full(demand, timeout=timeout, priority=priority), plural(
-            demand, "whole GPU"
-        )
-    return pool.lease(demand, timeout=timeout, priority=priority), _share(demand)
+        lease = pool.lease_full(demand, timeout=timeout, priority=priority, limit_s=limit)
+        return lease, plural(demand, "whole GPU")
+    return pool.lease(demand, timeout=timeout, priority=priority, limit_s=limit), _share(demand)
 
 
 def _carried(text: str) -> str:
@@ -285,11 +330,13 @@ _LOST = (
 
 def _holds(pool: GPUPool, lease: GPULease) -> Callable[[], bool]:
     """Whether the server still counts ``lease`` as this process's (a revoked lease, or one a
-    restarted server did not take back, is not: its GPU may be handed on)."""
+    restarted server did not take back, is not: its GPU may be handed on). One the server
+    revoked for its time limit counts as held: ``--time``'s own deadline, which is no later,
+    ends the job as timed out (not as lost)."""
     backend, grant = pool._backend, lease._grant
     assert isinstance(backend, UnixBackend) and grant is not None
     ticket = grant.ticket
-    return lambda: backend.lease_id(ticket) is not None
+    return lambda: backend.lease_id(ticket) is not None or backend.revoked_by_limit(ticket)
 
 
 def _wait(lease: GPULease, what: str, path: Path, started: float, timeout: float | None) -> None:

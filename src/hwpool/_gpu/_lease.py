@@ -38,9 +38,14 @@ class GPULease:
     For code that runs elsewhere, ``.devices`` names the leased GPUs as ``CUDA_VISIBLE_DEVICES``
     wants them, ``.env()`` is the environment a child process needs, and ``.popen()`` /
     ``.run()`` start one with it.
+
+    A lease asked for with ``limit_s`` is revoked once held that long: ``.revoked`` turns
+    True, the GPUs go back to the pool, and the end of the block releases nothing.
     """
 
-    __slots__ = ("_demand", "_expected", "_grant", "_pool", "_timeout", "_token", "_used")
+    __slots__ = (
+        "_demand", "_expected", "_grant", "_pool", "_revoked", "_timeout", "_token", "_used",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -56,6 +61,22 @@ class GPULease:
         self._grant: Grant | None = None
         self._token: contextvars.Token[tuple[int, ...]] | None = None
         self._used = False
+        self._revoked = False
+
+    @property
+    def limit_s(self) -> float | None:
+        """The time limit asked for (seconds; None: none)."""
+        return self._demand.limit
+
+    @property
+    def revoked(self) -> bool:
+        """Whether the pool took this lease back before its holder released it: its
+        ``limit_s`` ran out (or, over the host server, ``hwpool cancel`` revoked it, or a
+        restarted server lost it). Its GPUs may then be someone else's: stop using them."""
+        if self._revoked:
+            return True
+        grant = self._grant
+        return grant is not None and self._pool._backend.revoked(grant.ticket)
 
     def __repr__(self) -> str:
         return f"GPULease(gpus={self.gpus}, fraction={self.fraction})"
@@ -151,6 +172,7 @@ class GPULease:
             except ValueError:  # exited in another context than entered: nothing to restore
                 pass
         if grant is not None:
+            self._revoked = self._pool._backend.revoked(grant.ticket)
             self._pool._release(grant)
 
     async def __aenter__(self) -> list[int]:

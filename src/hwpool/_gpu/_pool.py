@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import os
 from collections.abc import Hashable, Mapping, Sequence
 from types import TracebackType
@@ -23,7 +24,7 @@ from types import TracebackType
 from .._backends._base import Backend, PoolSnapshot
 from .._backends._local import LocalBackend
 from .._backends._unix import SOCKET_VAR, UnixBackend
-from .._check import check_int, check_timeout
+from .._check import check_int, check_real, check_timeout
 from .._core._capacity import UNITS_PER_GPU, fraction_to_units, units_to_fraction
 from .._core._fairshare import DEFAULT_HALF_LIFE, check_half_life, check_shares
 from .._core._scheduler import Demand, Grant
@@ -76,6 +77,19 @@ class GPUPool:
     the host server (``HWPOOL_SOCKET``, ``backend=``) the owner is the calling user (its uid;
     ``owner`` is not sent) and the server's config sets shares; ``priority`` is sent
     (-1000..1000) and orders that user's requests only.
+
+    Time limits: every ``acquire*`` and ``lease*`` takes ``limit_s=`` (seconds, finite and
+    > 0). Once a grant has been held that long the pool **revokes** it: its capacity goes
+    back to the pool (so that the request at the head of the queue, which the policy let
+    others run in front of only on the strength of such limits, starts on time), the lease's
+    ``revoked`` turns True (``snapshot().revoked`` counts them), and its release becomes a
+    no-op. The holder is not interrupted: nothing is cancelled or raised in it, since a task
+    or thread cut at an arbitrary point could leave its own state broken; it is told by
+    ``lease.revoked`` and must stop using the GPUs (a child process it started should be
+    ended; ``hwpool run --time`` does that). In-process a thread of the pool (run only while
+    limited grants are held) revokes on the pool's clock; over the host server the server
+    revokes and tells the client. A limit is what lets a request start in front of a waiting
+    wide one (``expected_s`` is only a hint and lets nobody pass).
     """
 
     def __init__(
@@ -189,6 +203,7 @@ class GPUPool:
         expected_s: float | None = None,
         owner: Hashable = None,
         priority: int = 0,
+        limit_s: float | None = None,
     ) -> int:
         """Wait for ``fraction`` (0 < fraction <= 1, default 1) of one GPU, or for ``memory``
         (MiB or ``"6GiB"``) on a pool sized in memory; return the GPU's index.
@@ -197,6 +212,8 @@ class GPUPool:
         ``release(gpu, fraction)`` (or ``release(gpu, memory=...)``). ``expected_s`` (every
         ``acquire*`` and ``lease*`` takes it): how long you expect to hold it, in seconds,
         which the policy then uses instead of what it learned of requests of this size.
+        ``limit_s``: revoke the grant once held that long (see the class doc); its
+        ``release`` is then a no-op.
         """
         last = _LAST
         if fraction is last[0] and self._totals is None and memory is None:
@@ -205,6 +222,8 @@ class GPUPool:
             demand = self._one_demand(fraction, memory)
         if owner is not None or priority.__class__ is not int or priority:
             demand = _owned(demand, owner, priority)
+        if limit_s is not None:
+            demand = _limited(demand, limit_s)
         if timeout is not None:
             timeout = check_timeout(timeout)
         if expected_s is not None:
@@ -226,12 +245,13 @@ class GPUPool:
         expected_s: float | None = None,
         owner: Hashable = None,
         priority: int = 0,
+        limit_s: float | None = None,
     ) -> list[int]:
         """Wait for ``count`` completely free GPUs, granted together; return their indices.
 
         Give each back with ``release(gpu)``.
         """
-        demand = _owned(self._whole_demand(count), owner, priority)
+        demand = _limited(_owned(self._whole_demand(count), owner, priority), limit_s)
         timeout = check_timeout(timeout)
         expected_s = check_timeout(expected_s, "expected_s")
         grant = self._try_now(demand, expected_s)
@@ -249,13 +269,14 @@ class GPUPool:
         expected_s: float | None = None,
         owner: Hashable = None,
         priority: int = 0,
+        limit_s: float | None = None,
     ) -> int:
         """Like :meth:`acquire`, for threads: block until granted or ``timeout`` passes.
 
         Raises RuntimeError in a thread that runs an event loop (it would freeze the loop,
         and deadlock if the holder is a task on it): use ``await pool.acquire()`` there.
         """
-        demand = _owned(self._one_demand(fraction, memory), owner, priority)
+        demand = _limited(_owned(self._one_demand(fraction, memory), owner, priority), limit_s)
         hint = check_timeout(expected_s, "expected_s")
         grant = self._take_blocking(demand, check_timeout(timeout), "acquire_blocking()", hint)
         return self._keep(grant)[0]
@@ -268,9 +289,10 @@ class GPUPool:
         expected_s: float | None = None,
         owner: Hashable = None,
         priority: int = 0,
+        limit_s: float | None = None,
     ) -> list[int]:
         """Like :meth:`acquire_full`, for threads (RuntimeError on an event loop's thread)."""
-        demand = _owned(self._whole_demand(count), owner, priority)
+        demand = _limited(_owned(self._whole_demand(count), owner, priority), limit_s)
         hint = check_timeout(expected_s, "expected_s")
         what = "acquire_full_blocking()"
         return self._keep(self._take_blocking(demand, check_timeout(timeout), what, hint))
@@ -298,12 +320,13 @@ class GPUPool:
         expected_s: float | None = None,
         owner: Hashable = None,
         priority: int = 0,
+        limit_s: float | None = None,
     ) -> int:
         """Take ``fraction`` of a GPU (or ``memory``) now, or raise :class:`hwpool.WouldBlock`.
 
         Never jumps the queue: granted only where the policy lets a new arrival start.
         """
-        demand = _owned(self._one_demand(fraction, memory), owner, priority)
+        demand = _limited(_owned(self._one_demand(fraction, memory), owner, priority), limit_s)
         return self._keep(self._take_now(demand, check_timeout(expected_s, "expected_s")))[0]
 
     def acquire_full_nowait(
@@ -313,9 +336,10 @@ class GPUPool:
         expected_s: float | None = None,
         owner: Hashable = None,
         priority: int = 0,
+        limit_s: float | None = None,
     ) -> list[int]:
         """Take ``count`` whole GPUs now, or raise :class:`hwpool.WouldBlock`."""
-        demand = _owned(self._whole_demand(count), owner, priority)
+        demand = _limited(_owned(self._whole_demand(count), owner, priority), limit_s)
         return self._keep(self._take_now(demand, check_timeout(expected_s, "expected_s")))
 
     def _take_now(self, demand: Demand, expected: float | None = None) -> Grant:
@@ -432,12 +456,13 @@ class GPUPool:
         expected_s: float | None = None,
         owner: Hashable = None,
         priority: int = 0,
+        limit_s: float | None = None,
     ) -> GPULease:
         """A lease of ``fraction`` of one GPU (or of ``memory`` on a pool sized in memory),
         for ``async with`` or a plain ``with``."""
         return GPULease(
             self,
-            _owned(self._one_demand(fraction, memory), owner, priority),
+            _limited(_owned(self._one_demand(fraction, memory), owner, priority), limit_s),
             None if timeout is None else check_timeout(timeout),
             None if expected_s is None else check_timeout(expected_s, "expected_s"),
         )
@@ -450,10 +475,11 @@ class GPUPool:
         expected_s: float | None = None,
         owner: Hashable = None,
         priority: int = 0,
+        limit_s: float | None = None,
     ) -> GPULease:
         """A lease of ``count`` whole GPUs, for ``async with`` or a plain ``with``."""
         hint = check_timeout(expected_s, "expected_s")
-        demand = _owned(self._whole_demand(count), owner, priority)
+        demand = _limited(_owned(self._whole_demand(count), owner, priority), limit_s)
         return GPULease(self, demand, check_timeout(timeout), hint)
 
     # ----------------------------------------------------------------- introspection
@@ -500,6 +526,21 @@ def _owned(demand: Demand, owner: object, priority: object) -> Demand:
         raise TypeError(f"owner must be hashable, got {owner!r} ({type(owner).__name__})") from None
     number = check_int("priority", priority)
     return dataclasses.replace(demand, owner=owner, priority=number)
+
+
+def _limited(demand: Demand, limit_s: object) -> Demand:
+    """``demand`` with the time limit ``limit_s`` (None: none); TypeError or ValueError naming
+    ``limit_s`` and its value unless it is a finite number of seconds > 0."""
+    if limit_s is None:
+        return demand
+    if limit_s.__class__ is float and 0.0 < limit_s < math.inf:  # the common case, at once
+        number = limit_s
+    else:
+        number = check_real("limit_s", limit_s)
+        if not 0.0 < number < math.inf:
+            raise ValueError(f"limit_s must be a finite number of seconds > 0, got {limit_s!r}")
+    d = demand  # a new Demand directly: dataclasses.replace costs more than the grant
+    return Demand(d.count, d.units, d.whole, d.relative, d.owner, d.priority, number)
 
 
 def _no_grant(demand: Demand, expected: float | None = None) -> Grant | None:

@@ -21,6 +21,7 @@ import tomllib
 from collections.abc import Callable, Collection
 from pathlib import Path
 
+from .._check import duration_from_text as _duration
 from .._core._memory import parse_memory
 from .._core._scheduler import POLICIES
 from .._wire._safety import read_trusted_file
@@ -47,23 +48,6 @@ def _seconds(value: object) -> float:
     if not (math.isfinite(value) and value > 0):
         raise ValueError(f"must be a number of seconds > 0, got {value!r}")
     return float(value)
-
-
-_DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d)?\s*")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
-
-
-def _duration(text: str) -> float:
-    match = _DURATION.fullmatch(text)
-    if match is None:
-        raise ValueError(
-            f'must be a duration: a number and one of ms, s, m, h, d (like "90s", "1h"), '
-            f"got {text!r}"
-        )
-    seconds = float(match[1]) * _UNIT_SECONDS[match[2]]
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise ValueError(f"must be a duration > 0, got {text!r}")
-    return seconds
 
 
 def _count(value: object) -> int:

@@ -20,8 +20,9 @@ requests (leases and waiters), a uid at most ``max_per_user`` over all its conne
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar, overload
 
 from .._core._capacity import UNITS_PER_GPU
@@ -116,6 +117,7 @@ class Entry:
     held: dict[int, int] | None = None
     granted_as: int | None = None  # the core's ticket of its grant, for learning hold times
     expected_s: float | None = None  # the client's hint of its hold time
+    limit_end: float | None = None  # a lease with a time limit: when the server revokes it
 
 
 Delivery = tuple[Client, ServerMessage]
@@ -147,7 +149,8 @@ def _journaled(entry: Entry) -> JournalEntry:
     held = None if entry.held is None else tuple(sorted(entry.held.items()))
     c = entry.client
     demand = entry.demand
-    return JournalEntry(entry.id, c.uid, c.pid, demand.count, demand.units, held, c.token)
+    end = entry.limit_end if entry.held is not None else None
+    return JournalEntry(entry.id, c.uid, c.pid, demand.count, demand.units, held, c.token, end)
 
 
 def _made_by(journaled: JournalEntry, client: Client) -> bool:
@@ -219,6 +222,8 @@ class HostState:
         self.max_per_connection = max_per_connection
         self.max_per_user = max_per_user
         self._per_uid: dict[int, int] = {}  # requests (leases and waiters) per uid
+        # Leases with a time limit: (end, id), the earliest first (stale ones skipped).
+        self._ends: list[tuple[float, int]] = []
         self.granted = self.released = self.cancelled = self.timed_out = 0
 
     # ----------------------------------------------------------------- ids and checks
@@ -230,10 +235,26 @@ class HostState:
         return ident
 
     def _demand(
-        self, count: int, units: int, unit: Unit, req: int, *, owner: int, priority: int = 0
+        self,
+        count: int,
+        units: int,
+        unit: Unit,
+        req: int,
+        *,
+        owner: int,
+        priority: int = 0,
+        limit: float | None = None,
     ) -> Demand:
         """The core's demand for a request's ``count``, ``units`` and ``unit`` (checked), of
-        ``owner`` (the client's uid: a client never names its owner) at ``priority``."""
+        ``owner`` (the client's uid: a client never names its owner) at ``priority``, with
+        the time limit ``limit`` (seconds) that this server enforces."""
+        demand = self._sized_demand(count, units, unit, req, owner=owner, priority=priority)
+        return demand if limit is None else replace(demand, limit=limit)
+
+    def _sized_demand(
+        self, count: int, units: int, unit: Unit, req: int, *, owner: int, priority: int = 0
+    ) -> Demand:
+        """:meth:`_demand` without a limit."""
         core, totals = self.core, self.totals
         if count > core.num_gpus:
             raise _bad(f"count={count} but this host has {core.num_gpus} GPUs", req)
@@ -321,8 +342,9 @@ class HostState:
         """A new request: granted at once, queued, or (nowait) refused with ``would_block``."""
         self._data_only(client, msg.req)
         demand = self._demand(
-            msg.count, msg.units, msg.unit, msg.req, owner=client.uid, priority=msg.priority
-        )
+            msg.count, msg.units, msg.unit, msg.req, owner=client.uid, priority=msg.priority,
+            limit=msg.limit_s,
+        )  # fmt: skip
         self._fresh_req(client, msg.req)
         self._room_for(client, msg.req)
         if not msg.wait:
@@ -396,12 +418,50 @@ class HostState:
         entry.granted_as = grant.ticket
         entry.since = now
         self.granted += 1
+        limit = entry.demand.limit
+        if limit is not None:
+            self._limit_at(entry, now + limit)
         self._touch(entry)
         self.log(
             f"grant {_job(entry)} to {entry.client}: {self._what(entry.held)}"
             + (f" after {waited:.3f} s" if waited > 0.0005 else "")
         )
         return (entry.client, Granted(entry.req, entry.id, grant.gpus, grant.units))
+
+    def _limit_at(self, entry: Entry, end: float) -> None:
+        """Revoke lease ``entry`` at ``end`` (``expire``), unless it is gone by then."""
+        entry.limit_end = end
+        heapq.heappush(self._ends, (end, entry.id))
+
+    def next_limit_end(self) -> float | None:
+        """When the earliest time limit of a lease held now runs out (None: no lease has
+        one); the I/O layer calls :meth:`expire` then."""
+        ends, by_id = self._ends, self._by_id
+        while ends:
+            end, ident = ends[0]
+            entry = by_id.get(ident)
+            if entry is not None and entry.held is not None and entry.limit_end == end:
+                return end
+            heapq.heappop(ends)  # released, or its end moved (a reclaim): stale
+        return None
+
+    def expire(self, now: float) -> list[Delivery]:
+        """Revoke every lease whose time limit has run out by ``now``: it is released as any
+        (the journal says so), its owner is told ``revoked`` (reason ``limit``), and the
+        waiters its capacity lets through are granted."""
+        out: list[Delivery] = []
+        while (end := self.next_limit_end()) is not None and end <= now:
+            ident = heapq.heappop(self._ends)[1]
+            entry = self._by_id[ident]
+            held_s = now - entry.since
+            self.log(
+                f"revoke {_job(entry)} of {entry.client}: its time limit ran out after "
+                f"{held_s:.3f} s: {self._what(entry.held or {})}"
+            )
+            notice = Revoked(entry.req, entry.id, entry.client.uid, "limit")
+            out.append((entry.client, notice))
+            out += self._remove(entry, now)
+        return out
 
     def _deliver(self, grants: list[Grant], now: float) -> list[Delivery]:
         return [self._granted(self._by_ticket.pop(g.ticket), g, now) for g in grants]
@@ -558,7 +618,9 @@ class HostState:
         """
         self._data_only(client, msg.req)
         self._fresh_req(client, msg.req)
-        demand = self._demand(msg.count, msg.units, msg.unit, msg.req, owner=client.uid)
+        demand = self._demand(
+            msg.count, msg.units, msg.unit, msg.req, owner=client.uid, limit=msg.limit_s
+        )
         if msg.held is not None and len({gpu for gpu, _ in msg.held}) != len(msg.held):
             raise ProtocolError(
                 ErrorCode.BAD_MESSAGE, f"reclaim of #{msg.id}: held names a GPU twice", msg.req
@@ -576,6 +638,11 @@ class HostState:
         if msg.held is None or units is None:
             return [self._grant_or_queue(entry, now)]
         entry.held = dict(msg.held)
+        end = journaled.limit_end if journaled is not None else None
+        if end is None and msg.limit_s is not None:  # not journaled: as the client counts
+            end = now - msg.age_s + msg.limit_s
+        if end is not None:
+            self._limit_at(entry, end)
         self.log(f"reclaim #{entry.id} by {client}: {self._what(entry.held)}")
         return [(client, Granted(msg.req, entry.id, tuple(entry.held), units))]
 

@@ -16,6 +16,7 @@ whole line::
     {"op": "counters", "granted": 7, "released": 5, "cancelled": 0, "timed_out": 1}
     {"op": "queued", "id": 9, "uid": ..., "held": null, ...}      a waiter (or its update)
     {"op": "granted", "id": 9, "uid": ..., "held": [[0, 500]], ...}     a lease (or update)
+    {"op": "granted", ..., "limit_end": 81234.5}   a lease with a time limit, which ends then
     {"op": "released", "id": 9}   /   {"op": "withdrawn", "id": 10}         gone
 
 Loading replays it. A last line without its newline is what a crash in the middle of an
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -42,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from .._check import check_int
+from .._check import check_int, check_real
 from .._wire._protocol import MAX_ID
 from .._wire._safety import create_side_file, open_side_file
 
@@ -83,6 +85,9 @@ class JournalEntry:
 
     ``token`` names the client (one pool of one process) that made it, as that client said in
     its hello; "" where none was said. A reclaim is matched on it, not on the pid alone.
+    ``limit_end``: for a lease with a time limit, when it ends, in ``time.monotonic()``
+    seconds (CLOCK_MONOTONIC on Linux: one clock for every process of one boot, which is as
+    long as a journal matters); None for none (and in journals written before it existed).
     """
 
     id: int
@@ -92,6 +97,7 @@ class JournalEntry:
     units: int
     held: tuple[tuple[int, int], ...] | None = None
     token: str = ""
+    limit_end: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,10 +130,11 @@ def _entry_line(entry: JournalEntry) -> str:
         op, held = "queued", "null"
     else:
         op, held = "granted", "[" + ",".join(f"[{g},{u}]" for g, u in entry.held) + "]"
+    end = "" if entry.limit_end is None else f',"limit_end":{entry.limit_end!r}'
     return (
         f'{{"op":"{op}","id":{entry.id},"uid":{entry.uid},"pid":{entry.pid},'
         f'"count":{entry.count},"units":{entry.units},"held":{held},'
-        f'"token":{json.dumps(entry.token)}}}\n'
+        f'"token":{json.dumps(entry.token)}{end}}}\n'
     )
 
 
@@ -323,7 +330,18 @@ def _parse_entry(raw: object) -> JournalEntry:
         check_int("units", raw["units"], minimum=1),
         pairs,
         _parse_token(raw.get("token", "")),
+        _parse_limit_end(raw.get("limit_end")),
     )
+
+
+def _parse_limit_end(raw: object) -> float | None:
+    """A lease's ``limit_end``: a finite number (monotonic seconds), or None."""
+    if raw is None:
+        return None
+    number = check_real("limit_end", raw)
+    if not math.isfinite(number):
+        raise ValueError(f"limit_end must be a finite number, got {raw!r}")
+    return number
 
 
 def _parse_token(raw: object) -> str:

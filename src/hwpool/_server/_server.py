@@ -355,6 +355,8 @@ class _Server:
         self.pending_seen = -1  # how many of them recovery still expected at the last write
         self.stopping = False
         self.recovery_timer: asyncio.TimerHandle | None = None
+        self.limit_timer: asyncio.TimerHandle | None = None  # the next lease's time limit
+        self.limit_at: float | None = None  # when limit_timer fires
         self.idle_timer: asyncio.TimerHandle | None = None
         self.stop: asyncio.Event | None = None
         self.start_lock: int | None = None  # held from an idle stop until the process exits
@@ -583,6 +585,28 @@ class _Server:
                 conn.stream(message)
             else:
                 conn.send(message)
+        self.arm_limits()
+
+    # ----------------------------------------------------------------- time limits
+    def arm_limits(self) -> None:
+        """Have the loop call :meth:`expire_limits` when the earliest time limit of a lease
+        runs out (on the loop's clock, ``time.monotonic()``, the state's)."""
+        end = self.state.next_limit_end()
+        if end == self.limit_at or self.loop is None or self.stopping:
+            return
+        if self.limit_timer is not None:
+            self.limit_timer.cancel()
+        self.limit_timer, self.limit_at = None, end
+        if end is not None:
+            delay = max(0.0, end - time.monotonic())  # the loop's own clock may differ
+            self.limit_timer = self.loop.call_later(delay, self.expire_limits)
+
+    def expire_limits(self) -> None:
+        """Revoke the leases whose time limit has run out (journaled, then told, as any
+        change), and arm the timer for the next one."""
+        self.limit_timer = self.limit_at = None
+        self.after(self.state.expire(time.monotonic()))
+        self.arm_limits()
 
     def write_journal(self) -> bool:
         """Append what changed to the journal; whether it is all on disk now."""

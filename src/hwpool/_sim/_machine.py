@@ -24,15 +24,15 @@ __all__ = ["held_on", "min_work", "run_work", "task_demand"]
 
 def task_demand(task: Task, totals: Sequence[int] | None) -> Demand:
     """What ``task`` asks of the core on this machine (``totals`` None: fractions), with its
-    owner and priority.
+    owner, priority and time limit.
 
     Raises ValueError naming the task for a memory task on a fraction machine or an amount
     larger than every GPU.
     """
     demand = _capacity_demand(task, totals)
-    if task.owner is None and not task.priority:
+    if task.owner is None and not task.priority and task.limit is None:
         return demand
-    return dataclasses.replace(demand, owner=task.owner, priority=task.priority)
+    return dataclasses.replace(demand, owner=task.owner, priority=task.priority, limit=task.limit)
 
 
 def _capacity_demand(task: Task, totals: Sequence[int] | None) -> Demand:
@@ -73,7 +73,7 @@ def held_on(demand: Demand, total: int) -> int:
 def run_work(task: Task, gpus: Sequence[int], totals: Sequence[int]) -> float:
     """The MiB-seconds ``task`` held, run on ``gpus``."""
     demand = task_demand(task, totals)
-    return sum(held_on(demand, totals[gpu]) for gpu in gpus) * task.duration
+    return sum(held_on(demand, totals[gpu]) for gpu in gpus) * task.runtime
 
 
 def min_work(task: Task, totals: Sequence[int]) -> float:
@@ -81,5 +81,5 @@ def min_work(task: Task, totals: Sequence[int]) -> float:
     demand = task_demand(task, totals)
     if demand.whole or demand.relative:  # at the least, on the smallest GPUs
         smallest = sorted(totals)[: demand.count]
-        return sum(held_on(demand, total) for total in smallest) * task.duration
-    return demand.units * demand.count * task.duration
+        return sum(held_on(demand, total) for total in smallest) * task.runtime
+    return demand.units * demand.count * task.runtime

@@ -17,8 +17,8 @@ from collections.abc import Iterator, Mapping
 
 __all__ = ["FIELDS", "RESULT_FIELDS", "Row", "TraceError", "csv_rows", "json_rows", "lines", "show"]
 
-FIELDS = ("arrival", "demand", "duration", "name", "memory", "owner", "priority")
-RESULT_FIELDS = ("start", "end", "wait", "gpus")
+FIELDS = ("arrival", "demand", "duration", "name", "memory", "owner", "priority", "limit")
+RESULT_FIELDS = ("start", "end", "wait", "gpus", "timed_out")
 """Fields of ``simulate --json`` tasks that say how a task ran; ignored when it is read back."""
 
 Row = tuple[str, Mapping[str, object]]

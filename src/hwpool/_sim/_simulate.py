@@ -232,7 +232,7 @@ def simulate(
             starts = rule.finish(index, now)
         for begun, gpus in starts:
             started[begun] = (now, gpus)
-            heapq.heappush(events, (now + tasks[begun].duration, _COMPLETION, begun))
+            heapq.heappush(events, (now + tasks[begun].runtime, _COMPLETION, begun))
         if len(started) >= report and progress is not None:
             progress(len(started))
             report = len(started) + step
@@ -240,7 +240,7 @@ def simulate(
         raise RuntimeError(f"policy {policy!r} left {len(tasks) - len(started)} tasks unstarted")
     runs = [
         TaskRun(
-            task, started[i][0], started[i][0] + task.duration, started[i][1],
+            task, started[i][0], started[i][0] + task.runtime, started[i][1],
             None if totals is None else _share(demands[i], started[i][1], totals),
         )
         for i, task in enumerate(tasks)
@@ -310,7 +310,7 @@ def packing_bound(tasks: Sequence[Task], num_gpus: int) -> float:
 
     def exclusive(task: Task) -> float:
         if task.count > 1 or 2 * task.units > UNITS_PER_GPU:
-            return task.count * task.duration
+            return task.count * task.runtime
         return 0.0
 
     return max(lower_bound(tasks, num_gpus), _spread_bound(tasks, num_gpus, exclusive))
@@ -320,7 +320,7 @@ def _spread_bound(tasks: Sequence[Task], num_gpus: int, cost: Callable[[Task], f
     """The latest ``arrival + duration``, or for any arrival time ``a``, ``a`` plus the
     ``cost`` (GPU-seconds) of what arrives at or after ``a`` spread over all GPUs."""
     ordered = sorted(tasks, key=lambda task: task.arrival)
-    bound = max(task.arrival + task.duration for task in ordered)
+    bound = max(task.arrival + task.runtime for task in ordered)
     remaining = 0.0
     for task in reversed(ordered):
         remaining += cost(task)
@@ -336,7 +336,7 @@ def memory_lower_bound(tasks: Sequence[Task], gpu_memory: Sequence[int]) -> floa
     """:func:`lower_bound` on GPUs sized in memory: each task's MiB-seconds spread over all
     the machine's MiB."""
     ordered = sorted(tasks, key=lambda task: task.arrival)
-    bound = max(task.arrival + task.duration for task in ordered)
+    bound = max(task.arrival + task.runtime for task in ordered)
     capacity, remaining = sum(gpu_memory), 0.0
     for task in reversed(ordered):
         remaining += min_work(task, gpu_memory)

@@ -9,11 +9,14 @@ CSV, digits alone are MiB). Giving both is an error, as it is in ``acquire()``; 
 cell or a JSON ``null`` counts as not given. A task may also give ``owner`` (a non-empty string:
 a user, a team; default none, one owner for all) and ``priority`` (an integer, higher first
 within its owner; default 0), which the hwpool policies schedule by (fair share between
-owners; the baselines ignore them). JSON Lines: one object per line, numbers as JSON
-numbers (``"0.5"`` is refused, as the API refuses a string). CSV: a header line naming the
-columns, in any order. In both, blank lines and lines starting with ``#`` are skipped, a UTF-8
-byte order mark is ignored, and an unknown or repeated field is an error. What ``hwpool simulate
---json`` writes is a trace too (its tasks are read back; how they ran is ignored).
+owners; the baselines ignore them), and ``limit`` (seconds, > 0): a time limit enforced as
+``hwpool run --time`` enforces it, so a task whose ``duration`` exceeds it ends at the limit,
+timed out; the hwpool policies may count on it (backfill onto the head's GPUs). JSON Lines:
+one object per line, numbers as JSON numbers (``"0.5"`` is refused, as the API refuses a
+string). CSV: a header line naming the columns, in any order. In both, blank lines and lines
+starting with ``#`` are skipped, a UTF-8 byte order mark is ignored, and an unknown or repeated
+field is an error. What ``hwpool simulate --json`` writes is a trace too (its tasks are read
+back; how they ran is ignored).
 
 Parsing is all or nothing: the first bad line raises :class:`TraceError` naming the file, the
 line number and the field, before anything is simulated or printed.
@@ -74,6 +77,19 @@ class Task:
     memory_mib: int | None = None
     owner: str | None = None
     priority: int = 0
+    limit: float | None = None
+    """A time limit (seconds) enforced on the task: it runs ``min(duration, limit)``."""
+
+    @property
+    def runtime(self) -> float:
+        """How long the task holds its GPUs: its duration, cut at its limit if it has one."""
+        limit = self.limit
+        return self.duration if limit is None or limit >= self.duration else limit
+
+    @property
+    def timed_out(self) -> bool:
+        """Whether the task runs past its limit (and so is ended at it)."""
+        return self.limit is not None and self.duration > self.limit
 
     @property
     def demand(self) -> float | int | None:
@@ -91,7 +107,7 @@ class Task:
     @property
     def gpu_seconds(self) -> float:
         """The work in this task, in GPU-seconds (0 for a memory task: see the simulator)."""
-        return self.count * self.units / UNITS_PER_GPU * self.duration
+        return self.count * self.units / UNITS_PER_GPU * self.runtime
 
     @property
     def label(self) -> str:
@@ -207,16 +223,27 @@ def _task(row: Mapping[str, object], where: str, default_name: str, *, strict: b
     name = _name(row.get("name"), where, default_name)
     owner = _owner(row.get("owner"), where)
     priority = _priority(row.get("priority"), where, strict)
+    limit = _limit(row.get("limit"), where, strict)
     memory = _memory(row.get("memory"), where, strict)
     demand = row.get("demand")
     if memory is not None:
         if demand not in ("", None):
             raise TraceError(f"{where}: give 'demand' or 'memory', not both")
-        return Task(name, arrival, 1, 0, duration, memory, owner, priority)
+        return Task(name, arrival, 1, 0, duration, memory, owner, priority, limit)
     if demand in ("", None):
         raise TraceError(f"{where}: field 'demand' is missing (or give 'memory')")
     count, units = _demand(demand, where, strict)
-    return Task(name, arrival, count, units, duration, None, owner, priority)
+    return Task(name, arrival, count, units, duration, None, owner, priority, limit)
+
+
+def _limit(value: object, where: str, strict: bool) -> float | None:
+    """The task's time limit: seconds, > 0 and at most MAX_SECONDS; None when not given."""
+    if value is None or value == "":
+        return None
+    limit = _seconds(value, "limit", where, strict)
+    if limit <= 0:
+        raise TraceError(f"{where}: field 'limit' must be > 0 seconds, got {show(value)}")
+    return limit
 
 
 def _owner(value: object, where: str) -> str | None:

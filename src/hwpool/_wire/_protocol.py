@@ -377,7 +377,9 @@ class Acquire:
     ``name`` and ``command`` only label the request in ``hwpool status``; ``expected_s``
     (optional) is how long the client expects to hold the grant, for the policy.
     ``priority`` (optional, ``-MAX_PRIORITY..MAX_PRIORITY``, default 0) orders it among the
-    same user's waiters only (higher first): it never passes another user's.
+    same user's waiters only (higher first): it never passes another user's. ``limit_s``
+    (optional, finite and > 0): a time limit the server enforces, revoking the grant once
+    held that long (``revoked`` with ``reason`` ``limit``); the policy may count on it.
     """
 
     req: int
@@ -389,6 +391,7 @@ class Acquire:
     expected_s: float | None = None
     unit: Unit = "gpu"
     priority: int = 0
+    limit_s: float | None = None
     op: ClassVar[str] = "acquire"
 
     def wire(self) -> dict[str, object]:
@@ -403,6 +406,8 @@ class Acquire:
             out["unit"] = self.unit
         if self.priority:
             out["priority"] = self.priority
+        if self.limit_s is not None:
+            out["limit_s"] = self.limit_s
         return out
 
 
@@ -441,7 +446,9 @@ class Reclaim:
     """After a reconnect: re-declare request ``id`` of the previous connection under ``req``.
 
     ``held`` lists the ``(gpu, units)`` a lease still holds; ``None`` means the request was
-    still waiting. ``age_s`` is how long it has been held or waited.
+    still waiting. ``age_s`` is how long it has been held or waited. ``limit_s``: the time
+    limit it was asked with (a lease's counts from its grant, ``age_s`` ago; the journal's
+    record of it wins over this).
     """
 
     req: int
@@ -453,6 +460,7 @@ class Reclaim:
     name: str | None = None
     command: str | None = None
     unit: Unit = "gpu"
+    limit_s: float | None = None
     op: ClassVar[str] = "reclaim"
 
     def wire(self) -> dict[str, object]:
@@ -464,6 +472,8 @@ class Reclaim:
         _put_texts(out, self.name, self.command)
         if self.unit != "gpu":
             out["unit"] = self.unit
+        if self.limit_s is not None:
+            out["limit_s"] = self.limit_s
         return out
 
 
@@ -554,7 +564,18 @@ def _acquire(f: _Fields) -> Acquire:
         f.num("req"), f.num("count", 1, MAX_GPUS), f.num("units", 1), f.flag("wait"),
         **_texts(f), expected_s=expected, unit=_unit(f),
         priority=f.opt_num("priority", -MAX_PRIORITY, MAX_PRIORITY) or 0,
+        limit_s=_limit(f),
     )  # fmt: skip
+
+
+def _limit(f: _Fields) -> float | None:
+    """The optional ``limit_s`` of a request: a finite number of seconds > 0."""
+    if f.obj.get("limit_s") is None:
+        return None
+    number = f.age("limit_s")
+    if number <= 0.0:
+        raise f.fail(f"limit_s must be a finite number of seconds > 0, got {number!r}")
+    return number
 
 
 def _withdraw(f: _Fields) -> Withdraw:
@@ -575,7 +596,7 @@ def _reclaim(f: _Fields) -> Reclaim:
         raise f.fail(f"held names GPU {twice[0]} more than once")
     return Reclaim(
         f.num("req"), f.num("id", 1), f.num("count", 1, MAX_GPUS), f.num("units", 1), held,
-        f.age("age_s"), **_texts(f), unit=_unit(f),
+        f.age("age_s"), **_texts(f), unit=_unit(f), limit_s=_limit(f),
     )  # fmt: skip
 
 
@@ -699,15 +720,29 @@ class Done:
 
 @dataclass(frozen=True, slots=True)
 class Revoked:
-    """Lease ``req`` (host-wide ``id``) was revoked by uid ``by``: its release is now a no-op."""
+    """Lease ``req`` (host-wide ``id``) was revoked by uid ``by``: its release is now a no-op.
+
+    ``reason``: ``cancel`` (``hwpool cancel`` by ``by``; left out on the wire) or ``limit``
+    (its ``limit_s`` ran out; ``by`` is then the lease's own uid, which set the limit).
+    """
 
     req: int
     id: int
     by: int
+    reason: Literal["cancel", "limit"] = "cancel"
     op: ClassVar[str] = "revoked"
 
     def wire(self) -> dict[str, object]:
-        return {"op": self.op, "req": self.req, "id": self.id, "by": self.by}
+        out: dict[str, object] = {"op": self.op, "req": self.req, "id": self.id, "by": self.by}
+        if self.reason != "cancel":
+            out["reason"] = self.reason
+        return out
+
+
+def _revoked(f: _Fields) -> Revoked:
+    """A ``revoked``; an unknown ``reason`` (a later server's) reads as ``cancel``."""
+    reason: Literal["cancel", "limit"] = "limit" if f.obj.get("reason") == "limit" else "cancel"
+    return Revoked(f.num("req"), f.num("id", 1), f.num("by"), reason)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1052,7 +1087,7 @@ _SERVER: dict[str, Callable[[_Fields], ServerMessage]] = {
     "queued": lambda f: Queued(f.num("req"), f.num("id", 1)),
     "would_block": lambda f: Busy(f.num("req")),
     "ok": _done,
-    "revoked": lambda f: Revoked(f.num("req"), f.num("id", 1), f.num("by")),
+    "revoked": _revoked,
     "error": _error,
     "status": _status,
     "status_part": _status_part,
