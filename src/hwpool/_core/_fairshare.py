@@ -125,6 +125,11 @@ class Usage:
         account = self._accounts.get(owner)
         return 0.0 if account is None else account.rate
 
+    def grants(self, owner: Hashable) -> int:
+        """How many grants ``owner`` holds now."""
+        account = self._accounts.get(owner)
+        return 0 if account is None else account.grants
+
     def hold(self, owner: Hashable, held: Mapping[int, int], now: float) -> Account:
         """Count a grant of ``owner`` holding ``held`` (GPU -> units) from ``now``, kept by
         the caller (the hold-time records under ``easy``), which reports its end to

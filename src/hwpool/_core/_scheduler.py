@@ -115,6 +115,7 @@ from .._check import check_int, check_real, check_timeout
 from ._capacity import UNITS_PER_GPU
 from ._durations import Durations
 from ._fairshare import DEFAULT_HALF_LIFE, OwnerQueue, Usage, check_half_life, check_shares
+from ._limits import EPSILON, LimitExceeded, LimitHold, OwnerLimits, check_limits
 
 __all__ = ["POLICIES", "Demand", "Grant", "Head", "Scheduler", "Waiter"]
 
@@ -213,11 +214,13 @@ def _check_rebuilt_ticket(ticket: object) -> int:
 
 
 class Waiter(NamedTuple):
-    """A waiting request as the core sees it: its ticket, demand and current reservation."""
+    """A waiting request as the core sees it: its ticket, demand and current reservation,
+    and ``held``: why its owner's limit holds it (rule 11), or None."""
 
     ticket: int
     demand: Demand
     reserved: tuple[int, ...]
+    held: LimitHold | None = None
 
 
 class _DemandIndex:
@@ -345,6 +348,8 @@ class Scheduler:
         policy: str = "easy",
         shares: Mapping[Hashable, float] | None = None,
         half_life: float = DEFAULT_HALF_LIFE,
+        limits: Mapping[Hashable, OwnerLimits] | None = None,
+        default_limits: OwnerLimits | None = None,
     ) -> None:
         """``gpus``: a count of GPUs of ``units_per_gpu`` units each (default a whole GPU's
         ``UNITS_PER_GPU``), or a sequence giving each GPU's total in units (any positive
@@ -352,8 +357,11 @@ class Scheduler:
         ``policy``: one of :data:`POLICIES` (see the module docstring). ``shares``: owner ->
         share (a finite number > 0; owners not named have 1); ``half_life``: seconds of the
         caller's clock over which usage counts half (rule 8; default
-        :data:`~hwpool._core._fairshare.DEFAULT_HALF_LIFE`, an hour).
+        :data:`~hwpool._core._fairshare.DEFAULT_HALF_LIFE`, an hour). ``limits``: owner ->
+        :class:`~hwpool._core._limits.OwnerLimits`, and ``default_limits`` for every owner
+        not named there (rule 11; default: none).
         """
+        checked_limits, checked_default = check_limits(limits, default_limits)
         checked_shares = check_shares(shares)
         checked_half_life = check_half_life(half_life)
         if not isinstance(policy, str):
@@ -381,7 +389,15 @@ class Scheduler:
         self._totals = totals
         self.policy = policy
         self._easy = policy == "easy"
-        self._uniform = len(set(totals)) == 1  # the fast path; else the plain walk
+        self._uniform = len(set(totals)) == 1
+        # Rule 11: the limits per owner, and whether any is set.
+        self._limits = checked_limits
+        self._default_limits = checked_default
+        self._limited = any(lim.active for lim in checked_limits.values()) or (
+            checked_default is not None and checked_default.active
+        )
+        # The fast path (GPUs of one size, no limits); else the plain walk.
+        self._fast = self._uniform and not self._limited
         self._tickets = itertools.count(1)
         # Under easy: the clock, and what was learned (with the grants running).
         self._now = 0.0
@@ -421,7 +437,7 @@ class Scheduler:
         # Under easy each grant's one record is its hold-time run, which reports to usage;
         # and usage is counted only once some demand names an owner (see _count_usage).
         self._durations = Durations(self.num_gpus, self._usage)
-        self._counting = not self._easy
+        self._counting = not self._easy or self._limited  # limits read what owners hold
         self._queued = 0  # counts every change to the queue (see _ranked)
         self._reset_owner_queues()
 
@@ -439,6 +455,8 @@ class Scheduler:
         # and the waiters that have yielded once (they never yield again).
         self._resume: int | None = None
         self._yielded: set[int] = set()
+        # Rule 11 (only with limits): per owner, its waiters and the GPUs they ask at most.
+        self._waiting_of: dict[Hashable, list[float]] = {}
 
     # ----------------------------------------------------------------- queries
     @property
@@ -471,7 +489,21 @@ class Scheduler:
         current reservations."""
         reserved = self.reservations() if self._easy else self._reserved
         for ticket, demand in list(self._in_order()):
-            yield Waiter(ticket, demand, reserved.get(ticket, ()))
+            mine = reserved.get(ticket, ())
+            held = self._hold(ticket, demand) if self._limited and not mine else None
+            yield Waiter(ticket, demand, mine, held)
+
+    def held_by_limit(self, ticket: int) -> LimitHold | None:
+        """Why waiter ``ticket`` is held by its owner's limit (rule 11), or None if it is
+        not; KeyError if ``ticket`` is not waiting."""
+        demand = self._queue[ticket]
+        if not self._limited or ticket in self.reservations():
+            return None
+        return self._hold(ticket, demand)
+
+    def limits(self, owner: Hashable) -> OwnerLimits | None:
+        """``owner``'s limits (rule 11), or None if it has none."""
+        return self._limits_of(owner)
 
     def usage(self, owner: Hashable, now: float | None = None) -> float:
         """``owner``'s recent usage in GPU-seconds, decayed with the half-life (rule 8), at
@@ -530,10 +562,12 @@ class Scheduler:
         demand = self._admit(demand)
         clock = now if type(now) is float and now - now == 0.0 else self._time(now)
         hint = None if expected is None else check_timeout(expected, "expected")
+        if self._limited:
+            self._refuse_never(demand)
         self._now = max(self._now, clock)
         if self._easy:
             at = self._now
-            if self._queue or not self._uniform or hint is not None:
+            if self._queue or not self._fast or hint is not None:
                 gpus = self._place_new_easy(demand, hint, at)
                 if gpus is None:
                     return None
@@ -569,10 +603,12 @@ class Scheduler:
         """
         demand = self._admit(demand)
         clock, expected = self._time(now), check_timeout(expected, "expected")
+        if self._limited:
+            self._refuse_beyond(demand, max(self._now, clock), expected)
         if self._easy:
             return self._submit_easy(demand, self._commit(clock), expected)
         self._commit(clock)
-        if not self._uniform:
+        if not self._fast:
             return self._submit_general(demand)
         ticket = next(self._tickets)
         gpus = self._take_new(demand)
@@ -771,6 +807,10 @@ class Scheduler:
         """Put a waiter at the end of its owner's queue at its priority."""
         self._queue[ticket] = demand
         self._queued += 1
+        if self._limited:
+            tally = self._waiting_of.setdefault(demand.owner, [0.0, 0.0])
+            tally[0] += 1
+            tally[1] += self._charge(demand)
         queues = self._owner_queues
         queue = queues.get(demand.owner)
         if queue is None:
@@ -782,6 +822,12 @@ class Scheduler:
         """Take a waiter out of the queue and its owner's queue; return its demand."""
         demand = self._queue.pop(ticket)
         self._queued += 1
+        if self._limited:
+            tally = self._waiting_of[demand.owner]
+            tally[0] -= 1
+            tally[1] -= self._charge(demand)
+            if not tally[0]:
+                del self._waiting_of[demand.owner]
         queues = self._owner_queues
         queue = queues[demand.owner]
         queue.remove(ticket, demand.priority)
@@ -839,6 +885,132 @@ class Scheduler:
             return next(iter(self._queue))
         return self._ranked()[0][1].first()
 
+    # --------------------------------------------------------- limits (rule 11)
+    def _limits_of(self, owner: Hashable) -> OwnerLimits | None:
+        """``owner``'s limits, or None where it has none."""
+        limits = self._limits.get(owner, self._default_limits)
+        return limits if limits is not None and limits.active else None
+
+    def _charge(self, demand: Demand) -> float:
+        """The GPUs ``demand`` counts against its owner's ``gpus`` limit: the most it could
+        count wherever it lands (``u`` units on a GPU of ``total`` count ``u / total``)."""
+        if demand.whole or demand.count > 1:
+            return float(demand.count)
+        totals = self._totals
+        if self._uniform:
+            return demand.units / totals[0]
+        if demand.relative:
+            return max(_share(demand.units, total) / total for total in totals)
+        return max(demand.units / total for total in totals if total >= demand.units)
+
+    def _committed(self, owner: Hashable, ticket: int | None) -> tuple[float, int]:
+        """The GPUs and grants ``owner`` holds, plus those its waiters that reserve (other
+        than ``ticket``) keep room for: a waiter that reserves stays within the limit."""
+        usage, queue = self._usage, self._queue
+        gpus, grants = usage.running(owner), usage.grants(owner)
+        if self._easy:
+            head = self._head
+            reserving: Iterable[int] = () if head is None else (head.ticket,)
+        else:
+            reserving = self._reserved
+        for other in reserving:
+            if other != ticket and other in queue and queue[other].owner == owner:
+                gpus += self._charge(queue[other])
+                grants += 1
+        return gpus, grants
+
+    def _hold(self, ticket: int | None, demand: Demand) -> LimitHold | None:
+        """Why ``demand`` (waiter ``ticket``, or a new arrival: None) may not be granted now
+        under its owner's limits, or None if it may (rule 11)."""
+        limits = self._limits_of(demand.owner)
+        if limits is None or (limits.running is None and limits.gpus is None):
+            return None
+        gpus, grants = self._committed(demand.owner, ticket)
+        if limits.running is not None and grants + 1 > limits.running:
+            return LimitHold(demand.owner, "running", limits.running, grants, 1)
+        if limits.gpus is not None:
+            need = self._charge(demand)
+            if gpus + need > limits.gpus + EPSILON:
+                return LimitHold(demand.owner, "gpus", limits.gpus, gpus, need)
+        return None
+
+    def _first_eligible(self) -> int | None:
+        """The first waiter in queue order that no limit holds, or None (rule 11)."""
+        queue = self._queue
+        ranked = self._ranked() if self._fair else list(self._owner_queues.items())
+        head = self._head
+        for owner, owner_queue in ranked:
+            if self._limits_of(owner) is None:
+                return owner_queue.first()
+            # Every waiter of an owner at its running limit is held alike (none reserves).
+            alike = head is None or head.ticket not in queue or queue[head.ticket].owner != owner
+            for ticket in owner_queue:
+                held = self._hold(ticket, queue[ticket])
+                if held is None:
+                    return ticket
+                if alike and held.limit == "running":
+                    break
+        return None
+
+    def _refuse_never(self, demand: Demand) -> None:
+        """LimitExceeded if ``demand`` asks more GPUs than its owner may ever hold."""
+        limits = self._limits_of(demand.owner)
+        if limits is None or limits.gpus is None:
+            return
+        need = self._charge(demand)
+        if need > limits.gpus + EPSILON:
+            raise LimitExceeded(
+                demand.owner, "gpus", limits.gpus, need,
+                f"a request for {need:g} GPUs could never run",
+            )  # fmt: skip
+
+    def _refuse_beyond(self, demand: Demand, now: float, hint: float | None) -> None:
+        """LimitExceeded, changing nothing, for a request its owner's limits refuse (rule
+        11): one that could never run; under ``mode="refuse"``, one beyond the ``gpus`` or
+        ``running`` limit counting what the owner holds and has waiting; one that would
+        wait beyond the ``queued`` limit."""
+        self._refuse_never(demand)
+        owner = demand.owner
+        limits = self._limits_of(owner)
+        if limits is None:
+            return
+        count, asked = self._waiting_of.get(owner, (0.0, 0.0))
+        waiting = int(count)
+        if limits.mode == "refuse":
+            grants = self._usage.grants(owner)
+            if limits.running is not None and grants + waiting + 1 > limits.running:
+                raise LimitExceeded(
+                    owner, "running", limits.running, grants + waiting + 1,
+                    f"it has {grants} running and {waiting} waiting, and refuses more",
+                )  # fmt: skip
+            held = self._usage.running(owner)
+            need = self._charge(demand)
+            if limits.gpus is not None and held + asked + need > limits.gpus + EPSILON:
+                raise LimitExceeded(
+                    owner, "gpus", limits.gpus, held + asked + need,
+                    f"it holds {held:g} and asks {asked:g} waiting, and this request "
+                    f"asks {need:g} more",
+                )  # fmt: skip
+        if (
+            limits.queued is not None
+            and waiting >= limits.queued
+            and self._would_wait(demand, now, hint)
+        ):
+            raise LimitExceeded(
+                    owner, "queued", limits.queued, waiting + 1,
+                    f"it has {waiting} waiting, and this request would wait",
+                )  # fmt: skip
+
+    def _would_wait(self, demand: Demand, now: float, hint: float | None) -> bool:
+        """Whether a new arrival ``demand`` would wait: placed as :meth:`submit` would place
+        it, then given back (with limits the placement only changes ``free``)."""
+        gpus = self._place_new_easy(demand, hint, now) if self._easy else self._take_new(demand)
+        if gpus is None:
+            return True
+        for gpu in gpus:
+            self._free[gpu] += self._need(demand, gpu)
+        return False
+
     def _needs_of(self, demand: Demand) -> list[int]:
         """Units a relative ``demand`` needs on each GPU (rule 1), memoised per share."""
         needs = self._relative_needs.get(demand.units)
@@ -862,7 +1034,9 @@ class Scheduler:
 
     def _take_new(self, demand: Demand) -> tuple[int, ...] | None:
         """Take capacity for a new arrival where it fits without jumping the queue, or None."""
-        if not self._uniform:
+        if not self._fast:
+            if self._limited and self._hold(None, demand) is not None:
+                return None
             return self._fit_general(demand, self._open if self._queue else None, take=True)
         count, units = demand.count, demand.units
         if self._queue:
@@ -930,7 +1104,7 @@ class Scheduler:
         and reserves the next most-free GPU) is written out inline. Once reservations stop,
         the walk counts the demands it has passed, to stop when nothing further back can fit.
         """
-        if not self._uniform:
+        if not self._fast:
             return self._walk_general()
         reserved = self._reserved
         reserved.clear()
@@ -973,11 +1147,13 @@ class Scheduler:
         return self._dequeued(grants)
 
     def _dequeued(self, grants: list[Grant]) -> list[Grant]:
-        """Take the waiters a walk granted out of the queue and its index; return ``grants``."""
+        """Take the waiters a walk granted out of the queue and its index; return ``grants``
+        (counted in usage here, unless limits counted each as it was made)."""
         for grant in grants:
             done = self._unqueue(grant.ticket)
             self._index_of(done).remove(self._key_of(done))
-            self._accounted(grant, done.owner)
+            if not self._limited:
+                self._accounted(grant, done.owner)
         return grants
 
     # ------------------------------------------------- GPUs of different sizes (plain walk)
@@ -1073,6 +1249,8 @@ class Scheduler:
             self._reserving = True
         self._enqueue(ticket, demand)
         self._index_of(demand).add(self._key_of(demand))
+        if self._limited and self._hold(ticket, demand) is not None:
+            return ticket, None  # held by its owner's limit: it reserves nothing (rule 11)
         if self._reserving:
             chosen = self._reserve_general(demand, self._open)
             if chosen is None:
@@ -1110,6 +1288,21 @@ class Scheduler:
                 most, most_left = gpu, left
         return fit, most, needs[fit] if fit >= 0 else 0
 
+    def _absolute_pass(self, units: int, open_gpus: list[int]) -> tuple[int, int, int]:
+        """The walk's one pass for ``units`` on one GPU: its best fit among ``open_gpus``
+        (-1: none), the GPU it would reserve (the most free that could hold it), and
+        ``units``."""
+        free, totals = self._free, self._totals
+        fit, fit_free, most, most_free = -1, -1, -1, -1
+        for gpu in open_gpus:  # in index order, so ties go to the lowest index
+            f = free[gpu]
+            if f >= units:
+                if fit < 0 or f < fit_free:
+                    fit, fit_free = gpu, f
+            elif f > most_free and totals[gpu] >= units:
+                most, most_free = gpu, f
+        return fit, most, units
+
     def _seen_upto(self, visited: int) -> tuple[dict[int, int], dict[int, int]]:
         """The demands of the first ``visited`` waiters, tallied for the early stop."""
         seen: tuple[dict[int, int], dict[int, int]] = ({}, {})
@@ -1121,12 +1314,13 @@ class Scheduler:
         """Rules 3-5 on GPUs of different sizes, with the same early stop as the fast walk."""
         reserved = self._reserved
         reserved.clear()
-        free, totals = self._free, self._totals
+        free = self._free
         grants: list[Grant] = []
         open_gpus = list(range(self.num_gpus))
         reserving = True
         seen: tuple[dict[int, int], dict[int, int]] | None = None
         visited = 0
+        limited = self._limited
         for ticket, demand in self._in_order():
             if not open_gpus:
                 break
@@ -1135,18 +1329,14 @@ class Scheduler:
                 if not self._could_serve_rest_general(open_gpus, seen):
                     break
                 self._tally(seen, demand)
-            if demand.count == 1 and not demand.whole:  # one pass: best fit, else the reserve
-                if demand.relative:
-                    fit, most, units = self._relative_pass(demand, open_gpus)
-                else:
-                    units, fit, fit_free, most, most_free = demand.units, -1, -1, -1, -1
-                    for gpu in open_gpus:  # in index order, so ties go to the lowest index
-                        f = free[gpu]
-                        if f >= units:
-                            if fit < 0 or f < fit_free:
-                                fit, fit_free = gpu, f
-                        elif f > most_free and totals[gpu] >= units:
-                            most, most_free = gpu, f
+            if limited and self._hold(ticket, demand) is not None:
+                continue  # held by its owner's limit: neither granted nor reserving (rule 11)
+            if demand.count == 1 and not demand.whole and not limited:  # one pass (see below)
+                fit, most, units = (
+                    self._relative_pass(demand, open_gpus)
+                    if demand.relative
+                    else self._absolute_pass(demand.units, open_gpus)
+                )
                 if fit >= 0:
                     free[fit] -= units
                     grants.append(_grant((ticket, (fit,), units)))
@@ -1161,6 +1351,8 @@ class Scheduler:
             taken = self._fit_general(demand, open_gpus, take=True)
             if taken is not None:
                 grants.append(_grant((ticket, taken, self._units_of(demand, taken))))
+                if limited:  # counted now: the next waiter's limit reads it
+                    self._accounted(grants[-1], demand.owner)
                 continue
             if reserving:
                 chosen = self._reserve_general(demand, open_gpus)
@@ -1308,14 +1500,15 @@ class Scheduler:
     def _submit_easy(
         self, demand: Demand, now: float, hint: float | None
     ) -> tuple[int, Grant | None]:
-        ticket = next(self._tickets)
         gpus = self._place_new_easy(demand, hint, now)
+        ticket = next(self._tickets)
         if gpus is not None:
             return ticket, self._granted(ticket, demand, gpus, now, hint)
         self._enqueue(ticket, demand)
         self._class_add(ticket, demand, hint)
-        if self._head is None:  # the queue was empty: this is its head
-            self._head = self._choose_head(ticket, demand, now)
+        if self._head is None:  # the queue was empty, or every other waiter is held
+            if not self._limited or self._hold(ticket, demand) is None:
+                self._head = self._choose_head(ticket, demand, now)
         elif self._fair:
             self._head = self._yield_head(self._head, now)
         return ticket, None
@@ -1325,11 +1518,11 @@ class Scheduler:
     ) -> tuple[int, ...] | None:
         """Take capacity for a new arrival: best fit anywhere if none wait, else a backfill
         (rule 4e), never ahead of an earlier waiter of its demand without a hint."""
+        if self._limited and self._hold(None, demand) is not None:
+            return None  # held by its owner's limit (rule 11)
         if not self._queue:  # best fit over every GPU (the fast path on GPUs of one size)
             return (
-                self._take_new(demand)
-                if self._uniform
-                else self._fit_general(demand, None, take=True)
+                self._take_new(demand) if self._fast else self._fit_general(demand, None, take=True)
             )
         if demand in self._classes:
             return None  # an earlier one like it waits, and the same would stop it
@@ -1447,13 +1640,20 @@ class Scheduler:
         grants: list[Grant] = []
         queue = self._queue
         head = self._head
-        fifo = not self._fair and self._resume is None
-        while queue:  # the head, else the next head (rule 10e)
+        limited = self._limited
+        fifo = not self._fair and self._resume is None and not limited
+        while queue:  # the head, else the next head (rule 10e; rule 11: not a held one)
             if head is not None:
                 ticket = head.ticket
             else:
-                ticket = next(iter(queue)) if fifo else self._next_head()
+                first = next(iter(queue)) if fifo else self._next_head()
+                if first is None:
+                    break  # every waiter is held by its owner's limit
+                ticket = first
             demand = queue[ticket]
+            if limited and head is not None and self._hold(ticket, demand) is not None:
+                head = None  # its owner's limit holds it now: choose another
+                continue
             gpus = self._fit_general(demand, None, take=True)
             if gpus is None:
                 break
@@ -1466,8 +1666,11 @@ class Scheduler:
             return grants
         kept = head
         if head is None:
-            ticket = self._next_head()
-            head = self._choose_head(ticket, queue[ticket], now)
+            first = self._next_head()
+            if first is None:  # every waiter is held by its owner's limit (rule 11)
+                self._head = None
+                return grants
+            head = self._choose_head(first, queue[first], now)
         if self._fair:
             head = self._yield_head(head, now)
         if head is kept and now >= head.shadow and not head.moved:  # overdue: move once
@@ -1522,6 +1725,7 @@ class Scheduler:
         # Sizes (with their limit) refused, whatever their owner (when fair).
         refused: set[Hashable] = set()
         hints = self._hints
+        limited = self._limited
         while heap and any(free):
             key, index = heap[0]
             ticket = key[2] if fair else key
@@ -1529,6 +1733,9 @@ class Scheduler:
             size = (_class_of(demand), demand.limit) if fair else None
             if fair and size in refused:
                 heapq.heappop(heap)  # another owner's waiter of this size was refused
+                continue
+            if limited and self._hold(ticket, demand) is not None:
+                heapq.heappop(heap)  # held by its owner's limit, and so is the rest of it
                 continue
             gpus = self._backfill_fit(demand, now)
             if gpus is None:
@@ -1550,15 +1757,17 @@ class Scheduler:
         for ticket, _ in granted:
             self._dequeue(ticket)
 
-    def _next_head(self) -> int:
+    def _next_head(self) -> int | None:
         """The waiter to become head (rule 10e): one that yielded its place, once the waiter
-        it yielded to is gone, else the first in queue order."""
+        it yielded to is gone, else the first in queue order; with limits, the first one its
+        owner's limit does not hold (None if every waiter is held; rule 11)."""
         resume = self._resume
         if resume is not None:
-            if resume in self._queue:
+            if resume not in self._queue:
+                self._resume = None
+            elif not self._limited or self._hold(resume, self._queue[resume]) is None:
                 return resume
-            self._resume = None
-        return self._first()
+        return self._first_eligible() if self._limited else self._first()
 
     def _yield_head(self, head: Head, now: float) -> Head:
         """``head``, or the first waiter in queue order if ``head`` yields to it (rule 10e):
@@ -1570,8 +1779,8 @@ class Scheduler:
             head.ticket in self._yielded
         ):
             return head
-        first = self._first()
-        if first == head.ticket:
+        first = self._first_eligible() if self._limited else self._first()
+        if first is None or first == head.ticket:
             return head
         queue, ratio = self._queue, self._usage.ratio
         if ratio(queue[first].owner, now) >= ratio(queue[head.ticket].owner, now):
