@@ -95,6 +95,29 @@ is this order, taken at the ``now`` of each call:
 10r. Under ``reserve-all`` a new arrival backfills (rule 4) and reserves at the tail, as
    before; its owner's place in the order counts from the next walk (release or cancel).
 
+Limits per owner (both policies; issue 23), set by whoever builds the scheduler:
+
+11. An owner may have :class:`~hwpool._core._limits.OwnerLimits` (``limits``, and
+   ``default_limits`` for owners not named): ``gpus``, the most GPUs it holds at once (a
+   request counts the most GPUs it could hold wherever it lands: ``count`` whole GPUs, or
+   ``u`` units over the smallest GPU that could hold them, as :meth:`Scheduler.running`
+   counts); ``running``, the most grants it holds at once; ``queued``, the most requests it
+   has waiting. A waiter that would take its owner past ``gpus`` or ``running`` is *held*:
+   it stays in its place in the queue order but is never head, never reserves and is never
+   granted or backfilled, so the head (rules 3e, 10e) is the first waiter in queue order
+   that is not held, and under ``reserve-all`` the walk passes held waiters by. A waiter
+   that reserves (the head, or a reserving waiter under ``reserve-all``) keeps its room in
+   its owner's limits: a later waiter of that owner counts it as held already. Every
+   release or cancel walks the queue again (rules 5, 5e), so a held waiter is considered
+   as soon as its owner is back under the limit; once nothing new comes, every waiter is
+   granted. Refused with :class:`~hwpool._core._limits.LimitExceeded` (a ValueError
+   naming the owner, the limit and the value), changing nothing: a request bigger than
+   its owner's ``gpus`` (it could never run); one that would wait while its owner already
+   has ``queued`` waiting; and under ``mode="refuse"`` one that would take what its owner
+   holds *and has waiting* past ``gpus`` or ``running`` (so such an owner has no held
+   waiter). Without limits nothing of this costs a decision or changes one; with limits,
+   GPUs of one size take the plain walk of GPUs of different sizes (the same rules).
+
 Invariants after every call: per GPU ``0 <= free <= total``; a ticket is waiting, granted or
 gone, never two; reservations are disjoint and held only by waiters.
 """
