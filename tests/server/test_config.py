@@ -11,6 +11,7 @@ import pytest
 
 from hostserver import Server, run_cli
 from hwpool._cli import _host_cmds
+from hwpool._core._limits import OwnerLimits
 from hwpool._server._config import ConfigError, parse_config, read_config
 
 StartServer = Callable[..., Server]
@@ -175,3 +176,92 @@ def test_the_default_file_is_read_only_by_the_machine_wide_server(
     path.unlink()  # a missing default file is no error
     code, out, _ = run_cli("serve", "--socket", str(machine_wide), "--check-config")
     assert code == 0 and "# config file: none" in out
+
+
+# ----------------------------------------------------------------- [limits] (rule 11)
+LIMITS = """\
+[limits.default]
+gpus = 2
+running = 4
+queued = 20
+
+[limits.users.root]
+gpus = 0.5
+mode = "refuse"
+
+[limits.users."uid:4242"]
+queued = 0
+"""
+
+
+def test_limits_give_the_default_and_each_users_limits() -> None:
+    settings = parse_config(LIMITS, "serve.toml")
+    assert settings == {
+        "default_limits": OwnerLimits(gpus=2.0, running=4, queued=20),
+        "limits": {
+            pwd.getpwnam("root").pw_uid: OwnerLimits(gpus=0.5, mode="refuse"),
+            4242: OwnerLimits(queued=0),
+        },
+    }
+    assert parse_config("[limits.users.root]\nrunning = 1\n", "s") == {
+        "default_limits": None, "limits": {0: OwnerLimits(running=1)},
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("limits = 3\n", "line 1: limits: must be a table"),
+        ("[limits.default]\ngpus = -1\n", "line 2: limits.default.gpus: must be a finite number"),
+        ('[limits.default]\ngpus = "2"\n', "line 2: limits.default.gpus: must be a number of GPUs"),
+        ("[limits.default]\ngpus = true\n", "line 2: limits.default.gpus: must be a number of"),
+        ("[limits.default]\nrunning = 0\n", "line 2: limits.default.running: must be an integer"),
+        ("[limits.default]\nrunning = 1.5\n", "line 2: limits.default.running: must be an int"),
+        ("[limits.default]\nqueued = -1\n", "line 2: limits.default.queued: must be an integer >="),
+        (
+            '[limits.default]\nmode = "drop"\n',
+            "line 2: limits.default.mode: must be one of 'wait',",
+        ),
+        ("[limits.default]\ncolour = 1\n", "line 2: limits.default.colour: unknown key (the keys"),
+        ("[limits.default]\nmemory = 1\n", "line 2: limits.default.memory: a limit in MiB is not"),
+        ("[limits.users.no-such-user-hwp]\ngpus = 1\n", "limits.users.no-such-user-hwp: no user"),
+        ("[limits.users.root]\n\ngpus = 0\n", "line 3: limits.users.root.gpus: must be a finite"),
+        ('[limits.users."uid:0"]\n\nqueued = "x"\n', "line 3: limits.users.uid:0.queued: must"),
+        ("[limits.groups.staff]\ngpus = 1\n", "limits.groups: limits per group are not supported"),
+        ("[limits.colours]\n", "limits.colours: unknown table (the tables are: default, users)"),
+        ("[limits]\ndefault = 2\n", "line 2: limits.default: must be a table of limits"),
+        ("[limits]\nusers = 2\n", "line 2: limits.users: must be a table of users"),
+        (
+            '[limits.users.root]\ngpus = 1\n[limits.users."uid:0"]\ngpus = 2\n',
+            "limits.users.uid:0: names uid 0 twice",
+        ),
+    ],
+)
+def test_each_bad_limit_is_an_error_naming_the_key_and_line(text: str, named: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, "serve.toml")
+    assert str(info.value).startswith("serve.toml")
+    assert named in str(info.value)
+
+
+def test_check_config_prints_the_limits(tmp_path: Path) -> None:
+    path = write(tmp_path / "serve.toml", LIMITS)
+    code, out, err = run_cli("serve", "--socket", str(tmp_path / "d" / "s.sock"),
+                             "--config", str(path), "--check-config")  # fmt: skip
+    assert (code, err) == (0, "")
+    text = out[out.index("[limits.default]") :]
+    assert text.splitlines() == [
+        "[limits.default]", "gpus = 2", "running = 4", "queued = 20", 'mode = "wait"',
+        '[limits.users."uid:0"]  # root', "gpus = 0.5", "# running: not set",
+        "# queued: not set", 'mode = "refuse"',
+        '[limits.users."uid:4242"]  # 4242', "# gpus: not set", "# running: not set",
+        "queued = 0", 'mode = "wait"',
+    ]  # fmt: skip
+
+
+def test_check_config_without_limits_says_so(tmp_path: Path) -> None:
+    path = write(tmp_path / "serve.toml", "gpus = 2\n")
+    code, out, _ = run_cli("serve", "--socket", str(tmp_path / "d" / "s.sock"),
+                           "--config", str(path), "--check-config")  # fmt: skip
+    assert code == 0
+    assert "# limits.default: not set (users not named have no limits)" in out.splitlines()

@@ -16,7 +16,14 @@ from typing import NamedTuple
 
 from .._check import check_int, check_real
 
-__all__ = ["LIMIT_MODES", "LimitExceeded", "LimitHold", "OwnerLimits", "check_limits"]
+__all__ = [
+    "LIMIT_MODES",
+    "LimitExceeded",
+    "LimitHold",
+    "OwnerLimits",
+    "check_limits",
+    "describe_limit",
+]
 
 LIMIT_MODES = ("wait", "refuse")
 """What happens to a request beyond an owner's ``gpus`` or ``running`` limit: it waits, held,
@@ -62,7 +69,8 @@ class OwnerLimits:
         return self.gpus is not None or self.running is not None or self.queued is not None
 
 
-def _units_word(limit: str, value: float) -> str:
+def describe_limit(limit: str, value: float) -> str:
+    """``2 GPUs held at once``, ``1 running grant``, ``3 waiting requests``: a limit in words."""
     if limit == "gpus":
         return f"{value:g} GPU{'' if value == 1 else 's'} held at once"
     if limit == "running":
@@ -73,15 +81,16 @@ def _units_word(limit: str, value: float) -> str:
 class LimitExceeded(ValueError):
     """A request refused by its owner's limit (rule 11): ``owner``, the ``limit`` by name
     (``gpus``, ``running`` or ``queued``), the ``allowed`` value and the ``value`` the
-    request would have made it. The scheduler's state is unchanged."""
+    request would have made it, and ``why`` in words. The scheduler's state is unchanged."""
 
     def __init__(self, owner: Hashable, limit: str, allowed: float, value: float, why: str):
         self.owner = owner
         self.limit = limit
         self.allowed = allowed
         self.value = value
+        self.why = why
         super().__init__(
-            f"owner {owner!r} is limited to {_units_word(limit, allowed)} ({limit}={allowed:g});"
+            f"owner {owner!r} is limited to {describe_limit(limit, allowed)} ({limit}={allowed:g});"
             f" {why}"
         )
 
@@ -99,7 +108,7 @@ class LimitHold(NamedTuple):
 
     def __str__(self) -> str:
         return (
-            f"held: owner {self.owner!r} at its limit of {_units_word(self.limit, self.allowed)}"
+            f"held: owner {self.owner!r} at its limit of {describe_limit(self.limit, self.allowed)}"
             f" (has {self.used:g}, needs {self.need:g} more)"
         )
 
