@@ -113,6 +113,21 @@ def test_a_held_waiter_is_not_granted_when_capacity_frees(policy: str) -> None:
         assert core.submit(_one("e"), now=1.0)[1] is not None
 
 
+def test_the_head_is_the_first_waiter_no_limit_holds_in_its_owners_priority_order() -> None:
+    core = Scheduler(2, U, limits={"a": OwnerLimits(gpus=2)})
+    assert core.submit(_one("a"), now=0.0)[1] is not None
+    assert core.submit(_one("b"), now=0.0)[1] is not None
+    half, _ = core.submit(_one("a", 500), now=0.0)  # the head: a has 1 and asks 0.5
+    whole = core.submit(Demand(1, U, owner="a", priority=1), now=0.0)[0]
+    quarter = core.submit(Demand(1, 250, owner="a", priority=1), now=0.0)[0]
+    assert core.head is not None and core.head.ticket == half
+    assert core.held_by_limit(whole) == LimitHold("a", "gpus", 2, 1.5, 1.0)  # with the head's
+    assert core.held_by_limit(quarter) is None
+    core.cancel(half, now=1.0)  # the whole GPU fits a's limit now, and comes first in a's order
+    assert core.head is not None and core.head.ticket == whole
+    assert core.held_by_limit(quarter) is not None
+
+
 @pytest.mark.parametrize("policy", POLICIES)
 def test_a_waiter_that_reserves_keeps_room_in_its_owners_limit(policy: str) -> None:
     # Owner a may hold 2 GPUs; its 2-GPU request waits for capacity: its 1-GPU requests

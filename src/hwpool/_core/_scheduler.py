@@ -958,22 +958,38 @@ class Scheduler:
         return None
 
     def _first_eligible(self) -> int | None:
-        """The first waiter in queue order that no limit holds, or None (rule 11)."""
-        queue = self._queue
+        """The first waiter in queue order that no limit holds, or None (rule 11; under
+        ``easy``, where a head is chosen)."""
         ranked = self._ranked() if self._fair else list(self._owner_queues.items())
-        head = self._head
+        firsts: dict[Hashable, tuple[int, int]] | None = None
         for owner, owner_queue in ranked:
             if self._limits_of(owner) is None:
                 return owner_queue.first()
-            # Every waiter of an owner at its running limit is held alike (none reserves).
-            alike = head is None or head.ticket not in queue or queue[head.ticket].owner != owner
-            for ticket in owner_queue:
-                held = self._hold(ticket, queue[ticket])
-                if held is None:
-                    return ticket
-                if alike and held.limit == "running":
-                    break
+            if firsts is None:
+                firsts = self._first_eligible_per_owner()
+            first = firsts.get(owner)
+            if first is not None:
+                return first[1]
         return None
+
+    def _first_eligible_per_owner(self) -> dict[Hashable, tuple[int, int]]:
+        """Per owner with limits, ``(-priority, ticket)`` of its first waiter that no limit
+        holds (rule 10's order within an owner), judged per demand by its earliest waiter:
+        every waiter of one demand asks the same of the same owner, so one decides for all
+        (O(demands), whatever the queue's length)."""
+        firsts: dict[Hashable, tuple[int, int]] = {}
+        for demand, tickets in self._classes.items():
+            owner = demand.owner
+            ticket = next(iter(tickets))
+            key = (-demand.priority, ticket)
+            known = firsts.get(owner)
+            if (
+                (known is None or key < known)
+                and self._limits_of(owner) is not None
+                and self._hold(ticket, demand) is None
+            ):
+                firsts[owner] = key
+        return firsts
 
     def _refuse_never(self, demand: Demand) -> None:
         """LimitExceeded if ``demand`` asks more GPUs than its owner may ever hold."""
