@@ -202,6 +202,8 @@ def test_refuse_mode_refuses_what_would_be_held(policy: str) -> None:
         core.submit(_one("a", 100), now=1.0)
     assert caught.value.limit == "gpus" and caught.value.value == pytest.approx(2.1)
     assert "it holds 1 and asks 1 waiting" in str(caught.value)
+    with pytest.raises(LimitExceeded, match=r"it holds 1 and asks 1 waiting"):
+        core.grant_now(_one("a", 100), now=1.0)
     assert _state(core) == before
 
 

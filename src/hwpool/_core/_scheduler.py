@@ -580,13 +580,15 @@ class Scheduler:
         Never queues and never jumps the queue: only capacity the policy lets a new arrival
         take (rule 4, or 4e). ``now``: the caller's clock, in seconds; ``expected``: how long
         the caller expects to hold it (see :meth:`submit`). Raises ValueError (or TypeError),
-        changing nothing, for a demand that could never fit or a bad ``now`` or ``expected``.
+        changing nothing, for a demand that could never fit or a bad ``now`` or ``expected``,
+        and :class:`~hwpool._core._limits.LimitExceeded` where its owner's limits refuse it
+        (rule 11; a request they would hold is not granted: None).
         """
         demand = self._admit(demand)
         clock = now if type(now) is float and now - now == 0.0 else self._time(now)
         hint = None if expected is None else check_timeout(expected, "expected")
         if self._limited:
-            self._refuse_never(demand)
+            self._refuse_beyond(demand, max(self._now, clock), hint, queues=False)
         self._now = max(self._now, clock)
         if self._easy:
             at = self._now
@@ -622,7 +624,8 @@ class Scheduler:
         ``easy`` learns hold times; ``expected`` (seconds, optional) is how long the caller
         expects to hold the grant, used instead of what was learned. Raises ValueError (or
         TypeError), changing nothing, for a demand that could never fit or a bad ``now`` or
-        ``expected``.
+        ``expected``, and :class:`~hwpool._core._limits.LimitExceeded` (a ValueError) where its
+        owner's limits refuse it (rule 11).
         """
         demand = self._admit(demand)
         clock, expected = self._time(now), check_timeout(expected, "expected")
@@ -1003,11 +1006,13 @@ class Scheduler:
                 f"a request for {need:g} GPUs could never run",
             )  # fmt: skip
 
-    def _refuse_beyond(self, demand: Demand, now: float, hint: float | None) -> None:
+    def _refuse_beyond(
+        self, demand: Demand, now: float, hint: float | None, *, queues: bool = True
+    ) -> None:
         """LimitExceeded, changing nothing, for a request its owner's limits refuse (rule
         11): one that could never run; under ``mode="refuse"``, one beyond the ``gpus`` or
-        ``running`` limit counting what the owner holds and has waiting; one that would
-        wait beyond the ``queued`` limit."""
+        ``running`` limit counting what the owner holds and has waiting; if it ``queues``
+        (a submit, not a grant_now), one that would wait beyond the ``queued`` limit."""
         self._refuse_never(demand)
         owner = demand.owner
         limits = self._limits_of(owner)
@@ -1031,7 +1036,8 @@ class Scheduler:
                     f"asks {need:g} more",
                 )  # fmt: skip
         if (
-            limits.queued is not None
+            queues
+            and limits.queued is not None
             and waiting >= limits.queued
             and self._would_wait(demand, now, hint)
         ):
