@@ -1003,7 +1003,7 @@ class Scheduler:
         if need > limits.gpus + EPSILON:
             raise LimitExceeded(
                 demand.owner, "gpus", limits.gpus, need,
-                f"a request for {need:g} GPUs could never run",
+                f"a request for {need:g} GPU{'' if need == 1 else 's'} could never run",
             )  # fmt: skip
 
     def _refuse_beyond(
