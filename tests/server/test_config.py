@@ -13,6 +13,7 @@ from hostserver import Server, run_cli
 from hwpool._cli import _host_cmds
 from hwpool._core._limits import OwnerLimits
 from hwpool._server._config import ConfigError, parse_config, read_config
+from rawpeers import Pair
 
 StartServer = Callable[..., Server]
 
@@ -224,11 +225,20 @@ def test_limits_give_the_default_and_each_users_limits() -> None:
         ),
         ("[limits.default]\ncolour = 1\n", "line 2: limits.default.colour: unknown key (the keys"),
         ("[limits.default]\nmemory = 1\n", "line 2: limits.default.memory: a limit in MiB is not"),
-        ("[limits.users.no-such-user-hwp]\ngpus = 1\n", "limits.users.no-such-user-hwp: no user"),
+        (
+            "[limits.users.no-such-user-hwp]\ngpus = 1\n",
+            "line 1: limits.users.no-such-user-hwp: no",
+        ),
         ("[limits.users.root]\n\ngpus = 0\n", "line 3: limits.users.root.gpus: must be a finite"),
         ('[limits.users."uid:0"]\n\nqueued = "x"\n', "line 3: limits.users.uid:0.queued: must"),
-        ("[limits.groups.staff]\ngpus = 1\n", "limits.groups: limits per group are not supported"),
-        ("[limits.colours]\n", "limits.colours: unknown table (the tables are: default, users)"),
+        (
+            "[limits.groups.no-such-group-hwp]\n",
+            "line 1: limits.groups.no-such-group-hwp: no group",
+        ),
+        ('[limits.groups."gid:x"]\n', "line 1: limits.groups.gid:x: 'gid:x' is not gid:N"),
+        ("[limits.groups.root]\nqueued = 1.5\n", "line 2: limits.groups.root.queued: must be"),
+        ("[limits]\ngroups = 2\n", "line 2: limits.groups: must be a table of groups"),
+        ("[limits.colours]\n", "line 1: limits.colours: unknown table (the tables are: default,"),
         ("[limits]\ndefault = 2\n", "line 2: limits.default: must be a table of limits"),
         ("[limits]\nusers = 2\n", "line 2: limits.users: must be a table of users"),
         (
@@ -265,3 +275,20 @@ def test_check_config_without_limits_says_so(tmp_path: Path) -> None:
                            "--config", str(path), "--check-config")  # fmt: skip
     assert code == 0
     assert "# limits.default: not set (users not named have no limits)" in out.splitlines()
+
+
+def test_a_groups_limits_are_each_members_and_a_users_own_come_first() -> None:
+    root = pwd.getpwnam("root").pw_uid  # its primary group is root
+    assert parse_config("[limits.groups.root]\ngpus = 1\n", "s")["limits"] == {
+        root: OwnerLimits(gpus=1.0)
+    }
+    text = "[limits.groups.root]\ngpus = 1\n[limits.users.root]\nrunning = 2\n"
+    assert parse_config(text, "s")["limits"] == {root: OwnerLimits(running=2)}
+
+
+def test_a_groups_members_are_those_it_names(pair: Pair) -> None:
+    text = f'[limits.groups."gid:{pair.gid}"]\ngpus = 0.5\n[limits.groups.root]\ngpus = 3\n'
+    assert parse_config(text, "s")["limits"] == {
+        pair.alice: OwnerLimits(gpus=0.5), pair.bob: OwnerLimits(gpus=0.5),
+        pwd.getpwnam("root").pw_uid: OwnerLimits(gpus=3.0),
+    }  # fmt: skip

@@ -96,3 +96,22 @@ def test_a_request_its_users_limits_refuse_gets_the_limit_error(
     status = me.answer(7)
     assert [w["units"] for w in status["waiting"]] == [FULL // 2]
     server.wait_for("refuse a request of")
+
+
+def test_a_groups_limits_hold_each_member_alone(
+    start_server: StartServer, sockdir: Path, pair: Pair, peers: list[Peer]
+) -> None:
+    limits = config(sockdir, f'[limits.groups."gid:{pair.gid}"]\nrunning = 1\n')
+    path = sockdir / "shared" / "s.sock"
+    start_server("--gpus", "3", "--group", str(pair.gid), "--config", limits, socket=path)
+    sockdir.chmod(0o711)
+    alice = Peer(connect_as(pair.alice, pair.gid, path))
+    bob = Peer(connect_as(pair.bob, pair.gid, path))
+    peers += [alice, bob]
+    alice.send(hello(), acquire(1, units=FULL // 4), acquire(2, units=FULL // 4))
+    assert alice.answer(1)["op"] == "granted"
+    bob.send(hello(), acquire(1, units=FULL // 4))  # his own limit: not alice's one grant
+    assert bob.answer(1)["op"] == "granted"
+    (waiter,) = status_of(path)["waiting"]
+    assert waiter["uid"] == pair.alice
+    assert waiter["held"].endswith("at the limit of 1 running grant (has 1, needs 1 more)")

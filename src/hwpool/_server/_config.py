@@ -8,7 +8,8 @@ belong to root or the server's user and be writable by its owner only
 
 Keys (see docs/server.md for the reference): ``half_life`` and ``[shares]`` set the fair
 share between users (the scheduler's rules 8-10); ``[limits.default]`` and
-``[limits.users.NAME]`` limit what each user may hold and queue (rule 11); the rest are
+``[limits.users.NAME]`` and ``[limits.groups.NAME]`` (each member's, not shared) limit
+what each user may hold and queue (rule 11); the rest are
 ``hwpool serve``'s flags, spelt with underscores.
 """
 
@@ -173,6 +174,8 @@ def _line_of(text: str, table: str | None, key: str) -> int | None:
             current = re.sub(r"[\"'\s]", "", header[1])
             if table is not None and current == table and key == table:
                 return number
+            if table is not None and current == f"{table}.{key}":  # a table named by the key
+                return number
             continue
         if current == table and re.match(rf"\s*{spelt}\s*=", line):
             return number
@@ -277,21 +280,33 @@ LIMIT_KEYS: dict[str, Callable[[object], object]] = {
 
 _LIMITS_LEFT_OUT = {
     "memory": "a limit in MiB is not supported: limit gpus (a share of a GPU counts its part)",
-    "groups": "limits per group are not supported: give [limits.users.NAME] for each user",
 }
 
 Fail = Callable[[str | None, str, str], ConfigError]
 
 
 def _limits(value: object, fail: Fail) -> tuple[OwnerLimits | None, dict[int, OwnerLimits]]:
-    """``[limits]``: the default limits and those per uid."""
+    """``[limits]``: the default limits and those per uid (a user's own table first, then
+    the first group table in the file that has the user as a member)."""
     if not isinstance(value, dict):
         raise fail(None, "limits", "must be a table: [limits.default] or [limits.users.NAME]")
     default: OwnerLimits | None = None
     users: dict[int, OwnerLimits] = {}
+    by_group: dict[int, OwnerLimits] = {}
     for name, table in value.items():
         if name == "default":
             default = _owner_limits(table, "limits.default", fail)
+        elif name == "groups":
+            if not isinstance(table, dict):
+                raise fail("limits", "groups", "must be a table of groups: [limits.groups.NAME]")
+            for group, limits in table.items():
+                try:
+                    members = _members(group)
+                except ValueError as exc:
+                    raise fail("limits.groups", group, str(exc)) from None
+                checked = _owner_limits(limits, f"limits.groups.{group}", fail)
+                for uid in members:
+                    by_group.setdefault(uid, checked)
         elif name == "users":
             if not isinstance(table, dict):
                 raise fail("limits", "users", "must be a table of users: [limits.users.NAME]")
@@ -306,8 +321,33 @@ def _limits(value: object, fail: Fail) -> tuple[OwnerLimits | None, dict[int, Ow
         elif name in _LIMITS_LEFT_OUT:
             raise fail("limits", name, _LIMITS_LEFT_OUT[name])
         else:
-            raise fail("limits", name, "unknown table (the tables are: default, users)")
-    return default, users
+            raise fail("limits", name, "unknown table (the tables are: default, users, groups)")
+    return default, {**by_group, **users}
+
+
+def _members(name: str) -> set[int]:
+    """A ``[limits.groups]`` key: a group name or ``gid:N``; the uids of its members (those
+    it names, and those whose primary group it is), as the system says now."""
+    if name.startswith("gid:"):
+        digits = name[4:]
+        if not (digits.isascii() and digits.isdigit() and int(digits) < 2**32):
+            raise ValueError(f"{name!r} is not gid:N with N a gid")
+        try:
+            group = grp.getgrgid(int(digits))
+        except KeyError:
+            raise ValueError(f"no group with gid {digits}") from None
+    else:
+        try:
+            group = grp.getgrnam(name)
+        except KeyError:
+            raise ValueError(f"no group named {name!r} (give a group name or gid:N)") from None
+    members = {p.pw_uid for p in pwd.getpwall() if p.pw_gid == group.gr_gid}
+    for member in group.gr_mem:
+        try:
+            members.add(pwd.getpwnam(member).pw_uid)
+        except KeyError:
+            continue  # a name in the group file with no user: nobody to limit
+    return members
 
 
 def _owner_limits(value: object, table: str, fail: Fail) -> OwnerLimits:
