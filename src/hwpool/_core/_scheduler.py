@@ -1042,9 +1042,9 @@ class Scheduler:
             and self._would_wait(demand, now, hint)
         ):
             raise LimitExceeded(
-                    owner, "queued", limits.queued, waiting + 1,
-                    f"it has {waiting} waiting, and this request would wait",
-                )  # fmt: skip
+                owner, "queued", limits.queued, waiting + 1,
+                f"it has {waiting} waiting, and this request would wait",
+            )  # fmt: skip
 
     def _would_wait(self, demand: Demand, now: float, hint: float | None) -> bool:
         """Whether a new arrival ``demand`` would wait: placed as :meth:`submit` would place
