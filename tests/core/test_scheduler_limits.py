@@ -375,11 +375,25 @@ class LimitsMachine(RuleBasedStateMachine):
             if waiter.held is not None:
                 owner = self.waiting[waiter.ticket]
                 assert waiter.held.owner == owner
+                self._check_hold_is_real(owner, waiter.held)
                 assert owner != "b" or len(set(self.TOTALS)) > 1  # refuse: never held
                 assert head is None or head.ticket != waiter.ticket
                 assert not waiter.reserved
         if self.POLICY == "easy" and head is None:  # no head: every waiter is held
             assert all(w.held is not None for w in waiters)
+
+    def _check_hold_is_real(self, owner: str, held: LimitHold) -> None:
+        """A hold names a limit the owner would pass: what it holds (in the model), with
+        what its reserving waiters keep, plus what the waiter needs."""
+        limits = LIMITS.get(owner, DEFAULT)
+        mine = [g for t, g in self.held.items() if self.owner_of[t] == owner]
+        if held.limit == "running":
+            assert held.allowed == limits.running and held.used >= len(mine)
+            assert held.used + 1 > held.allowed
+        else:
+            gpus = sum(u / self.TOTALS[gpu] for g in mine for gpu, u in self.core.held(g))
+            assert held.limit == "gpus" and held.allowed == limits.gpus
+            assert held.used >= gpus - 1e-9 and held.used + held.need > held.allowed
 
     def teardown(self) -> None:
         for _ in range(200):  # no starvation: once inputs stop, every waiter is granted
