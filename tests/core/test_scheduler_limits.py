@@ -159,6 +159,26 @@ def test_limits_on_gpus_of_different_sizes(policy: str) -> None:
 
 
 @pytest.mark.parametrize("policy", POLICIES)
+def test_the_units_limit_counts_units_held_on_every_gpu(policy: str) -> None:
+    # GPUs of 80 and 24 "MiB": owner a may hold 30 in all, wherever they are.
+    core = Scheduler([80, 24], policy=policy, limits={"a": OwnerLimits(units=30)})
+    assert core.submit(_one("a", 20), now=0.0)[1] is not None
+    ticket, grant = core.submit(_one("a", 20), now=0.0)
+    assert grant is None
+    assert core.held_by_limit(ticket) == LimitHold("a", "units", 30, 20, 20)
+    assert str(core.held_by_limit(ticket)).endswith("limit of 30 units held at once (has 20, "
+                                                    "needs 20 more)")  # fmt: skip
+    assert core.submit(_one("a", 10), now=0.0)[1] is not None  # 30 in all: at the limit
+    with pytest.raises(
+        LimitExceeded,
+        match=r"limited to 30 units held at once \(units=30\); a request for 31 could never",
+    ):
+        core.submit(_one("a", 31))
+    with pytest.raises(LimitExceeded, match=r"a request for 104 could never run"):
+        core.submit(Demand(2, 80, whole=True, owner="a"))  # the two largest GPUs, 80 + 24
+
+
+@pytest.mark.parametrize("policy", POLICIES)
 def test_a_request_that_could_never_run_is_refused(policy: str) -> None:
     core = Scheduler(4, U, policy=policy, limits={"a": OwnerLimits(gpus=1.5)})
     before = _state(core)
@@ -238,6 +258,8 @@ def test_default_limits_apply_to_owners_not_named_and_to_the_default_owner() -> 
         ({"running": 1.5}, TypeError, r"running must be an int, got 1.5 \(float\)"),
         ({"queued": -1}, ValueError, r"queued must be >= 0, got -1"),
         ({"queued": True}, TypeError, r"queued must be an int, got True \(bool\)"),
+        ({"units": 0}, ValueError, r"units must be >= 1, got 0"),
+        ({"units": 2.5}, TypeError, r"units must be an int, got 2.5 \(float\)"),
         ({"mode": "drop"}, ValueError, r"mode must be one of wait, refuse; got 'drop'"),
         ({"mode": 1}, TypeError, r"mode must be a str, got 1 \(int\)"),
     ],
@@ -266,9 +288,10 @@ def test_bad_limit_arguments_are_named(kwargs: dict[str, Any], match: str) -> No
 LIMITS = {
     "a": OwnerLimits(gpus=1.5, running=2, queued=3),
     "b": OwnerLimits(gpus=1, mode="refuse"),
+    "d": OwnerLimits(units=1500),
 }
 DEFAULT = OwnerLimits(running=3)  # owner c's
-OWNERS = ("a", "b", "c")
+OWNERS = ("a", "b", "c", "d")
 
 
 class LimitsMachine(RuleBasedStateMachine):
@@ -365,6 +388,8 @@ class LimitsMachine(RuleBasedStateMachine):
                 assert len(mine) <= limits.running
             if limits.queued is not None:
                 assert sum(1 for o in self.waiting.values() if o == owner) <= limits.queued
+            if limits.units is not None:
+                assert sum(u for g in mine for _, u in self.core.held(g)) <= limits.units
 
     @invariant()
     def queue_matches(self) -> None:
@@ -390,6 +415,10 @@ class LimitsMachine(RuleBasedStateMachine):
         if held.limit == "running":
             assert held.allowed == limits.running and held.used >= len(mine)
             assert held.used + 1 > held.allowed
+        elif held.limit == "units":
+            units = sum(u for g in mine for _, u in self.core.held(g))
+            assert held.allowed == limits.units and held.used >= units
+            assert held.used + held.need > held.allowed
         else:
             gpus = sum(u / self.TOTALS[gpu] for g in mine for gpu, u in self.core.held(g))
             assert held.limit == "gpus" and held.allowed == limits.gpus

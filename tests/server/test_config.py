@@ -224,7 +224,12 @@ def test_limits_give_the_default_and_each_users_limits() -> None:
             "line 2: limits.default.mode: must be one of 'wait',",
         ),
         ("[limits.default]\ncolour = 1\n", "line 2: limits.default.colour: unknown key (the keys"),
-        ("[limits.default]\nmemory = 1\n", "line 2: limits.default.memory: a limit in MiB is not"),
+        ('[limits.default]\nmemory = "lots"\n', "line 2: limits.default.memory: memory must be"),
+        (
+            "[limits.default]\nmemory = 0\n",
+            "line 2: limits.default.memory: memory must be between 1 and",
+        ),
+        ("[limits.default]\nmemory = 1.5\n", "line 2: limits.default.memory: memory must be"),
         (
             "[limits.users.no-such-user-hwp]\ngpus = 1\n",
             "line 1: limits.users.no-such-user-hwp: no",
@@ -261,11 +266,12 @@ def test_check_config_prints_the_limits(tmp_path: Path) -> None:
     assert (code, err) == (0, "")
     text = out[out.index("[limits.default]") :]
     assert text.splitlines() == [
-        "[limits.default]", "gpus = 2", "running = 4", "queued = 20", 'mode = "wait"',
-        '[limits.users."uid:0"]  # root', "gpus = 0.5", "# running: not set",
-        "# queued: not set", 'mode = "refuse"',
-        '[limits.users."uid:4242"]  # 4242', "# gpus: not set", "# running: not set",
-        "queued = 0", 'mode = "wait"',
+        "[limits.default]", "gpus = 2", "# memory: not set", "running = 4", "queued = 20",
+        'mode = "wait"',
+        '[limits.users."uid:0"]  # root', "gpus = 0.5", "# memory: not set",
+        "# running: not set", "# queued: not set", 'mode = "refuse"',
+        '[limits.users."uid:4242"]  # 4242', "# gpus: not set", "# memory: not set",
+        "# running: not set", "queued = 0", 'mode = "wait"',
     ]  # fmt: skip
 
 
@@ -292,3 +298,19 @@ def test_a_groups_members_are_those_it_names(pair: Pair) -> None:
         pair.alice: OwnerLimits(gpus=0.5), pair.bob: OwnerLimits(gpus=0.5),
         pwd.getpwnam("root").pw_uid: OwnerLimits(gpus=3.0),
     }  # fmt: skip
+
+
+def test_a_memory_limit_is_mib_and_needs_a_server_sized_in_memory(tmp_path: Path) -> None:
+    text = '[limits.default]\nmemory = "24GiB"\n[limits.users.root]\nmemory = 512\n'
+    settings = parse_config(text, "s")
+    assert settings["default_limits"] == OwnerLimits(units=24 * 1024)
+    assert settings["limits"] == {0: OwnerLimits(units=512)}
+    path = write(tmp_path / "serve.toml", text)
+    socket = str(tmp_path / "d" / "s.sock")
+    code, out, err = run_cli("serve", "--socket", socket, "--config", str(path), "--check-config")
+    assert (code, out) == (2, "")
+    assert "[limits]: a memory limit needs a server sized in memory (--memory or" in err
+    code, out, err = run_cli("serve", "--socket", socket, "--config", str(path),
+                             "--gpu-memory", "80GiB", "--check-config")  # fmt: skip
+    assert (code, err) == (0, "")
+    assert "memory = 24576" in out.splitlines() and "memory = 512" in out.splitlines()

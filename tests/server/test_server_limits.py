@@ -115,3 +115,31 @@ def test_a_groups_limits_hold_each_member_alone(
     (waiter,) = status_of(path)["waiting"]
     assert waiter["uid"] == pair.alice
     assert waiter["held"].endswith("at the limit of 1 running grant (has 1, needs 1 more)")
+
+
+def test_a_memory_limit_on_a_server_sized_in_memory(
+    start_server: StartServer, sockdir: Path, peers: list[Peer]
+) -> None:
+    limits = config(sockdir, '[limits.default]\nmemory = "30GiB"\n')
+    server = start_server("--gpu-memory", "80GiB,24GiB", "--config", limits)
+    me = Peer(connect_as(os.getuid(), os.getgid(), server.socket))
+    peers.append(me)
+
+    def mib(req: int, units: int) -> dict[str, object]:
+        return {**acquire(req, units=units), "unit": "mib"}
+
+    me.send(hello(), mib(1, 20480), mib(2, 20480), {"op": "status", "req": 3})
+    assert me.answer(1)["op"] == "granted"
+    (waiter,) = me.answer(3)["waiting"]
+    assert waiter["held"].endswith(
+        "at the limit of 30720 MiB held at once (has 20480, needs 20480 more)"
+    )
+    me.send(mib(4, 31744))
+    refused = me.answer(4)
+    assert refused["code"] == "limit"
+    assert refused["message"].endswith(
+        "is limited to 30720 MiB held at once on this server (memory = 30720 in its "
+        "[limits]); a request for 31744 could never run"
+    )
+    me.send({"op": "release", "req": 5, "of": 1})
+    assert me.answer(2)["op"] == "granted"  # back under the limit

@@ -270,16 +270,30 @@ def _check_config(path: Path | None, settings: dict[str, Any]) -> int:
 
 def _print_limits(limits: OwnerLimits) -> None:
     """One table of limits as TOML lines (those not set as comments)."""
-    for key in ("gpus", "running", "queued"):
-        value = getattr(limits, key)
+    for key, field in (("gpus", "gpus"), ("memory", "units"), ("running", "running"),
+                       ("queued", "queued")):  # fmt: skip
+        value = getattr(limits, field)
         print(f"# {key}: not set" if value is None else f"{key} = {value:g}")
     print(f'mode = "{limits.mode}"')
+
+
+def _memory_limits_need_memory(settings: dict[str, Any]) -> None:
+    """Bad usage for a ``memory`` limit on a server that shares fractions, not memory."""
+    if settings["memory"] or settings["gpu_memory"] is not None:
+        return
+    tables = [settings["default_limits"], *settings["limits"].values()]
+    if any(limits is not None and limits.units is not None for limits in tables):
+        raise _Usage(
+            "[limits]: a memory limit needs a server sized in memory (--memory or "
+            "--gpu-memory, or memory or gpu_memory in the config file)"
+        )
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     path = _path(args, client=False)
     config_path, settings = _settings(args, path)
     args = argparse.Namespace(**{**vars(args), **settings})
+    _memory_limits_need_memory(settings)
     if args.check_config:
         return _check_config(config_path, settings)
     if args.gpu_memory is None and not args.memory and not args.reserve_in_use:

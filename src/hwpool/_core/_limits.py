@@ -2,7 +2,8 @@
 
 Pure, like the rest of the core. :class:`OwnerLimits` says how much one owner may have at
 once: GPUs held (``gpus``, a fraction counting its share of its GPU), grants running
-(``running``) and requests waiting (``queued``), and whether a request beyond the first two
+(``running``), units held (``units``, summed over GPUs: MiB on a server sized in memory)
+and requests waiting (``queued``), and whether a request beyond the first two
 waits, held (``mode="wait"``), or is refused (``mode="refuse"``). A refused request raises
 :class:`LimitExceeded`; a held one stays queued, and :class:`LimitHold` says why.
 """
@@ -39,15 +40,17 @@ class OwnerLimits:
 
     ``gpus``: the most GPUs it may hold at once (a finite number > 0; a fraction of a GPU
     counts its share of that GPU); ``running``: the most grants it may hold at once (an int
-    >= 1); ``queued``: the most requests it may have waiting (an int >= 0; a request that
-    would wait beyond it is refused, whatever the mode); ``mode``: one of
-    :data:`LIMIT_MODES`. Raises TypeError/ValueError naming the field and the value.
+    >= 1); ``units``: the most units it may hold at once, summed over its GPUs (an int >= 1;
+    where units are MiB, memory); ``queued``: the most requests it may have waiting (an int
+    >= 0; a request that would wait beyond it is refused, whatever the mode); ``mode``: one
+    of :data:`LIMIT_MODES`. Raises TypeError/ValueError naming the field and the value.
     """
 
     gpus: float | None = None
     running: int | None = None
     queued: int | None = None
     mode: str = "wait"
+    units: int | None = None
 
     def __post_init__(self) -> None:
         if self.gpus is not None:
@@ -58,6 +61,8 @@ class OwnerLimits:
             check_int("running", self.running, minimum=1)
         if self.queued is not None:
             check_int("queued", self.queued, minimum=0)
+        if self.units is not None:
+            check_int("units", self.units, minimum=1)
         if not isinstance(self.mode, str):
             raise TypeError(f"mode must be a str, got {self.mode!r} ({type(self.mode).__name__})")
         if self.mode not in LIMIT_MODES:
@@ -66,13 +71,15 @@ class OwnerLimits:
     @property
     def active(self) -> bool:
         """Whether any limit is set."""
-        return self.gpus is not None or self.running is not None or self.queued is not None
+        return any(x is not None for x in (self.gpus, self.running, self.queued, self.units))
 
 
 def describe_limit(limit: str, value: float) -> str:
     """``2 GPUs held at once``, ``1 running grant``, ``3 waiting requests``: a limit in words."""
     if limit == "gpus":
         return f"{value:g} GPU{'' if value == 1 else 's'} held at once"
+    if limit == "units":
+        return f"{value:g} unit{'' if value == 1 else 's'} held at once"
     if limit == "running":
         return f"{value:g} running grant{'' if value == 1 else 's'}"
     return f"{value:g} waiting request{'' if value == 1 else 's'}"
@@ -80,7 +87,7 @@ def describe_limit(limit: str, value: float) -> str:
 
 class LimitExceeded(ValueError):
     """A request refused by its owner's limit (rule 11): ``owner``, the ``limit`` by name
-    (``gpus``, ``running`` or ``queued``), the ``allowed`` value and the ``value`` the
+    (``gpus``, ``units``, ``running`` or ``queued``), the ``allowed`` value and the ``value`` the
     request would have made it, and ``why`` in words. The scheduler's state is unchanged."""
 
     def __init__(self, owner: Hashable, limit: str, allowed: float, value: float, why: str):
@@ -96,9 +103,9 @@ class LimitExceeded(ValueError):
 
 
 class LimitHold(NamedTuple):
-    """Why a waiter is held (rule 11): its ``owner`` has ``used`` of its ``limit`` (``gpus``
-    or ``running``; counting what its earlier reserving waiters keep), ``allowed`` at most,
-    and the waiter needs ``need`` more."""
+    """Why a waiter is held (rule 11): its ``owner`` has ``used`` of its ``limit`` (``gpus``,
+    ``units`` or ``running``; counting what its earlier reserving waiters keep), ``allowed``
+    at most, and the waiter needs ``need`` more."""
 
     owner: Hashable
     limit: str

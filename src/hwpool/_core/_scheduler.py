@@ -101,22 +101,26 @@ Limits per owner (both policies; issue 23), set by whoever builds the scheduler:
    ``default_limits`` for owners not named): ``gpus``, the most GPUs it holds at once (a
    request counts the most GPUs it could hold wherever it lands: ``count`` whole GPUs, or
    ``u`` units over the smallest GPU that could hold them, as :meth:`Scheduler.running`
-   counts); ``running``, the most grants it holds at once; ``queued``, the most requests it
-   has waiting. A waiter that would take its owner past ``gpus`` or ``running`` is *held*:
-   it stays in its place in the queue order but is never head, never reserves and is never
-   granted or backfilled, so the head (rules 3e, 10e) is the first waiter in queue order
-   that is not held, and under ``reserve-all`` the walk passes held waiters by. A waiter
-   that reserves (the head, or a reserving waiter under ``reserve-all``) keeps its room in
-   its owner's limits: a later waiter of that owner counts it as held already. Every
-   release or cancel walks the queue again (rules 5, 5e), so a held waiter is considered
-   as soon as its owner is back under the limit; once nothing new comes, every waiter is
-   granted. Refused with :class:`~hwpool._core._limits.LimitExceeded` (a ValueError
-   naming the owner, the limit and the value), changing nothing: a request bigger than
-   its owner's ``gpus`` (it could never run); one that would wait while its owner already
-   has ``queued`` waiting; and under ``mode="refuse"`` one that would take what its owner
-   holds *and has waiting* past ``gpus`` or ``running`` (so such an owner has no held
-   waiter). Without limits nothing of this costs a decision or changes one; with limits,
-   GPUs of one size take the plain walk of GPUs of different sizes (the same rules).
+   counts); ``units``, the most units it holds at once, summed over GPUs (whole GPUs: the
+   largest it could get); ``running``, the most grants it holds at once; ``queued``, the
+   most requests it has waiting. A waiter that would take its owner past ``gpus``,
+   ``units`` or ``running`` is *held*: it stays in its place in the queue order but is
+   never head, never reserves and is never granted or backfilled, so the head (rules 3e,
+   10e) is the first waiter in queue order that is not held, and under ``reserve-all``
+   the walk passes held waiters by. A waiter that reserves (the head, or a reserving
+   waiter under ``reserve-all``) keeps its room in its owner's limits: a later waiter of
+   that owner counts it as held already. Every release or cancel walks the queue again
+   (rules 5, 5e), so a held waiter is considered as soon as its owner is back under the
+   limit; once nothing new comes, every waiter is granted. Refused with
+   :class:`~hwpool._core._limits.LimitExceeded` (a ValueError naming the owner, the limit
+   and the value), changing nothing: a request bigger than its owner's ``gpus`` or
+   ``units`` (it could never run); one that would wait while its owner already has
+   ``queued`` waiting; and under ``mode="refuse"`` one that would take what its owner
+   holds *and has waiting* past ``gpus``, ``units`` or ``running`` (so such an owner has
+   no held waiter). Without limits nothing of this costs a decision or changes one; with
+   limits, GPUs of one size take the plain walk of GPUs of different sizes (the same
+   rules), and under ``easy`` the head is found among held waiters per demand, not per
+   waiter.
 
 Invariants after every call: per GPU ``0 <= free <= total``; a ticket is waiting, granted or
 gone, never two; reservations are disjoint and held only by waiters.
@@ -478,7 +482,8 @@ class Scheduler:
         # and the waiters that have yielded once (they never yield again).
         self._resume: int | None = None
         self._yielded: set[int] = set()
-        # Rule 11 (only with limits): per owner, its waiters and the GPUs they ask at most.
+        # Rule 11 (only with limits): per owner, its waiters and the GPUs and units they ask
+        # at most.
         self._waiting_of: dict[Hashable, list[float]] = {}
 
     # ----------------------------------------------------------------- queries
@@ -834,9 +839,10 @@ class Scheduler:
         self._queue[ticket] = demand
         self._queued += 1
         if self._limited:
-            tally = self._waiting_of.setdefault(demand.owner, [0.0, 0.0])
+            tally = self._waiting_of.setdefault(demand.owner, [0.0, 0.0, 0.0])
             tally[0] += 1
             tally[1] += self._charge(demand)
+            tally[2] += self._unit_charge(demand)
         queues = self._owner_queues
         queue = queues.get(demand.owner)
         if queue is None:
@@ -852,6 +858,7 @@ class Scheduler:
             tally = self._waiting_of[demand.owner]
             tally[0] -= 1
             tally[1] -= self._charge(demand)
+            tally[2] -= self._unit_charge(demand)
             if not tally[0]:
                 del self._waiting_of[demand.owner]
         queues = self._owner_queues
@@ -929,11 +936,20 @@ class Scheduler:
             return max(_share(demand.units, total) / total for total in totals)
         return max(demand.units / total for total in totals if total >= demand.units)
 
-    def _committed(self, owner: Hashable, ticket: int | None) -> tuple[float, int]:
-        """The GPUs and grants ``owner`` holds, plus those its waiters that reserve (other
-        than ``ticket``) keep room for: a waiter that reserves stays within the limit."""
+    def _unit_charge(self, demand: Demand) -> int:
+        """The units ``demand`` counts against its owner's ``units`` limit: the most it
+        could hold wherever it lands (whole GPUs: the largest ones)."""
+        if demand.whole or demand.count > 1:
+            return sum(sorted(self._totals, reverse=True)[: demand.count])
+        if demand.relative:
+            return max(self._needs_of(demand))
+        return demand.units
+
+    def _committed(self, owner: Hashable, ticket: int | None) -> tuple[float, int, int]:
+        """The GPUs, grants and units ``owner`` holds, plus those its waiters that reserve
+        (other than ``ticket``) keep room for: a waiter that reserves stays within limits."""
         usage, queue = self._usage, self._queue
-        gpus, grants = usage.running(owner), usage.grants(owner)
+        gpus, grants, units = usage.running(owner), usage.grants(owner), usage.units(owner)
         if self._easy:
             head = self._head
             reserving: Iterable[int] = () if head is None else (head.ticket,)
@@ -943,21 +959,28 @@ class Scheduler:
             if other != ticket and other in queue and queue[other].owner == owner:
                 gpus += self._charge(queue[other])
                 grants += 1
-        return gpus, grants
+                units += self._unit_charge(queue[other])
+        return gpus, grants, units
 
     def _hold(self, ticket: int | None, demand: Demand) -> LimitHold | None:
         """Why ``demand`` (waiter ``ticket``, or a new arrival: None) may not be granted now
         under its owner's limits, or None if it may (rule 11)."""
         limits = self._limits_of(demand.owner)
-        if limits is None or (limits.running is None and limits.gpus is None):
+        if limits is None or (
+            limits.running is None and limits.gpus is None and limits.units is None
+        ):
             return None
-        gpus, grants = self._committed(demand.owner, ticket)
+        gpus, grants, units = self._committed(demand.owner, ticket)
         if limits.running is not None and grants + 1 > limits.running:
             return LimitHold(demand.owner, "running", limits.running, grants, 1)
         if limits.gpus is not None:
             need = self._charge(demand)
             if gpus + need > limits.gpus + EPSILON:
                 return LimitHold(demand.owner, "gpus", limits.gpus, gpus, need)
+        if limits.units is not None:
+            asks = self._unit_charge(demand)
+            if units + asks > limits.units:
+                return LimitHold(demand.owner, "units", limits.units, units, asks)
         return None
 
     def _first_eligible(self) -> int | None:
@@ -995,9 +1018,17 @@ class Scheduler:
         return firsts
 
     def _refuse_never(self, demand: Demand) -> None:
-        """LimitExceeded if ``demand`` asks more GPUs than its owner may ever hold."""
+        """LimitExceeded if ``demand`` asks more GPUs or units than its owner may ever hold."""
         limits = self._limits_of(demand.owner)
-        if limits is None or limits.gpus is None:
+        if limits is None:
+            return
+        if limits.units is not None and self._unit_charge(demand) > limits.units:
+            asks = self._unit_charge(demand)
+            raise LimitExceeded(
+                demand.owner, "units", limits.units, asks,
+                f"a request for {asks} could never run",
+            )  # fmt: skip
+        if limits.gpus is None:
             return
         need = self._charge(demand)
         if need > limits.gpus + EPSILON:
@@ -1018,7 +1049,7 @@ class Scheduler:
         limits = self._limits_of(owner)
         if limits is None:
             return
-        count, asked = self._waiting_of.get(owner, (0.0, 0.0))
+        count, asked, asked_units = self._waiting_of.get(owner, (0.0, 0.0, 0.0))
         waiting = int(count)
         if limits.mode == "refuse":
             grants = self._usage.grants(owner)
@@ -1034,6 +1065,13 @@ class Scheduler:
                     owner, "gpus", limits.gpus, held + asked + need,
                     f"it holds {held:g} and asks {asked:g} waiting, and this request "
                     f"asks {need:g} more",
+                )  # fmt: skip
+            held_units, asks = self._usage.units(owner), self._unit_charge(demand)
+            if limits.units is not None and held_units + asked_units + asks > limits.units:
+                raise LimitExceeded(
+                    owner, "units", limits.units, held_units + asked_units + asks,
+                    f"it holds {held_units} and asks {asked_units:g} waiting, and this "
+                    f"request asks {asks} more",
                 )  # fmt: skip
         if (
             queues

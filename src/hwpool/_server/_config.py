@@ -263,6 +263,14 @@ def _limit_queued(value: object) -> int:
     return value
 
 
+def _limit_memory(value: object) -> int:
+    """MiB: an int, or a size such as ``"24GiB"`` (only on a server sized in memory)."""
+    try:
+        return parse_memory(value, "memory")
+    except TypeError as exc:
+        raise ValueError(str(exc)) from None
+
+
 def _limit_mode(value: object) -> str:
     if not isinstance(value, str) or value not in LIMIT_MODES:
         raise ValueError(f"must be one of {', '.join(map(repr, LIMIT_MODES))}, got {value!r}")
@@ -273,14 +281,13 @@ LIMIT_KEYS: dict[str, Callable[[object], object]] = {
     "gpus": _limit_gpus,
     "running": _count,
     "queued": _limit_queued,
+    "memory": _limit_memory,
     "mode": _limit_mode,
 }
 """The keys of one ``[limits.default]`` or ``[limits.users.NAME]`` table (the core's
-:class:`~hwpool._core._limits.OwnerLimits`) and what checks each."""
+:class:`~hwpool._core._limits.OwnerLimits`; ``memory`` is its ``units``, MiB on a server
+sized in memory) and what checks each."""
 
-_LIMITS_LEFT_OUT = {
-    "memory": "a limit in MiB is not supported: limit gpus (a share of a GPU counts its part)",
-}
 
 Fail = Callable[[str | None, str, str], ConfigError]
 
@@ -318,8 +325,6 @@ def _limits(value: object, fail: Fail) -> tuple[OwnerLimits | None, dict[int, Ow
                 except ValueError as exc:
                     raise fail("limits.users", user, str(exc)) from None
                 users[uid] = _owner_limits(limits, f"limits.users.{user}", fail)
-        elif name in _LIMITS_LEFT_OUT:
-            raise fail("limits", name, _LIMITS_LEFT_OUT[name])
         else:
             raise fail("limits", name, "unknown table (the tables are: default, users, groups)")
     return default, {**by_group, **users}
@@ -359,12 +364,9 @@ def _owner_limits(value: object, table: str, fail: Fail) -> OwnerLimits:
     for key, setting in value.items():
         check = LIMIT_KEYS.get(key)
         if check is None:
-            problem = _LIMITS_LEFT_OUT.get(key) or (
-                f"unknown key (the keys are: {', '.join(LIMIT_KEYS)})"
-            )
-            raise fail(table, key, problem)
+            raise fail(table, key, f"unknown key (the keys are: {', '.join(LIMIT_KEYS)})")
         try:
-            checked[key] = check(setting)
+            checked["units" if key == "memory" else key] = check(setting)
         except ValueError as exc:
             raise fail(table, key, str(exc)) from None
     return OwnerLimits(**checked)  # type: ignore[arg-type]

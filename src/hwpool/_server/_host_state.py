@@ -323,9 +323,10 @@ class HostState:
     def _refused(self, client: Client, exc: LimitExceeded, req: int) -> ProtocolError:
         """The ``limit`` error for a request of ``client`` its uid's limits refuse (logged)."""
         who = client.user or f"uid {client.uid}"
+        key = "memory" if exc.limit == "units" else exc.limit  # units are MiB here
         text = (
-            f"{who} is limited to {describe_limit(exc.limit, exc.allowed)} on this server "
-            f"({exc.limit} = {exc.allowed:g} in its [limits]); {exc.why}"
+            f"{who} is limited to {_limit_words(exc.limit, exc.allowed)} on this server "
+            f"({key} = {exc.allowed:g} in its [limits]); {exc.why}"
         )
         self.log(f"refuse a request of {client}: {text}")
         return ProtocolError(ErrorCode.LIMIT, text, req)
@@ -866,12 +867,18 @@ class Built(Sequence[_Record]):
         return map(self._build, self._items)
 
 
+def _limit_words(limit: str, value: float) -> str:
+    """A limit in words, where units are MiB (the server limits units only when sized in
+    memory)."""
+    return f"{value:g} MiB held at once" if limit == "units" else describe_limit(limit, value)
+
+
 def _held_text(client: Client, held: LimitHold) -> str:
     """Why a waiter is held, for status: ``alice (uid 1000) at the limit of 2 GPUs held at
     once (has 2, needs 1 more)``."""
     who = client.user or f"uid {client.uid}"
     return (
-        f"{who} at the limit of {describe_limit(held.limit, held.allowed)} "
+        f"{who} at the limit of {_limit_words(held.limit, held.allowed)} "
         f"(has {held.used:g}, needs {held.need:g} more)"
     )
 
