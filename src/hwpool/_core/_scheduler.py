@@ -1371,6 +1371,25 @@ class Scheduler:
                 most, most_left = gpu, left
         return fit, most, needs[fit] if fit >= 0 else 0
 
+    def _held_in_walk(
+        self, ticket: int, demand: Demand, held: tuple[set[Hashable], set[Demand]]
+    ) -> bool:
+        """Whether a limit holds waiter ``ticket`` in a walk (rule 11), remembering in
+        ``held`` the owners at their ``running`` limit and the demands past another: what
+        an owner holds and reserves only grows during a walk, so they stay held, and each
+        further waiter of them costs a set lookup."""
+        owners, demands = held
+        if demand.owner in owners or demand in demands:
+            return True
+        hold = self._hold(ticket, demand)
+        if hold is None:
+            return False
+        if hold.limit == "running":
+            owners.add(demand.owner)
+        else:
+            demands.add(demand)
+        return True
+
     def _absolute_pass(self, units: int, open_gpus: list[int]) -> tuple[int, int, int]:
         """The walk's one pass for ``units`` on one GPU: its best fit among ``open_gpus``
         (-1: none), the GPU it would reserve (the most free that could hold it), and
@@ -1404,6 +1423,7 @@ class Scheduler:
         seen: tuple[dict[int, int], dict[int, int]] | None = None
         visited = 0
         limited = self._limited
+        held: tuple[set[Hashable], set[Demand]] = (set(), set())  # owners, demands held
         for ticket, demand in self._in_order():
             if not open_gpus:
                 break
@@ -1412,7 +1432,7 @@ class Scheduler:
                 if not self._could_serve_rest_general(open_gpus, seen):
                     break
                 self._tally(seen, demand)
-            if limited and self._hold(ticket, demand) is not None:
+            if limited and self._held_in_walk(ticket, demand, held):
                 continue  # held by its owner's limit: neither granted nor reserving (rule 11)
             if demand.count == 1 and not demand.whole and not limited:  # one pass (see below)
                 fit, most, units = (
