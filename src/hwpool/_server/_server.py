@@ -803,11 +803,16 @@ def serve(config: ServeConfig, out: TextIO | None = None) -> None:
 
 
 def _limits_said(config: ServeConfig) -> str:
-    """``, limits: default gpus=2 running=4, uid 1000 gpus=8`` for the start-up line."""
+    """``, limits: default gpus=2 mode=wait, uid 1000 gpus=8 mode=refuse`` for the start-up
+    line (memory in MiB)."""
 
     def said(limits: OwnerLimits) -> str:
-        keys = ("gpus", "running", "queued")
-        parts = [f"{k}={getattr(limits, k):g}" for k in keys if getattr(limits, k) is not None]
+        keys = (("gpus", "gpus"), ("memory", "units"), ("running", "running"), ("queued", "queued"))
+        parts = [
+            f"{key}={getattr(limits, field):g}"
+            for key, field in keys
+            if getattr(limits, field) is not None
+        ]
         return " ".join([*parts, f"mode={limits.mode}"])
 
     told = [f"uid {uid} {said(limits)}" for uid, limits in sorted(config.limits.items())]
