@@ -11,7 +11,9 @@ import pytest
 
 from hostserver import Server, run_cli
 from hwpool._cli import _host_cmds
+from hwpool._core._limits import OwnerLimits
 from hwpool._server._config import ConfigError, parse_config, read_config
+from rawpeers import Pair
 
 StartServer = Callable[..., Server]
 
@@ -175,3 +177,140 @@ def test_the_default_file_is_read_only_by_the_machine_wide_server(
     path.unlink()  # a missing default file is no error
     code, out, _ = run_cli("serve", "--socket", str(machine_wide), "--check-config")
     assert code == 0 and "# config file: none" in out
+
+
+# ----------------------------------------------------------------- [limits] (rule 11)
+LIMITS = """\
+[limits.default]
+gpus = 2
+running = 4
+queued = 20
+
+[limits.users.root]
+gpus = 0.5
+mode = "refuse"
+
+[limits.users."uid:4242"]
+queued = 0
+"""
+
+
+def test_limits_give_the_default_and_each_users_limits() -> None:
+    settings = parse_config(LIMITS, "serve.toml")
+    assert settings == {
+        "default_limits": OwnerLimits(gpus=2.0, running=4, queued=20),
+        "limits": {
+            pwd.getpwnam("root").pw_uid: OwnerLimits(gpus=0.5, mode="refuse"),
+            4242: OwnerLimits(queued=0),
+        },
+    }
+    assert parse_config("[limits.users.root]\nrunning = 1\n", "s") == {
+        "default_limits": None, "limits": {0: OwnerLimits(running=1)},
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("limits = 3\n", "line 1: limits: must be a table"),
+        ("[limits.default]\ngpus = -1\n", "line 2: limits.default.gpus: must be a finite number"),
+        ('[limits.default]\ngpus = "2"\n', "line 2: limits.default.gpus: must be a number of GPUs"),
+        ("[limits.default]\ngpus = true\n", "line 2: limits.default.gpus: must be a number of"),
+        ("[limits.default]\nrunning = 0\n", "line 2: limits.default.running: must be an integer"),
+        ("[limits.default]\nrunning = 1.5\n", "line 2: limits.default.running: must be an int"),
+        ("[limits.default]\nqueued = -1\n", "line 2: limits.default.queued: must be an integer >="),
+        (
+            '[limits.default]\nmode = "drop"\n',
+            "line 2: limits.default.mode: must be one of 'wait',",
+        ),
+        ("[limits.default]\ncolour = 1\n", "line 2: limits.default.colour: unknown key (the keys"),
+        ('[limits.default]\nmemory = "lots"\n', "line 2: limits.default.memory: memory must be"),
+        (
+            "[limits.default]\nmemory = 0\n",
+            "line 2: limits.default.memory: memory must be between 1 and",
+        ),
+        ("[limits.default]\nmemory = 1.5\n", "line 2: limits.default.memory: memory must be"),
+        (
+            "[limits.users.no-such-user-hwp]\ngpus = 1\n",
+            "line 1: limits.users.no-such-user-hwp: no",
+        ),
+        ("[limits.users.root]\n\ngpus = 0\n", "line 3: limits.users.root.gpus: must be a finite"),
+        ('[limits.users."uid:0"]\n\nqueued = "x"\n', "line 3: limits.users.uid:0.queued: must"),
+        (
+            "[limits.groups.no-such-group-hwp]\n",
+            "line 1: limits.groups.no-such-group-hwp: no group",
+        ),
+        ('[limits.groups."gid:x"]\n', "line 1: limits.groups.gid:x: 'gid:x' is not gid:N"),
+        ("[limits.groups.root]\nqueued = 1.5\n", "line 2: limits.groups.root.queued: must be"),
+        ("[limits]\ngroups = 2\n", "line 2: limits.groups: must be a table of groups"),
+        ("[limits.colours]\n", "line 1: limits.colours: unknown table (the tables are: default,"),
+        ("[limits]\ndefault = 2\n", "line 2: limits.default: must be a table of limits"),
+        ("[limits]\nusers = 2\n", "line 2: limits.users: must be a table of users"),
+        (
+            '[limits.users.root]\ngpus = 1\n[limits.users."uid:0"]\ngpus = 2\n',
+            "limits.users.uid:0: names uid 0 twice",
+        ),
+    ],
+)
+def test_each_bad_limit_is_an_error_naming_the_key_and_line(text: str, named: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, "serve.toml")
+    assert str(info.value).startswith("serve.toml")
+    assert named in str(info.value)
+
+
+def test_check_config_prints_the_limits(tmp_path: Path) -> None:
+    path = write(tmp_path / "serve.toml", LIMITS)
+    code, out, err = run_cli("serve", "--socket", str(tmp_path / "d" / "s.sock"),
+                             "--config", str(path), "--check-config")  # fmt: skip
+    assert (code, err) == (0, "")
+    text = out[out.index("[limits.default]") :]
+    assert text.splitlines() == [
+        "[limits.default]", "gpus = 2", "# memory: not set", "running = 4", "queued = 20",
+        'mode = "wait"',
+        '[limits.users."uid:0"]  # root', "gpus = 0.5", "# memory: not set",
+        "# running: not set", "# queued: not set", 'mode = "refuse"',
+        '[limits.users."uid:4242"]  # 4242', "# gpus: not set", "# memory: not set",
+        "# running: not set", "queued = 0", 'mode = "wait"',
+    ]  # fmt: skip
+
+
+def test_check_config_without_limits_says_so(tmp_path: Path) -> None:
+    path = write(tmp_path / "serve.toml", "gpus = 2\n")
+    code, out, _ = run_cli("serve", "--socket", str(tmp_path / "d" / "s.sock"),
+                           "--config", str(path), "--check-config")  # fmt: skip
+    assert code == 0
+    assert "# limits.default: not set (users not named have no limits)" in out.splitlines()
+
+
+def test_a_groups_limits_are_each_members_and_a_users_own_come_first() -> None:
+    root = pwd.getpwnam("root").pw_uid  # its primary group is root
+    assert parse_config("[limits.groups.root]\ngpus = 1\n", "s")["limits"] == {
+        root: OwnerLimits(gpus=1.0)
+    }
+    text = "[limits.groups.root]\ngpus = 1\n[limits.users.root]\nrunning = 2\n"
+    assert parse_config(text, "s")["limits"] == {root: OwnerLimits(running=2)}
+
+
+def test_a_groups_members_are_those_it_names(pair: Pair) -> None:
+    text = f'[limits.groups."gid:{pair.gid}"]\ngpus = 0.5\n[limits.groups.root]\ngpus = 3\n'
+    assert parse_config(text, "s")["limits"] == {
+        pair.alice: OwnerLimits(gpus=0.5), pair.bob: OwnerLimits(gpus=0.5),
+        pwd.getpwnam("root").pw_uid: OwnerLimits(gpus=3.0),
+    }  # fmt: skip
+
+
+def test_a_memory_limit_is_mib_and_needs_a_server_sized_in_memory(tmp_path: Path) -> None:
+    text = '[limits.default]\nmemory = "24GiB"\n[limits.users.root]\nmemory = 512\n'
+    settings = parse_config(text, "s")
+    assert settings["default_limits"] == OwnerLimits(units=24 * 1024)
+    assert settings["limits"] == {0: OwnerLimits(units=512)}
+    path = write(tmp_path / "serve.toml", text)
+    socket = str(tmp_path / "d" / "s.sock")
+    code, out, err = run_cli("serve", "--socket", socket, "--config", str(path), "--check-config")
+    assert (code, out) == (2, "")
+    assert "[limits]: a memory limit needs a server sized in memory (--memory or" in err
+    code, out, err = run_cli("serve", "--socket", socket, "--config", str(path),
+                             "--gpu-memory", "80GiB", "--check-config")  # fmt: skip
+    assert (code, err) == (0, "")
+    assert "memory = 24576" in out.splitlines() and "memory = 512" in out.splitlines()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hwpool._core._capacity import UNITS_PER_GPU
+from hwpool._core._limits import OwnerLimits
 from hwpool._core._scheduler import Demand
 from hwpool._server._host_state import ID_BLOCK, Client, Delivery, HostState
 from hwpool._server._journal import Journal, JournalEntry
@@ -694,3 +695,42 @@ def test_a_reclaim_the_journal_does_not_name_counts_its_limit_from_its_age() -> 
     reclaim = p.Reclaim(1, 5, 1, FULL, ((1, FULL),), 3.0, limit_s=10.0)
     state.reclaim(client(pid=1), reclaim, 50.0)
     assert state.next_limit_end() == 57.0
+
+
+# ----------------------------------------------------------------- limits (rule 11)
+def test_a_request_a_uids_limits_refuse_leaves_nothing_behind() -> None:
+    state = HostState(1, max_per_user=2, default_limits=OwnerLimits(queued=0))
+    a = client(pid=1)
+    assert isinstance(only(acquire(state, a, 1)), p.Granted)
+    for _ in range(3):  # each refusal frees its place: the cap of 2 per uid is never reached
+        with pytest.raises(ProtocolError) as refused:
+            acquire(state, a, 2, 0.5)
+        assert refused.value.code is ErrorCode.LIMIT and refused.value.req == 2
+        assert "is limited to 0 waiting requests" in refused.value.message
+    assert 2 not in a.entries and state.core.queue_length == 0
+    assert [state.has_id(ident) for ident in (1, 2, 3, 4)] == [True, False, False, False]
+    assert len(state.journal().entries) == 1  # the refused ones are journaled as gone
+
+
+def test_a_held_back_waiter_its_uids_limits_refuse_gets_the_error_when_recovery_ends() -> None:
+    state = HostState(1, default_limits=OwnerLimits(gpus=0.5))
+    state.start_recovery(journal_of(), 0.0, 5.0, alive=lambda pid: True)
+    a = client(pid=1)
+    assert only(acquire(state, a, 1)) == p.Queued(1, 100)  # held back, not judged yet
+    assert only(acquire(state, a, 2, 0.5)) == p.Queued(2, 101)
+    out = state.check_recovery(5.0)
+    assert out[0][0] is a and isinstance(out[0][1], p.ErrorReply)
+    assert (out[0][1].req, out[0][1].code) == (1, ErrorCode.LIMIT)
+    assert out[1] == (a, p.Granted(2, 101, (0,), HALF))
+    assert list(a.entries) == [2]
+
+
+def test_status_says_why_a_waiter_is_held() -> None:
+    state = HostState(2, limits={1000: OwnerLimits(running=1)})
+    a, b = client(pid=1), client(uid=2000, pid=2, number=2)
+    acquire(state, a, 1, 0.5)
+    acquire(state, a, 2, 0.5)
+    acquire(state, b, 1, 0.5)
+    (waiter,) = state.status(9, 1.0, 0.0).waiting
+    assert waiter.uid == 1000
+    assert waiter.held == "uid 1000 at the limit of 1 running grant (has 1, needs 1 more)"

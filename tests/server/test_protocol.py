@@ -70,7 +70,8 @@ SERVER_MESSAGES: list[p.ServerMessage] = [
     ),
     p.StatusPart(
         7, (p.LeaseRecord(5, 0, 99, ((0, 1_000_000),), 1.25, name="x"),),
-        (p.WaiterRecord(6, 1000, 100, 1, 600_000, (1,), 0.5, command="z"),),
+        (p.WaiterRecord(6, 1000, 100, 1, 600_000, (1,), 0.5, command="z"),
+         p.WaiterRecord(9, 1000, 100, 1, 5, (), 0.5, held="uid 1000 at the limit of ...")),
     ),
     p.ErrorReply(8, ErrorCode.REPLY_FAILED, "could not encode"),
 ]  # fmt: skip

@@ -20,6 +20,7 @@ from typing import Any
 
 from .._check import int_from_text
 from .._core._fairshare import DEFAULT_HALF_LIFE
+from .._core._limits import OwnerLimits
 from .._core._memory import format_mib
 from .._core._scheduler import POLICIES
 from .._gpu._env import device_id
@@ -205,7 +206,8 @@ _BUILT_IN: dict[str, object] = {
     "grace": 5.0, "policy": POLICIES[0], "max_connections": 64, "max_control_connections": 8,
     "max_requests_per_connection": MAX_REQUESTS_PER_CONNECTION,
     "max_requests_per_user": MAX_REQUESTS_PER_USER, "hello_timeout": 10.0,
-    "idle_timeout": None, "half_life": DEFAULT_HALF_LIFE, "shares": {},
+    "idle_timeout": None, "half_life": DEFAULT_HALF_LIFE, "shares": {}, "limits": {},
+    "default_limits": None,
 }  # fmt: skip
 """Each setting's value when neither a flag nor the config file gives it."""
 
@@ -246,7 +248,7 @@ def _check_config(path: Path | None, settings: dict[str, Any]) -> int:
     """``--check-config``: the file and the effective settings, one per line (TOML)."""
     print(f"# config file: {path if path is not None else 'none'}")
     for key, value in settings.items():
-        if key == "shares":
+        if key in ("shares", "limits", "default_limits"):
             continue
         if value is None:
             print(f"# {key}: not set")
@@ -255,13 +257,43 @@ def _check_config(path: Path | None, settings: dict[str, Any]) -> int:
     print("[shares]  # uid: share (everyone else: 1)")
     for uid, share in sorted(settings["shares"].items()):
         print(f'"uid:{uid}" = {share:g}  # {printable(_user(uid))}')
+    if settings["default_limits"] is None:
+        print("# limits.default: not set (users not named have no limits)")
+    else:
+        print("[limits.default]")
+        _print_limits(settings["default_limits"])
+    for uid, limits in sorted(settings["limits"].items()):
+        print(f'[limits.users."uid:{uid}"]  # {printable(_user(uid))}')
+        _print_limits(limits)
     return 0
+
+
+def _print_limits(limits: OwnerLimits) -> None:
+    """One table of limits as TOML lines (those not set as comments)."""
+    for key, field in (("gpus", "gpus"), ("memory", "units"), ("running", "running"),
+                       ("queued", "queued")):  # fmt: skip
+        value = getattr(limits, field)
+        print(f"# {key}: not set" if value is None else f"{key} = {value:g}")
+    print(f'mode = "{limits.mode}"')
+
+
+def _memory_limits_need_memory(settings: dict[str, Any]) -> None:
+    """Bad usage for a ``memory`` limit on a server that shares fractions, not memory."""
+    if settings["memory"] or settings["gpu_memory"] is not None:
+        return
+    tables = [settings["default_limits"], *settings["limits"].values()]
+    if any(limits is not None and limits.units is not None for limits in tables):
+        raise _Usage(
+            "[limits]: a memory limit needs a server sized in memory (--memory or "
+            "--gpu-memory, or memory or gpu_memory in the config file)"
+        )
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     path = _path(args, client=False)
     config_path, settings = _settings(args, path)
     args = argparse.Namespace(**{**vars(args), **settings})
+    _memory_limits_need_memory(settings)
     if args.check_config:
         return _check_config(config_path, settings)
     if args.gpu_memory is None and not args.memory and not args.reserve_in_use:
@@ -276,7 +308,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         max_requests_per_connection=args.max_requests_per_connection,
         max_requests_per_user=args.max_requests_per_user,
         idle_timeout_s=args.idle_timeout, policy=args.policy, totals=totals,
-        shares=args.shares, half_life=args.half_life,
+        shares=args.shares, half_life=args.half_life, limits=args.limits,
+        default_limits=args.default_limits,
     )  # fmt: skip
     try:
         serve(config)
@@ -451,7 +484,7 @@ def _report(wire: Wire, reply: StatusReply) -> dict[str, Any]:
             {"position": n, "id": w.id, "uid": w.uid, "user": _user(w.uid), "pid": w.pid,
              "count": w.count, "fraction": None if w.unit == "mib" else w.units / full,
              "memory_mib": w.units if w.unit == "mib" else None, "reserved": list(w.reserved),
-             "waited_s": w.age_s, "name": w.name, "command": w.command}
+             "waited_s": w.age_s, "name": w.name, "command": w.command, "held": w.held}
             for n, w in enumerate(reply.waiting, 1)
         ],
         "owners": [
@@ -541,9 +574,10 @@ def _format(report: dict[str, Any]) -> str:
     for w in report["waiting"]:
         what = _asked(w)
         reserve = f", reserves GPU {','.join(map(str, w['reserved']))}" if w["reserved"] else ""
+        held = f", held: {printable(w['held'])}" if w["held"] else ""
         lines.append(
             f"  {w['position']}. #{w['id']} {printable(w['user'])} pid {w['pid']}: {what}"
-            f"{reserve}, waiting {w['waited_s']:.1f} s" + _label(w)
+            f"{reserve}{held}, waiting {w['waited_s']:.1f} s" + _label(w)
         )
     lines += _owner_lines(report["owners"], report["owners_left_out"])
     c = report["counters"]

@@ -65,15 +65,17 @@ def check_half_life(half_life: object) -> float:
 
 
 class Account:
-    """One owner's usage at ``since``, the GPUs it has held since then, and its grants."""
+    """One owner's usage at ``since``, the GPUs it has held since then, and its grants and
+    the units they hold (for limits)."""
 
-    __slots__ = ("grants", "rate", "since", "used")
+    __slots__ = ("grants", "rate", "since", "units", "used")
 
     def __init__(self, now: float) -> None:
         self.used = 0.0
         self.since = now
         self.rate = 0.0
         self.grants = 0
+        self.units = 0
 
 
 class Usage:
@@ -125,6 +127,16 @@ class Usage:
         account = self._accounts.get(owner)
         return 0.0 if account is None else account.rate
 
+    def grants(self, owner: Hashable) -> int:
+        """How many grants ``owner`` holds now."""
+        account = self._accounts.get(owner)
+        return 0 if account is None else account.grants
+
+    def units(self, owner: Hashable) -> int:
+        """Units ``owner`` holds now, summed over its GPUs."""
+        account = self._accounts.get(owner)
+        return 0 if account is None else account.units
+
     def hold(self, owner: Hashable, held: Mapping[int, int], now: float) -> Account:
         """Count a grant of ``owner`` holding ``held`` (GPU -> units) from ``now``, kept by
         the caller (the hold-time records under ``easy``), which reports its end to
@@ -139,6 +151,7 @@ class Usage:
         per_unit = self._per_unit
         for gpu, units in held.items():
             account.rate += units * per_unit[gpu]
+            account.units += units
         account.grants += 1
         return account
 
@@ -160,10 +173,12 @@ class Usage:
             account.used = account.used * (1.0 + lost) - account.rate * lost / self._decay
             account.since = now
         account.rate -= units * self._per_unit[gpu]
+        account.units -= units
         if ended:
             account.grants -= 1
             if account.grants == 0:
                 account.rate = 0.0  # exactly: no drift from float sums once nothing is held
+                account.units = 0
 
     def forget_grants(self, now: float) -> None:
         """Forget every grant held (their owners hold nothing from ``now``), keeping the
@@ -171,7 +186,7 @@ class Usage:
         for account in self._accounts.values():
             if now > account.since:
                 self._advance(account, now)
-            account.rate, account.grants = 0.0, 0
+            account.rate, account.grants, account.units = 0.0, 0, 0
         self._grants.clear()
 
     def start(
@@ -192,6 +207,7 @@ class Usage:
         per_unit = self._per_unit
         for gpu, units in parts.items():
             account.rate += units * per_unit[gpu]
+            account.units += units
         account.grants += 1
         self._grants[ticket] = (account, parts)
 
@@ -227,6 +243,7 @@ class Usage:
         held = parts[gpu]
         taken = held if units > held else units
         account.rate -= taken * self._per_unit[gpu]
+        account.units -= taken
         if taken < held:
             parts[gpu] = held - taken
             return
@@ -237,6 +254,7 @@ class Usage:
         account.grants -= 1
         if account.grants == 0:
             account.rate = 0.0  # exactly: no drift from float sums once nothing is held
+            account.units = 0
 
 
 class OwnerQueue:

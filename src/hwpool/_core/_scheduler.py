@@ -101,6 +101,33 @@ is this order, taken at the ``now`` of each call:
 10r. Under ``reserve-all`` a new arrival backfills (rule 4) and reserves at the tail, as
    before; its owner's place in the order counts from the next walk (release or cancel).
 
+Limits per owner (both policies; issue 23), set by whoever builds the scheduler:
+
+11. An owner may have :class:`~hwpool._core._limits.OwnerLimits` (``limits``, and
+   ``default_limits`` for owners not named): ``gpus``, the most GPUs it holds at once (a
+   request counts the most GPUs it could hold wherever it lands: ``count`` whole GPUs, or
+   ``u`` units over the smallest GPU that could hold them, as :meth:`Scheduler.running`
+   counts); ``units``, the most units it holds at once, summed over GPUs (whole GPUs: the
+   largest it could get); ``running``, the most grants it holds at once; ``queued``, the
+   most requests it has waiting. A waiter that would take its owner past ``gpus``,
+   ``units`` or ``running`` is *held*: it stays in its place in the queue order but is
+   never head, never reserves and is never granted or backfilled, so the head (rules 3e,
+   10e) is the first waiter in queue order that is not held, and under ``reserve-all``
+   the walk passes held waiters by. A waiter that reserves (the head, or a reserving
+   waiter under ``reserve-all``) keeps its room in its owner's limits: a later waiter of
+   that owner counts it as held already. Every release or cancel walks the queue again
+   (rules 5, 5e), so a held waiter is considered as soon as its owner is back under the
+   limit; once nothing new comes, every waiter is granted. Refused with
+   :class:`~hwpool._core._limits.LimitExceeded` (a ValueError naming the owner, the limit
+   and the value), changing nothing: a request bigger than its owner's ``gpus`` or
+   ``units`` (it could never run); one that would wait while its owner already has
+   ``queued`` waiting; and under ``mode="refuse"`` one that would take what its owner
+   holds *and has waiting* past ``gpus``, ``units`` or ``running`` (so such an owner has
+   no held waiter). Without limits nothing of this costs a decision or changes one; with
+   limits, GPUs of one size take the plain walk of GPUs of different sizes (the same
+   rules), and under ``easy`` the head is found among held waiters per demand, not per
+   waiter.
+
 Invariants after every call: per GPU ``0 <= free <= total``; a ticket is waiting, granted or
 gone, never two; reservations are disjoint and held only by waiters.
 """
@@ -121,6 +148,7 @@ from .._check import check_int, check_real, check_timeout
 from ._capacity import UNITS_PER_GPU
 from ._durations import Durations
 from ._fairshare import DEFAULT_HALF_LIFE, OwnerQueue, Usage, check_half_life, check_shares
+from ._limits import EPSILON, LimitExceeded, LimitHold, OwnerLimits, check_limits
 
 __all__ = ["BACKFILLS", "POLICIES", "Demand", "Grant", "Head", "Scheduler", "Waiter"]
 
@@ -225,11 +253,13 @@ def _check_rebuilt_ticket(ticket: object) -> int:
 
 
 class Waiter(NamedTuple):
-    """A waiting request as the core sees it: its ticket, demand and current reservation."""
+    """A waiting request as the core sees it: its ticket, demand and current reservation,
+    and ``held``: why its owner's limit holds it (rule 11), or None."""
 
     ticket: int
     demand: Demand
     reserved: tuple[int, ...]
+    held: LimitHold | None = None
 
 
 class _DemandIndex:
@@ -358,6 +388,8 @@ class Scheduler:
         shares: Mapping[Hashable, float] | None = None,
         half_life: float = DEFAULT_HALF_LIFE,
         backfill: str = "limits",
+        limits: Mapping[Hashable, OwnerLimits] | None = None,
+        default_limits: OwnerLimits | None = None,
     ) -> None:
         """``gpus``: a count of GPUs of ``units_per_gpu`` units each (default a whole GPU's
         ``UNITS_PER_GPU``), or a sequence giving each GPU's total in units (any positive
@@ -366,8 +398,11 @@ class Scheduler:
         share (a finite number > 0; owners not named have 1); ``half_life``: seconds of the
         caller's clock over which usage counts half (rule 8; default
         :data:`~hwpool._core._fairshare.DEFAULT_HALF_LIFE`, an hour). ``backfill``: one of
-        :data:`BACKFILLS`, what may go onto the ``easy`` head's GPUs (rule 4e).
+        :data:`BACKFILLS`, what may go onto the ``easy`` head's GPUs (rule 4e). ``limits``:
+        owner -> :class:`~hwpool._core._limits.OwnerLimits`, and ``default_limits`` for every
+        owner not named there (rule 11; default: none).
         """
+        checked_limits, checked_default = check_limits(limits, default_limits)
         checked_shares = check_shares(shares)
         checked_half_life = check_half_life(half_life)
         if not isinstance(policy, str):
@@ -399,7 +434,15 @@ class Scheduler:
         self.backfill = backfill
         self._easy = policy == "easy"
         self._by_estimates = backfill == "estimates"
-        self._uniform = len(set(totals)) == 1  # the fast path; else the plain walk
+        self._uniform = len(set(totals)) == 1
+        # Rule 11: the limits per owner, and whether any is set.
+        self._limits = checked_limits
+        self._default_limits = checked_default
+        self._limited = any(lim.active for lim in checked_limits.values()) or (
+            checked_default is not None and checked_default.active
+        )
+        # The fast path (GPUs of one size, no limits); else the plain walk.
+        self._fast = self._uniform and not self._limited
         self._tickets = itertools.count(1)
         # Under easy: the clock, and what was learned (with the grants running).
         self._now = 0.0
@@ -439,7 +482,7 @@ class Scheduler:
         # Under easy each grant's one record is its hold-time run, which reports to usage;
         # and usage is counted only once some demand names an owner (see _count_usage).
         self._durations = Durations(self.num_gpus, self._usage)
-        self._counting = not self._easy
+        self._counting = not self._easy or self._limited  # limits read what owners hold
         self._queued = 0  # counts every change to the queue (see _ranked)
         self._reset_owner_queues()
 
@@ -457,6 +500,9 @@ class Scheduler:
         # and the waiters that have yielded once (they never yield again).
         self._resume: int | None = None
         self._yielded: set[int] = set()
+        # Rule 11 (only with limits): per owner, its waiters and the GPUs and units they ask
+        # at most.
+        self._waiting_of: dict[Hashable, list[float]] = {}
 
     # ----------------------------------------------------------------- queries
     @property
@@ -489,7 +535,21 @@ class Scheduler:
         current reservations."""
         reserved = self.reservations() if self._easy else self._reserved
         for ticket, demand in list(self._in_order()):
-            yield Waiter(ticket, demand, reserved.get(ticket, ()))
+            mine = reserved.get(ticket, ())
+            held = self._hold(ticket, demand) if self._limited and not mine else None
+            yield Waiter(ticket, demand, mine, held)
+
+    def held_by_limit(self, ticket: int) -> LimitHold | None:
+        """Why waiter ``ticket`` is held by its owner's limit (rule 11), or None if it is
+        not; KeyError if ``ticket`` is not waiting."""
+        demand = self._queue[ticket]
+        if not self._limited or ticket in self.reservations():
+            return None
+        return self._hold(ticket, demand)
+
+    def limits(self, owner: Hashable) -> OwnerLimits | None:
+        """``owner``'s limits (rule 11), or None if it has none."""
+        return self._limits_of(owner)
 
     def usage(self, owner: Hashable, now: float | None = None) -> float:
         """``owner``'s recent usage in GPU-seconds, decayed with the half-life (rule 8), at
@@ -543,15 +603,19 @@ class Scheduler:
         Never queues and never jumps the queue: only capacity the policy lets a new arrival
         take (rule 4, or 4e). ``now``: the caller's clock, in seconds; ``expected``: how long
         the caller expects to hold it (see :meth:`submit`). Raises ValueError (or TypeError),
-        changing nothing, for a demand that could never fit or a bad ``now`` or ``expected``.
+        changing nothing, for a demand that could never fit or a bad ``now`` or ``expected``,
+        and :class:`~hwpool._core._limits.LimitExceeded` where its owner's limits refuse it
+        (rule 11; a request they would hold is not granted: None).
         """
         demand = self._admit(demand)
         clock = now if type(now) is float and now - now == 0.0 else self._time(now)
         hint = None if expected is None else check_timeout(expected, "expected")
+        if self._limited:
+            self._refuse_beyond(demand, max(self._now, clock), hint, queues=False)
         self._now = max(self._now, clock)
         if self._easy:
             at = self._now
-            if self._queue or not self._uniform or hint is not None:
+            if self._queue or not self._fast or hint is not None:
                 gpus = self._place_new_easy(demand, hint, at)
                 if gpus is None:
                     return None
@@ -583,14 +647,17 @@ class Scheduler:
         ``easy`` learns hold times; ``expected`` (seconds, optional) is how long the caller
         expects to hold the grant, used instead of what was learned. Raises ValueError (or
         TypeError), changing nothing, for a demand that could never fit or a bad ``now`` or
-        ``expected``.
+        ``expected``, and :class:`~hwpool._core._limits.LimitExceeded` (a ValueError) where its
+        owner's limits refuse it (rule 11).
         """
         demand = self._admit(demand)
         clock, expected = self._time(now), check_timeout(expected, "expected")
+        if self._limited:
+            self._refuse_beyond(demand, max(self._now, clock), expected)
         if self._easy:
             return self._submit_easy(demand, self._commit(clock), expected)
         self._commit(clock)
-        if not self._uniform:
+        if not self._fast:
             return self._submit_general(demand)
         ticket = next(self._tickets)
         gpus = self._take_new(demand)
@@ -789,6 +856,11 @@ class Scheduler:
         """Put a waiter at the end of its owner's queue at its priority."""
         self._queue[ticket] = demand
         self._queued += 1
+        if self._limited:
+            tally = self._waiting_of.setdefault(demand.owner, [0.0, 0.0, 0.0])
+            tally[0] += 1
+            tally[1] += self._charge(demand)
+            tally[2] += self._unit_charge(demand)
         queues = self._owner_queues
         queue = queues.get(demand.owner)
         if queue is None:
@@ -800,6 +872,13 @@ class Scheduler:
         """Take a waiter out of the queue and its owner's queue; return its demand."""
         demand = self._queue.pop(ticket)
         self._queued += 1
+        if self._limited:
+            tally = self._waiting_of[demand.owner]
+            tally[0] -= 1
+            tally[1] -= self._charge(demand)
+            tally[2] -= self._unit_charge(demand)
+            if not tally[0]:
+                del self._waiting_of[demand.owner]
         queues = self._owner_queues
         queue = queues[demand.owner]
         queue.remove(ticket, demand.priority)
@@ -857,6 +936,182 @@ class Scheduler:
             return next(iter(self._queue))
         return self._ranked()[0][1].first()
 
+    # --------------------------------------------------------- limits (rule 11)
+    def _limits_of(self, owner: Hashable) -> OwnerLimits | None:
+        """``owner``'s limits, or None where it has none."""
+        limits = self._limits.get(owner, self._default_limits)
+        return limits if limits is not None and limits.active else None
+
+    def _charge(self, demand: Demand) -> float:
+        """The GPUs ``demand`` counts against its owner's ``gpus`` limit: the most it could
+        count wherever it lands (``u`` units on a GPU of ``total`` count ``u / total``)."""
+        if demand.whole or demand.count > 1:
+            return float(demand.count)
+        totals = self._totals
+        if self._uniform:
+            return demand.units / totals[0]
+        if demand.relative:
+            return max(_share(demand.units, total) / total for total in totals)
+        return max(demand.units / total for total in totals if total >= demand.units)
+
+    def _unit_charge(self, demand: Demand) -> int:
+        """The units ``demand`` counts against its owner's ``units`` limit: the most it
+        could hold wherever it lands (whole GPUs: the largest ones)."""
+        if demand.whole or demand.count > 1:
+            return sum(sorted(self._totals, reverse=True)[: demand.count])
+        if demand.relative:
+            return max(self._needs_of(demand))
+        return demand.units
+
+    def _committed(self, owner: Hashable, ticket: int | None) -> tuple[float, int, int]:
+        """The GPUs, grants and units ``owner`` holds, plus those its waiters that reserve
+        (other than ``ticket``) keep room for: a waiter that reserves stays within limits."""
+        usage, queue = self._usage, self._queue
+        gpus, grants, units = usage.running(owner), usage.grants(owner), usage.units(owner)
+        if self._easy:
+            head = self._head
+            reserving: Iterable[int] = () if head is None else (head.ticket,)
+        else:
+            reserving = self._reserved
+        for other in reserving:
+            if other != ticket and other in queue and queue[other].owner == owner:
+                gpus += self._charge(queue[other])
+                grants += 1
+                units += self._unit_charge(queue[other])
+        return gpus, grants, units
+
+    def _hold(self, ticket: int | None, demand: Demand) -> LimitHold | None:
+        """Why ``demand`` (waiter ``ticket``, or a new arrival: None) may not be granted now
+        under its owner's limits, or None if it may (rule 11)."""
+        limits = self._limits_of(demand.owner)
+        if limits is None or (
+            limits.running is None and limits.gpus is None and limits.units is None
+        ):
+            return None
+        gpus, grants, units = self._committed(demand.owner, ticket)
+        if limits.running is not None and grants + 1 > limits.running:
+            return LimitHold(demand.owner, "running", limits.running, grants, 1)
+        if limits.gpus is not None:
+            need = self._charge(demand)
+            if gpus + need > limits.gpus + EPSILON:
+                return LimitHold(demand.owner, "gpus", limits.gpus, gpus, need)
+        if limits.units is not None:
+            asks = self._unit_charge(demand)
+            if units + asks > limits.units:
+                return LimitHold(demand.owner, "units", limits.units, units, asks)
+        return None
+
+    def _first_eligible(self) -> int | None:
+        """The first waiter in queue order that no limit holds, or None (rule 11; under
+        ``easy``, where a head is chosen)."""
+        ranked = self._ranked() if self._fair else list(self._owner_queues.items())
+        firsts: dict[Hashable, tuple[int, int]] | None = None
+        for owner, owner_queue in ranked:
+            if self._limits_of(owner) is None:
+                return owner_queue.first()
+            if firsts is None:
+                firsts = self._first_eligible_per_owner()
+            first = firsts.get(owner)
+            if first is not None:
+                return first[1]
+        return None
+
+    def _first_eligible_per_owner(self) -> dict[Hashable, tuple[int, int]]:
+        """Per owner with limits, ``(-priority, ticket)`` of its first waiter that no limit
+        holds (rule 10's order within an owner), judged per demand by its earliest waiter:
+        every waiter of one demand asks the same of the same owner, so one decides for all
+        (O(demands), whatever the queue's length)."""
+        firsts: dict[Hashable, tuple[int, int]] = {}
+        for demand, tickets in self._classes.items():
+            owner = demand.owner
+            ticket = next(iter(tickets))
+            key = (-demand.priority, ticket)
+            known = firsts.get(owner)
+            if (
+                (known is None or key < known)
+                and self._limits_of(owner) is not None
+                and self._hold(ticket, demand) is None
+            ):
+                firsts[owner] = key
+        return firsts
+
+    def _refuse_never(self, demand: Demand) -> None:
+        """LimitExceeded if ``demand`` asks more GPUs or units than its owner may ever hold."""
+        limits = self._limits_of(demand.owner)
+        if limits is None:
+            return
+        if limits.units is not None and self._unit_charge(demand) > limits.units:
+            asks = self._unit_charge(demand)
+            raise LimitExceeded(
+                demand.owner, "units", limits.units, asks,
+                f"a request for {asks} could never run",
+            )  # fmt: skip
+        if limits.gpus is None:
+            return
+        need = self._charge(demand)
+        if need > limits.gpus + EPSILON:
+            raise LimitExceeded(
+                demand.owner, "gpus", limits.gpus, need,
+                f"a request for {need:g} GPU{'' if need == 1 else 's'} could never run",
+            )  # fmt: skip
+
+    def _refuse_beyond(
+        self, demand: Demand, now: float, hint: float | None, *, queues: bool = True
+    ) -> None:
+        """LimitExceeded, changing nothing, for a request its owner's limits refuse (rule
+        11): one that could never run; under ``mode="refuse"``, one beyond the ``gpus`` or
+        ``running`` limit counting what the owner holds and has waiting; if it ``queues``
+        (a submit, not a grant_now), one that would wait beyond the ``queued`` limit."""
+        self._refuse_never(demand)
+        owner = demand.owner
+        limits = self._limits_of(owner)
+        if limits is None:
+            return
+        count, asked, asked_units = self._waiting_of.get(owner, (0.0, 0.0, 0.0))
+        waiting = int(count)
+        if limits.mode == "refuse":
+            grants = self._usage.grants(owner)
+            if limits.running is not None and grants + waiting + 1 > limits.running:
+                raise LimitExceeded(
+                    owner, "running", limits.running, grants + waiting + 1,
+                    f"it has {grants} running and {waiting} waiting, and refuses more",
+                )  # fmt: skip
+            held = self._usage.running(owner)
+            need = self._charge(demand)
+            if limits.gpus is not None and held + asked + need > limits.gpus + EPSILON:
+                raise LimitExceeded(
+                    owner, "gpus", limits.gpus, held + asked + need,
+                    f"it holds {held:g} and asks {asked:g} waiting, and this request "
+                    f"asks {need:g} more",
+                )  # fmt: skip
+            held_units, asks = self._usage.units(owner), self._unit_charge(demand)
+            if limits.units is not None and held_units + asked_units + asks > limits.units:
+                raise LimitExceeded(
+                    owner, "units", limits.units, held_units + asked_units + asks,
+                    f"it holds {held_units} and asks {asked_units:g} waiting, and this "
+                    f"request asks {asks} more",
+                )  # fmt: skip
+        if (
+            queues
+            and limits.queued is not None
+            and waiting >= limits.queued
+            and self._would_wait(demand, now, hint)
+        ):
+            raise LimitExceeded(
+                owner, "queued", limits.queued, waiting + 1,
+                f"it has {waiting} waiting, and this request would wait",
+            )  # fmt: skip
+
+    def _would_wait(self, demand: Demand, now: float, hint: float | None) -> bool:
+        """Whether a new arrival ``demand`` would wait: placed as :meth:`submit` would place
+        it, then given back (with limits the placement only changes ``free``)."""
+        gpus = self._place_new_easy(demand, hint, now) if self._easy else self._take_new(demand)
+        if gpus is None:
+            return True
+        for gpu in gpus:
+            self._free[gpu] += self._need(demand, gpu)
+        return False
+
     def _needs_of(self, demand: Demand) -> list[int]:
         """Units a relative ``demand`` needs on each GPU (rule 1), memoised per share."""
         needs = self._relative_needs.get(demand.units)
@@ -880,7 +1135,9 @@ class Scheduler:
 
     def _take_new(self, demand: Demand) -> tuple[int, ...] | None:
         """Take capacity for a new arrival where it fits without jumping the queue, or None."""
-        if not self._uniform:
+        if not self._fast:
+            if self._limited and self._hold(None, demand) is not None:
+                return None
             return self._fit_general(demand, self._open if self._queue else None, take=True)
         count, units = demand.count, demand.units
         if self._queue:
@@ -948,7 +1205,7 @@ class Scheduler:
         and reserves the next most-free GPU) is written out inline. Once reservations stop,
         the walk counts the demands it has passed, to stop when nothing further back can fit.
         """
-        if not self._uniform:
+        if not self._fast:
             return self._walk_general()
         reserved = self._reserved
         reserved.clear()
@@ -991,11 +1248,13 @@ class Scheduler:
         return self._dequeued(grants)
 
     def _dequeued(self, grants: list[Grant]) -> list[Grant]:
-        """Take the waiters a walk granted out of the queue and its index; return ``grants``."""
+        """Take the waiters a walk granted out of the queue and its index; return ``grants``
+        (counted in usage here, unless limits counted each as it was made)."""
         for grant in grants:
             done = self._unqueue(grant.ticket)
             self._index_of(done).remove(self._key_of(done))
-            self._accounted(grant, done.owner)
+            if not self._limited:
+                self._accounted(grant, done.owner)
         return grants
 
     # ------------------------------------------------- GPUs of different sizes (plain walk)
@@ -1091,6 +1350,8 @@ class Scheduler:
             self._reserving = True
         self._enqueue(ticket, demand)
         self._index_of(demand).add(self._key_of(demand))
+        if self._limited and self._hold(ticket, demand) is not None:
+            return ticket, None  # held by its owner's limit: it reserves nothing (rule 11)
         if self._reserving:
             chosen = self._reserve_general(demand, self._open)
             if chosen is None:
@@ -1128,6 +1389,40 @@ class Scheduler:
                 most, most_left = gpu, left
         return fit, most, needs[fit] if fit >= 0 else 0
 
+    def _held_in_walk(
+        self, ticket: int, demand: Demand, held: tuple[set[Hashable], set[Demand]]
+    ) -> bool:
+        """Whether a limit holds waiter ``ticket`` in a walk (rule 11), remembering in
+        ``held`` the owners at their ``running`` limit and the demands past another: what
+        an owner holds and reserves only grows during a walk, so they stay held, and each
+        further waiter of them costs a set lookup."""
+        owners, demands = held
+        if demand.owner in owners or demand in demands:
+            return True
+        hold = self._hold(ticket, demand)
+        if hold is None:
+            return False
+        if hold.limit == "running":
+            owners.add(demand.owner)
+        else:
+            demands.add(demand)
+        return True
+
+    def _absolute_pass(self, units: int, open_gpus: list[int]) -> tuple[int, int, int]:
+        """The walk's one pass for ``units`` on one GPU: its best fit among ``open_gpus``
+        (-1: none), the GPU it would reserve (the most free that could hold it), and
+        ``units``."""
+        free, totals = self._free, self._totals
+        fit, fit_free, most, most_free = -1, -1, -1, -1
+        for gpu in open_gpus:  # in index order, so ties go to the lowest index
+            f = free[gpu]
+            if f >= units:
+                if fit < 0 or f < fit_free:
+                    fit, fit_free = gpu, f
+            elif f > most_free and totals[gpu] >= units:
+                most, most_free = gpu, f
+        return fit, most, units
+
     def _seen_upto(self, visited: int) -> tuple[dict[int, int], dict[int, int]]:
         """The demands of the first ``visited`` waiters, tallied for the early stop."""
         seen: tuple[dict[int, int], dict[int, int]] = ({}, {})
@@ -1139,12 +1434,14 @@ class Scheduler:
         """Rules 3-5 on GPUs of different sizes, with the same early stop as the fast walk."""
         reserved = self._reserved
         reserved.clear()
-        free, totals = self._free, self._totals
+        free = self._free
         grants: list[Grant] = []
         open_gpus = list(range(self.num_gpus))
         reserving = True
         seen: tuple[dict[int, int], dict[int, int]] | None = None
         visited = 0
+        limited = self._limited
+        held: tuple[set[Hashable], set[Demand]] = (set(), set())  # owners, demands held
         for ticket, demand in self._in_order():
             if not open_gpus:
                 break
@@ -1153,18 +1450,14 @@ class Scheduler:
                 if not self._could_serve_rest_general(open_gpus, seen):
                     break
                 self._tally(seen, demand)
-            if demand.count == 1 and not demand.whole:  # one pass: best fit, else the reserve
-                if demand.relative:
-                    fit, most, units = self._relative_pass(demand, open_gpus)
-                else:
-                    units, fit, fit_free, most, most_free = demand.units, -1, -1, -1, -1
-                    for gpu in open_gpus:  # in index order, so ties go to the lowest index
-                        f = free[gpu]
-                        if f >= units:
-                            if fit < 0 or f < fit_free:
-                                fit, fit_free = gpu, f
-                        elif f > most_free and totals[gpu] >= units:
-                            most, most_free = gpu, f
+            if limited and self._held_in_walk(ticket, demand, held):
+                continue  # held by its owner's limit: neither granted nor reserving (rule 11)
+            if demand.count == 1 and not demand.whole and not limited:  # one pass (see below)
+                fit, most, units = (
+                    self._relative_pass(demand, open_gpus)
+                    if demand.relative
+                    else self._absolute_pass(demand.units, open_gpus)
+                )
                 if fit >= 0:
                     free[fit] -= units
                     grants.append(_grant((ticket, (fit,), units)))
@@ -1179,6 +1472,8 @@ class Scheduler:
             taken = self._fit_general(demand, open_gpus, take=True)
             if taken is not None:
                 grants.append(_grant((ticket, taken, self._units_of(demand, taken))))
+                if limited:  # counted now: the next waiter's limit reads it
+                    self._accounted(grants[-1], demand.owner)
                 continue
             if reserving:
                 chosen = self._reserve_general(demand, open_gpus)
@@ -1326,14 +1621,15 @@ class Scheduler:
     def _submit_easy(
         self, demand: Demand, now: float, hint: float | None
     ) -> tuple[int, Grant | None]:
-        ticket = next(self._tickets)
         gpus = self._place_new_easy(demand, hint, now)
+        ticket = next(self._tickets)
         if gpus is not None:
             return ticket, self._granted(ticket, demand, gpus, now, hint)
         self._enqueue(ticket, demand)
         self._class_add(ticket, demand, hint)
-        if self._head is None:  # the queue was empty: this is its head
-            self._head = self._choose_head(ticket, demand, now)
+        if self._head is None:  # the queue was empty, or every other waiter is held
+            if not self._limited or self._hold(ticket, demand) is None:
+                self._head = self._choose_head(ticket, demand, now)
         elif self._fair:
             self._head = self._yield_head(self._head, now)
         return ticket, None
@@ -1343,11 +1639,11 @@ class Scheduler:
     ) -> tuple[int, ...] | None:
         """Take capacity for a new arrival: best fit anywhere if none wait, else a backfill
         (rule 4e), never ahead of an earlier waiter of its demand without a hint."""
+        if self._limited and self._hold(None, demand) is not None:
+            return None  # held by its owner's limit (rule 11)
         if not self._queue:  # best fit over every GPU (the fast path on GPUs of one size)
             return (
-                self._take_new(demand)
-                if self._uniform
-                else self._fit_general(demand, None, take=True)
+                self._take_new(demand) if self._fast else self._fit_general(demand, None, take=True)
             )
         if demand in self._classes:
             return None  # an earlier one like it waits, and the same would stop it
@@ -1474,13 +1770,20 @@ class Scheduler:
         grants: list[Grant] = []
         queue = self._queue
         head = self._head
-        fifo = not self._fair and self._resume is None
-        while queue:  # the head, else the next head (rule 10e)
+        limited = self._limited
+        fifo = not self._fair and self._resume is None and not limited
+        while queue:  # the head, else the next head (rule 10e; rule 11: not a held one)
             if head is not None:
                 ticket = head.ticket
             else:
-                ticket = next(iter(queue)) if fifo else self._next_head()
+                first = next(iter(queue)) if fifo else self._next_head()
+                if first is None:
+                    break  # every waiter is held by its owner's limit
+                ticket = first
             demand = queue[ticket]
+            if limited and head is not None and self._hold(ticket, demand) is not None:
+                head = None  # its owner's limit holds it now: choose another
+                continue
             gpus = self._fit_general(demand, None, take=True)
             if gpus is None:
                 break
@@ -1493,8 +1796,11 @@ class Scheduler:
             return grants
         kept = head
         if head is None:
-            ticket = self._next_head()
-            head = self._choose_head(ticket, queue[ticket], now)
+            first = self._next_head()
+            if first is None:  # every waiter is held by its owner's limit (rule 11)
+                self._head = None
+                return grants
+            head = self._choose_head(first, queue[first], now)
         if self._fair:
             head = self._yield_head(head, now)
         if head is kept and now >= head.shadow and not head.moved:  # overdue: move once
@@ -1549,6 +1855,7 @@ class Scheduler:
         # Sizes (with their limit) refused, whatever their owner (when fair).
         refused: set[Hashable] = set()
         hints = self._hints
+        limited = self._limited
         while heap and any(free):
             key, index = heap[0]
             ticket = key[2] if fair else key
@@ -1556,6 +1863,9 @@ class Scheduler:
             size = (_class_of(demand), demand.limit) if fair else None
             if fair and size in refused:
                 heapq.heappop(heap)  # another owner's waiter of this size was refused
+                continue
+            if limited and self._hold(ticket, demand) is not None:
+                heapq.heappop(heap)  # held by its owner's limit, and so is the rest of it
                 continue
             hint = hints.get(ticket) if hints else None
             gpus = self._backfill_fit(demand, now, hint)
@@ -1576,15 +1886,17 @@ class Scheduler:
         for ticket, _ in granted:
             self._dequeue(ticket)
 
-    def _next_head(self) -> int:
+    def _next_head(self) -> int | None:
         """The waiter to become head (rule 10e): one that yielded its place, once the waiter
-        it yielded to is gone, else the first in queue order."""
+        it yielded to is gone, else the first in queue order; with limits, the first one its
+        owner's limit does not hold (None if every waiter is held; rule 11)."""
         resume = self._resume
         if resume is not None:
-            if resume in self._queue:
+            if resume not in self._queue:
+                self._resume = None
+            elif not self._limited or self._hold(resume, self._queue[resume]) is None:
                 return resume
-            self._resume = None
-        return self._first()
+        return self._first_eligible() if self._limited else self._first()
 
     def _yield_head(self, head: Head, now: float) -> Head:
         """``head``, or the first waiter in queue order if ``head`` yields to it (rule 10e):
@@ -1596,8 +1908,8 @@ class Scheduler:
             head.ticket in self._yielded
         ):
             return head
-        first = self._first()
-        if first == head.ticket:
+        first = self._first_eligible() if self._limited else self._first()
+        if first is None or first == head.ticket:
             return head
         queue, ratio = self._queue, self._usage.ratio
         if ratio(queue[first].owner, now) >= ratio(queue[head.ticket].owner, now):

@@ -7,8 +7,10 @@ belong to root or the server's user and be writable by its owner only
 (:func:`hwpool._wire._safety.read_trusted_file`).
 
 Keys (see docs/server.md for the reference): ``half_life`` and ``[shares]`` set the fair
-share between users (the scheduler's rules 8-10); the rest are ``hwpool serve``'s flags,
-spelt with underscores.
+share between users (the scheduler's rules 8-10); ``[limits.default]`` and
+``[limits.users.NAME]`` and ``[limits.groups.NAME]`` (each member's, not shared) limit
+what each user may hold and queue (rule 11); the rest are
+``hwpool serve``'s flags, spelt with underscores.
 """
 
 from __future__ import annotations
@@ -22,11 +24,12 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 
 from .._check import duration_from_text as _duration
+from .._core._limits import LIMIT_MODES, OwnerLimits
 from .._core._memory import parse_memory
 from .._core._scheduler import POLICIES
 from .._wire._safety import read_trusted_file
 
-__all__ = ["DEFAULT_CONFIG", "KEYS", "ConfigError", "parse_config", "read_config"]
+__all__ = ["DEFAULT_CONFIG", "KEYS", "LIMIT_KEYS", "ConfigError", "parse_config", "read_config"]
 
 DEFAULT_CONFIG = Path("/etc/hwpool/serve.toml")
 """The machine-wide server's config file, read when it exists, no ``--config`` is given and
@@ -116,8 +119,10 @@ KEYS: dict[str, Callable[[object], object]] = {
     "hello_timeout": _seconds,
     "idle_timeout": _seconds,
 }
-"""The plain keys and what checks each (a ValueError saying what is wrong); ``[shares]`` is
-the one table."""
+"""The plain keys and what checks each (a ValueError saying what is wrong); ``[shares]`` and
+``[limits]`` are the tables."""
+
+TABLES = ("limits", "shares")
 
 
 def _owner(name: str) -> int:
@@ -142,15 +147,18 @@ def _share(value: object) -> float:
 
 
 def _line_of(text: str, table: str | None, key: str) -> int | None:
-    """The line (from 1) where ``key`` is set in ``table`` (None: the top), if one is found
-    (tomllib gives no positions for values, so the text is searched for the key)."""
+    """The line (from 1) where ``key`` is set in ``table`` (None: the top; dotted for a
+    table in a table, unquoted), if one is found (tomllib gives no positions for values,
+    so the text is searched for the key)."""
     current: str | None = None
     spelt = rf"(?:{re.escape(key)}|\"{re.escape(key)}\"|'{re.escape(key)}')"
     for number, line in enumerate(text.splitlines(), 1):
         header = re.fullmatch(r"\s*\[\s*([^\[\]]+?)\s*\]\s*(?:#.*)?", line)
         if header is not None:
-            current = header[1].strip("\"'")
+            current = re.sub(r"[\"'\s]", "", header[1])
             if table is not None and current == table and key == table:
+                return number
+            if table is not None and current == f"{table}.{key}":  # a table named by the key
                 return number
             continue
         if current == table and re.match(rf"\s*{spelt}\s*=", line):
@@ -177,9 +185,12 @@ def parse_config(text: str, source: str) -> dict[str, object]:
         if key == "shares":
             settings["shares"] = _shares(value, fail)
             continue
+        if key == "limits":
+            settings["default_limits"], settings["limits"] = _limits(value, fail)
+            continue
         check = KEYS.get(key)
         if check is None:
-            known = ", ".join(sorted([*KEYS, "shares"]))
+            known = ", ".join(sorted([*KEYS, *TABLES]))
             raise fail(None, key, f"unknown key (the keys are: {known})")
         try:
             settings[key] = check(value)
@@ -188,7 +199,7 @@ def parse_config(text: str, source: str) -> dict[str, object]:
     return settings
 
 
-def _shares(value: object, fail: Callable[[str | None, str, str], ConfigError]) -> dict[int, float]:
+def _shares(value: object, fail: Fail) -> dict[int, float]:
     if not isinstance(value, dict):
         raise fail(None, "shares", "must be a table: [shares] with lines like alice = 2")
     shares: dict[int, float] = {}
@@ -218,3 +229,128 @@ def read_config(path: Path, owners: Collection[int]) -> dict[str, object]:
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     return parse_config(text, str(path))
+
+
+def _limit_gpus(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(
+            f"must be a number of GPUs > 0 (a fraction counts its share), got {value!r}"
+        )
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"must be a finite number of GPUs > 0, got {value!r}")
+    return float(value)
+
+
+def _limit_queued(value: object) -> int:
+    if type(value) is not int or not 0 <= value <= 2**31:
+        raise ValueError(f"must be an integer >= 0, got {value!r}")
+    return value
+
+
+def _limit_memory(value: object) -> int:
+    """MiB: an int, or a size such as ``"24GiB"`` (only on a server sized in memory)."""
+    try:
+        return parse_memory(value, "memory")
+    except TypeError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _limit_mode(value: object) -> str:
+    if not isinstance(value, str) or value not in LIMIT_MODES:
+        raise ValueError(f"must be one of {', '.join(map(repr, LIMIT_MODES))}, got {value!r}")
+    return value
+
+
+LIMIT_KEYS: dict[str, Callable[[object], object]] = {
+    "gpus": _limit_gpus,
+    "running": _count,
+    "queued": _limit_queued,
+    "memory": _limit_memory,
+    "mode": _limit_mode,
+}
+"""The keys of one ``[limits.default]`` or ``[limits.users.NAME]`` table (the core's
+:class:`~hwpool._core._limits.OwnerLimits`; ``memory`` is its ``units``, MiB on a server
+sized in memory) and what checks each."""
+
+
+Fail = Callable[[str | None, str, str], ConfigError]
+
+
+def _limits(value: object, fail: Fail) -> tuple[OwnerLimits | None, dict[int, OwnerLimits]]:
+    """``[limits]``: the default limits and those per uid (a user's own table first, then
+    the first group table in the file that has the user as a member)."""
+    if not isinstance(value, dict):
+        raise fail(None, "limits", "must be a table: [limits.default] or [limits.users.NAME]")
+    default: OwnerLimits | None = None
+    users: dict[int, OwnerLimits] = {}
+    by_group: dict[int, OwnerLimits] = {}
+    for name, table in value.items():
+        if name == "default":
+            default = _owner_limits(table, "limits.default", fail)
+        elif name == "groups":
+            if not isinstance(table, dict):
+                raise fail("limits", "groups", "must be a table of groups: [limits.groups.NAME]")
+            for group, limits in table.items():
+                try:
+                    members = _members(group)
+                except ValueError as exc:
+                    raise fail("limits.groups", group, str(exc)) from None
+                checked = _owner_limits(limits, f"limits.groups.{group}", fail)
+                for uid in members:
+                    by_group.setdefault(uid, checked)
+        elif name == "users":
+            if not isinstance(table, dict):
+                raise fail("limits", "users", "must be a table of users: [limits.users.NAME]")
+            for user, limits in table.items():
+                try:
+                    uid = _owner(user)
+                    if uid in users:
+                        raise ValueError(f"names uid {uid} twice")
+                except ValueError as exc:
+                    raise fail("limits.users", user, str(exc)) from None
+                users[uid] = _owner_limits(limits, f"limits.users.{user}", fail)
+        else:
+            raise fail("limits", name, "unknown table (the tables are: default, users, groups)")
+    return default, {**by_group, **users}
+
+
+def _members(name: str) -> set[int]:
+    """A ``[limits.groups]`` key: a group name or ``gid:N``; the uids of its members (those
+    it names, and those whose primary group it is), as the system says now."""
+    if name.startswith("gid:"):
+        digits = name[4:]
+        if not (digits.isascii() and digits.isdigit() and int(digits) < 2**32):
+            raise ValueError(f"{name!r} is not gid:N with N a gid")
+        try:
+            group = grp.getgrgid(int(digits))
+        except KeyError:
+            raise ValueError(f"no group with gid {digits}") from None
+    else:
+        try:
+            group = grp.getgrnam(name)
+        except KeyError:
+            raise ValueError(f"no group named {name!r} (give a group name or gid:N)") from None
+    members = {p.pw_uid for p in pwd.getpwall() if p.pw_gid == group.gr_gid}
+    for member in group.gr_mem:
+        try:
+            members.add(pwd.getpwnam(member).pw_uid)
+        except KeyError:
+            continue  # a name in the group file with no user: nobody to limit
+    return members
+
+
+def _owner_limits(value: object, table: str, fail: Fail) -> OwnerLimits:
+    """One table of limits, checked key by key."""
+    if not isinstance(value, dict):
+        parent, _, key = table.rpartition(".")
+        raise fail(parent, key, f"must be a table of limits with keys {', '.join(LIMIT_KEYS)}")
+    checked: dict[str, object] = {}
+    for key, setting in value.items():
+        check = LIMIT_KEYS.get(key)
+        if check is None:
+            raise fail(table, key, f"unknown key (the keys are: {', '.join(LIMIT_KEYS)})")
+        try:
+            checked["units" if key == "memory" else key] = check(setting)
+        except ValueError as exc:
+            raise fail(table, key, str(exc)) from None
+    return OwnerLimits(**checked)  # type: ignore[arg-type]

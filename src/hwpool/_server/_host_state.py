@@ -27,6 +27,7 @@ from typing import Any, Literal, TypeVar, overload
 
 from .._core._capacity import UNITS_PER_GPU
 from .._core._fairshare import DEFAULT_HALF_LIFE
+from .._core._limits import LimitExceeded, LimitHold, OwnerLimits, describe_limit
 from .._core._scheduler import Demand, Grant, Scheduler
 from .._printable import printable
 from .._wire._protocol import (
@@ -171,7 +172,9 @@ class HostState:
     each has ``units_per_gpu``. ``mig``: the GPUs are MIG instances, so no request may have
     more than one. ``max_per_connection`` and ``max_per_user`` cap the requests (leases and
     waiters) of one connection and of one uid. ``shares`` (uid -> share; default 1 each) and
-    ``half_life`` set the fair share between uids (the core's rules 8-10). Methods raise
+    ``half_life`` set the fair share between uids (the core's rules 8-10); ``limits`` (uid ->
+    limits) and ``default_limits`` (every other uid's) what each may hold and queue (rule
+    11: a request beyond them is held, or refused with ``limit``). Methods raise
     :class:`ProtocolError` for a request that cannot be served, changing nothing.
     """
 
@@ -190,6 +193,8 @@ class HostState:
         max_per_user: int = MAX_REQUESTS_PER_USER,
         shares: Mapping[int, float] | None = None,
         half_life: float = DEFAULT_HALF_LIFE,
+        limits: Mapping[int, OwnerLimits] | None = None,
+        default_limits: OwnerLimits | None = None,
     ) -> None:
         if totals is not None and len(totals) != num_gpus:
             raise ValueError(f"totals must give {num_gpus} GPUs, got {list(totals)}")
@@ -199,12 +204,17 @@ class HostState:
                 raise ValueError(f"{name} must be an int >= 1, got {cap!r}")
         per_uid: dict[Hashable, float] = {uid: share for uid, share in (shares or {}).items()}
         self.shared_uids = tuple(shares or {})  # the uids with a share of their own
+        per_uid_limits: dict[Hashable, OwnerLimits] = {
+            uid: lim for uid, lim in (limits or {}).items()
+        }
+        fair: dict[str, Any] = {
+            "policy": policy, "shares": per_uid, "half_life": half_life,
+            "limits": per_uid_limits, "default_limits": default_limits,
+        }  # fmt: skip
         if totals is None:
-            self.core = Scheduler(
-                num_gpus, units_per_gpu, policy=policy, shares=per_uid, half_life=half_life
-            )
+            self.core = Scheduler(num_gpus, units_per_gpu, **fair)
         else:
-            self.core = Scheduler(totals, policy=policy, shares=per_uid, half_life=half_life)
+            self.core = Scheduler(totals, **fair)
         self.totals = None if totals is None else self.core.totals
         # What a whole GPU is in a request that asks for a share of one (unit "gpu").
         self.units_per_gpu = self.core.units_per_gpu if totals is None else UNITS_PER_GPU
@@ -331,6 +341,17 @@ class HostState:
                 req,
             )
 
+    def _refused(self, client: Client, exc: LimitExceeded, req: int) -> ProtocolError:
+        """The ``limit`` error for a request of ``client`` its uid's limits refuse (logged)."""
+        who = client.user or f"uid {client.uid}"
+        key = "memory" if exc.limit == "units" else exc.limit  # units are MiB here
+        text = (
+            f"{who} is limited to {_limit_words(exc.limit, exc.allowed)} on this server "
+            f"({key} = {exc.allowed:g} in its [limits]); {exc.why}"
+        )
+        self.log(f"refuse a request of {client}: {text}")
+        return ProtocolError(ErrorCode.LIMIT, text, req)
+
     def _entry(self, client: Client, req: int, of: int) -> Entry:
         entry = client.entries.get(of)
         if entry is None:
@@ -348,11 +369,14 @@ class HostState:
         self._fresh_req(client, msg.req)
         self._room_for(client, msg.req)
         if not msg.wait:
-            grant = (
-                None
-                if self.recovery
-                else self.core.grant_now(demand, now=now, expected=msg.expected_s)
-            )
+            try:
+                grant = (
+                    None
+                    if self.recovery
+                    else self.core.grant_now(demand, now=now, expected=msg.expected_s)
+                )
+            except LimitExceeded as exc:
+                raise self._refused(client, exc, msg.req) from None
             if grant is None:
                 return [(client, Busy(msg.req))]
             entry = self._add(client, msg, demand, now)
@@ -372,8 +396,13 @@ class HostState:
         return (entry.client, Queued(entry.req, entry.id))
 
     def _submit(self, entry: Entry, now: float) -> Delivery | None:
-        """Put ``entry`` in the core: its grant if granted at once, else None (it waits)."""
-        ticket, grant = self.core.submit(entry.demand, now=now, expected=entry.expected_s)
+        """Put ``entry`` in the core: its grant if granted at once, else None (it waits).
+        ProtocolError ``limit``, with ``entry`` dropped, where its uid's limits refuse it."""
+        try:
+            ticket, grant = self.core.submit(entry.demand, now=now, expected=entry.expected_s)
+        except LimitExceeded as exc:
+            self._drop(entry)
+            raise self._refused(entry.client, exc, entry.req) from None
         if grant is not None:
             return self._granted(entry, grant, now)
         entry.ticket = ticket
@@ -735,8 +764,16 @@ class HostState:
             f"{len(self._held_back)} held-back waiters enter the queue in order"
         )
         held_back, self._held_back = sorted(self._held_back, key=lambda e: e.id), []
-        grants = [self._submit(entry, now) for entry in held_back]
-        return [g for g in grants if g is not None]
+        replies: list[Delivery] = []
+        for entry in held_back:
+            try:
+                granted = self._submit(entry, now)
+            except ProtocolError as exc:  # its uid's limits refuse it now
+                replies.append((entry.client, exc.reply()))
+                continue
+            if granted is not None:
+                replies.append(granted)
+        return replies
 
     # ----------------------------------------------------------------- views
     def status(
@@ -760,12 +797,12 @@ class HostState:
             e, held, age = item
             return LeaseRecord(e.id, e.client.uid, e.client.pid, held, age, e.name, command(e))
 
-        def waiter(item: tuple[Entry, tuple[int, ...], float]) -> WaiterRecord:
-            e, reserved, age = item
+        def waiter(item: tuple[Entry, tuple[int, ...], float, LimitHold | None]) -> WaiterRecord:
+            e, reserved, age, held = item
             count, units, unit = self._wire_demand(e.demand)
             return WaiterRecord(
                 e.id, e.client.uid, e.client.pid, count, units, reserved, age, e.name,
-                command(e), unit,
+                command(e), unit, None if held is None else _held_text(e.client, held),
             )  # fmt: skip
 
         leases = [
@@ -773,14 +810,16 @@ class HostState:
             for e in sorted(self._by_id.values(), key=lambda e: e.id)
             if e.held is not None
         ]
-        waiting = [
-            (entry, w.reserved, now - entry.since)
+        waiting: list[tuple[Entry, tuple[int, ...], float, LimitHold | None]] = [
+            (entry, w.reserved, now - entry.since, w.held)
             for w in self.core.waiters()
             for entry in [self._by_ticket[w.ticket]]
         ]
-        waiting += [(e, (), now - e.since) for e in sorted(self._held_back, key=lambda e: e.id)]
+        waiting += [
+            (e, (), now - e.since, None) for e in sorted(self._held_back, key=lambda e: e.id)
+        ]
         left = 0.0 if self.recovery is None else max(0.0, self.recovery.deadline - now)
-        owners = self._owners([e.client.uid for e, _, _ in waiting], now)
+        owners = self._owners([item[0].client.uid for item in waiting], now)
         return StatusReply(
             req, self.core.free, Built(leases, lease), Built(waiting, waiter), self.granted,
             self.released, self.cancelled, self.timed_out, left, now - started,
@@ -893,6 +932,22 @@ class Built(Sequence[_Record]):
 
     def __iter__(self) -> Iterator[_Record]:
         return map(self._build, self._items)
+
+
+def _limit_words(limit: str, value: float) -> str:
+    """A limit in words, where units are MiB (the server limits units only when sized in
+    memory)."""
+    return f"{value:g} MiB held at once" if limit == "units" else describe_limit(limit, value)
+
+
+def _held_text(client: Client, held: LimitHold) -> str:
+    """Why a waiter is held, for status: ``alice (uid 1000) at the limit of 2 GPUs held at
+    once (has 2, needs 1 more)``."""
+    who = client.user or f"uid {client.uid}"
+    return (
+        f"{who} at the limit of {_limit_words(held.limit, held.allowed)} "
+        f"(has {held.used:g}, needs {held.need:g} more)"
+    )
 
 
 def _bad(message: str, req: int) -> ProtocolError:

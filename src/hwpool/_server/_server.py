@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import TextIO
 
 from .._core._fairshare import DEFAULT_HALF_LIFE
+from .._core._limits import OwnerLimits
 from .._host._detect import GPUInfo
 from .._printable import printable
 from .._version import __version__
@@ -105,6 +106,8 @@ class ServeConfig:
     totals: tuple[int, ...] | None = None  # MiB shared out per GPU (None: fractions)
     shares: Mapping[int, float] = field(default_factory=dict)  # uid -> share
     half_life: float = DEFAULT_HALF_LIFE  # seconds: of usage, for the fair share
+    limits: Mapping[int, OwnerLimits] = field(default_factory=dict)  # uid -> its limits
+    default_limits: OwnerLimits | None = None  # every other uid's limits (None: none)
 
 
 def _alive(pid: int) -> bool:
@@ -334,7 +337,8 @@ class _Server:
             admins={0, self.uid}, log=self.say, policy=config.policy,
             max_per_connection=config.max_requests_per_connection,
             max_per_user=config.max_requests_per_user, shares=config.shares,
-            half_life=config.half_life,
+            half_life=config.half_life, limits=config.limits,
+            default_limits=config.default_limits,
         )  # fmt: skip
         self.journal_path = _journal.journal_path(config.socket)
         self.by_client: dict[Client, _Connection] = {}
@@ -775,6 +779,7 @@ class _Server:
             + ("" if self.config.group is None else f", group {self.config.group}")
             + f"); policy {self.config.policy}, half-life {self.config.half_life:g} s"
             + "".join(f", uid {uid} share {share:g}" for uid, share in self.config.shares.items())
+            + _limits_said(self.config)
         )
         self.arm_idle()
         try:
@@ -819,3 +824,22 @@ def serve(config: ServeConfig, out: TextIO | None = None) -> None:
         os.close(lock)
         if server is not None and server.start_lock is not None:
             os.close(server.start_lock)  # after the server lock: a new server can take that
+
+
+def _limits_said(config: ServeConfig) -> str:
+    """``, limits: default gpus=2 mode=wait, uid 1000 gpus=8 mode=refuse`` for the start-up
+    line (memory in MiB)."""
+
+    def said(limits: OwnerLimits) -> str:
+        keys = (("gpus", "gpus"), ("memory", "units"), ("running", "running"), ("queued", "queued"))
+        parts = [
+            f"{key}={getattr(limits, field):g}"
+            for key, field in keys
+            if getattr(limits, field) is not None
+        ]
+        return " ".join([*parts, f"mode={limits.mode}"])
+
+    told = [f"uid {uid} {said(limits)}" for uid, limits in sorted(config.limits.items())]
+    if config.default_limits is not None:
+        told.insert(0, f"default {said(config.default_limits)}")
+    return f", limits: {', '.join(told)}" if told else ""

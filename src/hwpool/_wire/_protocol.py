@@ -121,7 +121,7 @@ class ErrorCode(enum.StrEnum):
     BAD_REQUEST = "bad_request"  # a demand this server can never serve
     LOST = "lost"  # a reclaimed lease that no longer fits after a restart
     CANCELLED = "cancelled"  # an admin withdrew this waiting request
-    LIMIT = "limit"  # a cap on requests per connection or per uid is reached
+    LIMIT = "limit"  # a cap on requests per connection or uid, or the uid's [limits], refuses it
     SHUTTING_DOWN = "shutting_down"
     REPLY_FAILED = "reply_failed"  # the server could not encode its reply: logged, goes on
     INTERNAL = "internal"  # a bug in the server: this connection is closed, the others go on
@@ -784,7 +784,8 @@ class LeaseRecord:
 
 @dataclass(frozen=True, slots=True)
 class WaiterRecord:
-    """One waiting request in a status reply, in queue order, with its reservation."""
+    """One waiting request in a status reply, in queue order, with its reservation;
+    ``held``: why its uid's limits hold it (the server's ``[limits]``), if they do."""
 
     id: int
     uid: int
@@ -796,6 +797,7 @@ class WaiterRecord:
     name: str | None = None
     command: str | None = None
     unit: Unit = "gpu"
+    held: str | None = None
 
     def wire(self) -> dict[str, object]:
         out: dict[str, object] = {
@@ -805,6 +807,8 @@ class WaiterRecord:
         _put_texts(out, self.name, self.command)
         if self.unit != "gpu":
             out["unit"] = self.unit
+        if self.held is not None:
+            out["held"] = self.held
         return out
 
 
@@ -1050,6 +1054,7 @@ def _waiter_record(f: _Fields) -> WaiterRecord:
     return WaiterRecord(
         f.num("id"), f.num("uid"), f.num("pid"), f.num("count", 1, MAX_GPUS), f.num("units", 1),
         f.ints("reserved"), f.age("age_s"), **_texts(f), unit=_unit(f),
+        held=f.opt_text("held"),
     )  # fmt: skip
 
 
