@@ -220,3 +220,27 @@ def test_walk_by_size_decides_as_the_walk_it_replaced(
         assert core.free == ref.free
         assert core.head == ref.head
         assert [w.ticket for w in core.waiters()] == [w.ticket for w in ref.waiters()]
+
+
+def test_a_walk_offers_nothing_to_sizes_that_cannot_fit(monkeypatch: Any) -> None:
+    """500 waiters of distinct sizes that fit by size but not by rule 4e (a 4-GPU head
+    reserves every GPU): a cancel from the middle of the queue offers capacity to none of
+    them, where the walk it replaced offered it to each in turn (and refused it)."""
+    core = Scheduler(4, U)
+    for _ in range(4):
+        core.submit(Demand(1, 900), now=0.0)
+    core.submit(Demand(4, U), now=0.0)
+    tickets = [
+        core.submit(Demand(1, 1 + i % 100 + 100 * (i // 100)), now=0.0)[0] for i in range(500)
+    ]
+    assert core.queue_length == 501
+    offered: list[int] = []
+    fit = Scheduler._backfill_fit
+
+    def counted(self: Scheduler, demand: Demand, now: float) -> tuple[int, ...] | None:
+        offered.append(demand.units)
+        return fit(self, demand, now)
+
+    monkeypatch.setattr(Scheduler, "_backfill_fit", counted)
+    assert core.cancel(tickets[250], now=1.0) == []
+    assert offered == []

@@ -34,7 +34,10 @@ hold under both policies:
     need there free at the shadow. A new arrival never passes an earlier waiter of its own demand
     that has no hint.
 5e. The head is granted as soon as it fits anywhere (best fit, rule 2); every release or
-    cancellation grants what now fits from the front, then backfills (rule 4e).
+    cancellation grants what now fits from the front, then backfills (rule 4e). The
+    backfill offers one waiter per demand; on GPUs of one size and in FIFO order, the
+    fractional demands without a limit are found through an index of their sizes (only
+    those that fit are visited), so its cost does not grow with the distinct sizes waiting.
 6e. So the head's wait is bounded: once its shadow has passed, nothing new is placed on its
     GPUs, and it starts when the grants there at its shadow have ended (those running when it
     became head, and backfills placed before the shadow, expected to end by it).
