@@ -38,7 +38,10 @@ hold under both policies:
     bound, and one that lies about its hold would gain by it (issue 23). A new arrival never
     passes an earlier waiter of its own demand (size, owner, priority and limit).
 5e. The head is granted as soon as it fits anywhere (best fit, rule 2); every release or
-    cancellation grants what now fits from the front, then backfills (rule 4e).
+    cancellation grants what now fits from the front, then backfills (rule 4e). The
+    backfill offers one waiter per demand; on GPUs of one size and in FIFO order, the
+    fractional demands without a limit are found through an index of their sizes (only
+    those that fit are visited), so its cost does not grow with the distinct sizes waiting.
 6e. So the head's wait is bounded by what the core controls: it starts once the grants running
     on its GPUs when it became head have ended; every grant placed there since has ended by
     the shadow, its limit being enforced by the caller. (After a move, the same from the
@@ -149,6 +152,7 @@ from ._capacity import UNITS_PER_GPU
 from ._durations import Durations
 from ._fairshare import DEFAULT_HALF_LIFE, OwnerQueue, Usage, check_half_life, check_shares
 from ._limits import EPSILON, LimitExceeded, LimitHold, OwnerLimits, check_limits
+from ._sizes import SizeIndex
 
 __all__ = ["BACKFILLS", "POLICIES", "Demand", "Grant", "Head", "Scheduler", "Waiter"]
 
@@ -471,6 +475,10 @@ class Scheduler:
         self._open_easy: list[int] = []
         self._classes: dict[Demand, OrderedDict[int, None]] = {}
         self._hints: dict[int, float] = {}
+        # The classes that fit by their units alone (see _by_size), by size with their
+        # first waiter; the other classes by demand.
+        self._sizes = SizeIndex(self.units_per_gpu)
+        self._unsized: dict[Demand, OrderedDict[int, None]] = {}
         self._reset_owner_queues()
 
     def _init_owners(
@@ -1667,9 +1675,13 @@ class Scheduler:
         waiting = self._classes.get(demand)
         if waiting is None:
             waiting = self._classes[demand] = OrderedDict()
+            if not self._by_size(demand):
+                self._unsized[demand] = waiting
         waiting[ticket] = None
         if hint is not None:
             self._hints[ticket] = hint
+        if len(waiting) == 1 and demand not in self._unsized:
+            self._sizes.set(demand.units, demand, ticket)
 
     def _dequeue(self, ticket: int) -> Demand:
         """Take a waiter out of the queue and out of its class (O(1) wherever it is)."""
@@ -1679,10 +1691,30 @@ class Scheduler:
         if self._hints:
             self._hints.pop(ticket, None)
         waiting = self._classes[demand]
+        sized = demand not in self._unsized
+        first = sized and ticket == next(iter(waiting))
         del waiting[ticket]
+        if first:  # the index holds each class's first waiter
+            self._sizes.set(demand.units, demand, next(iter(waiting), None))
         if not waiting:
             del self._classes[demand]
+            if not sized:
+                del self._unsized[demand]
         return demand
+
+    def _by_size(self, demand: Demand) -> bool:
+        """Whether ``demand`` fits during a walk by its units alone: a fractional demand
+        without an enforced limit on GPUs of one size (rule 4e lets it onto the GPUs that
+        have its units free, and onto a fractional head's GPU by what stays free for the
+        head). Its class is then kept in the size index."""
+        return (
+            self._uniform
+            and not self._by_estimates
+            and demand.count == 1
+            and not demand.whole
+            and not demand.relative
+            and demand.limit is None
+        )
 
     def _need(self, demand: Demand, gpu: int) -> int:
         """Units ``demand`` needs free on ``gpu``: all of it for whole GPUs, its share of
@@ -1825,6 +1857,9 @@ class Scheduler:
         top = max(free)
         if top == 0:
             return
+        if not self._fair and self._fast and not self._by_estimates:
+            self._backfill_by_size(head, now, grants, top)
+            return
         idle = sum(1 for gpu, f in enumerate(free) if f == totals[gpu])
         # Only demands that could fit somewhere now: the others wait whatever the rules say.
         # (A relative demand is judged by its need on the smallest GPU: a lower bound.)
@@ -1885,6 +1920,82 @@ class Scheduler:
                 heapq.heapreplace(heap, (following, index))
         for ticket, _ in granted:
             self._dequeue(ticket)
+
+    def _backfill_by_size(self, head: Head, now: float, grants: list[Grant], top: int) -> None:
+        """:meth:`_backfill` in FIFO order on GPUs of one size, in O(log n) per grant.
+
+        The same decisions: waiters in ticket order, one per demand until one is refused.
+        A sized demand (see :meth:`_by_size`) fits iff its units are at most
+        :meth:`_sized_room`, which only falls during the walk, so instead of offering every
+        sized class its turn (and refusing most), the walk asks the size index for the
+        earliest waiter among the classes that fit now; a class that would have been refused
+        is never returned. Nor is the head (nor its class): it fits nowhere, or rule 5e
+        would have granted it. The other demands (whole GPUs, enforced limits: a few)
+        stream per class as in :meth:`_backfill`, merged with it on the ticket.
+        """
+        queue, free, totals = self._queue, self._free, self._totals
+        idle = sum(1 for gpu, f in enumerate(free) if f == totals[gpu])
+        streams: list[Iterator[int]] = [
+            iter(waiting)
+            for demand, waiting in self._unsized.items()
+            if (demand.count <= idle if demand.whole or demand.count > 1 else demand.units <= top)
+        ]
+        heap: list[tuple[int, int]] = []
+        for index, stream in enumerate(streams):
+            ticket = next(stream, None)
+            if ticket == head.ticket:
+                ticket = next(stream, None)
+            if ticket is not None:
+                heap.append((ticket, index))
+        heapq.heapify(heap)
+        granted: list[int] = []
+        hints = self._hints
+        while any(free):
+            sized = self._sizes.earliest(self._sized_room(head, now))
+            if heap and (sized is None or heap[0][0] < sized):
+                ticket, index = heap[0]
+                demand = queue[ticket]
+                hint = hints.get(ticket) if hints else None
+                gpus = self._backfill_fit(demand, now, hint)
+                if gpus is None:
+                    heapq.heappop(heap)  # the rest of this demand waits too
+                    continue
+                grants.append(self._granted(ticket, demand, gpus, now, hint))
+                granted.append(ticket)
+                following = next(streams[index], None)
+                if following is None:
+                    heapq.heappop(heap)
+                else:
+                    heapq.heapreplace(heap, (following, index))
+                continue
+            if sized is None:
+                break
+            demand = queue[sized]
+            hint = hints.get(sized) if hints else None
+            gpus = self._backfill_fit(demand, now, hint)
+            assert gpus is not None, "a sized demand within the room fits"
+            self._dequeue(sized)  # its class is indexed under its next waiter
+            grants.append(self._granted(sized, demand, gpus, now, hint))
+        for ticket in granted:
+            self._dequeue(ticket)
+
+    def _sized_room(self, head: Head, now: float) -> int:
+        """The most units a sized demand (see :meth:`_by_size`) may take now behind
+        ``head``, by rule 4e: what is free on a GPU the head does not reserve, and, before
+        the shadow of a fractional head, on the head's GPU what is free there and leaves the
+        head its need at the shadow (by enforced limits alone)."""
+        free = self._free
+        if self._open_of is not head:  # the GPUs the head does not reserve, kept per head
+            self._open_of = head
+            self._open_easy = [gpu for gpu in range(self.num_gpus) if gpu not in head.gpus]
+        room = max([free[gpu] for gpu in self._open_easy], default=0)
+        if now < head.shadow:
+            head_demand = self._queue[head.ticket]
+            if head_demand.count == 1 and not head_demand.whole:
+                for gpu in head.gpus:
+                    slack = self._durations.free_by(gpu, free[gpu], head.shadow, now, False)
+                    room = max(room, min(free[gpu], slack - self._need(head_demand, gpu)))
+        return room
 
     def _next_head(self) -> int | None:
         """The waiter to become head (rule 10e): one that yielded its place, once the waiter
