@@ -12,10 +12,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from jobtables import add, dump
+
 from hostserver import BOUND, ENV, _readline
 from hwpool._jobs._model import JobState
 from hwpool._jobs._store import JobStore
-from jobtables import add, dump
 
 WRITER = str(Path(__file__).with_name("jobwriter.py"))
 

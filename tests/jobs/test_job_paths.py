@@ -8,12 +8,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from jobtables import add
 
 from hostserver import BOUND
 from hwpool._jobs._state import STATE_DIR_VAR, state_directory
 from hwpool._jobs._store import JobStore
 from hwpool._wire._safety import UnsafePathError
-from jobtables import add
 from users import Users, readable_src
 
 

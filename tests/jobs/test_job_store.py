@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jobtables import add, dump
 
 from hwpool._jobs._model import Job, JobState
 from hwpool._jobs._store import (
@@ -20,7 +21,6 @@ from hwpool._jobs._store import (
     JobTableError,
     UnknownJobError,
 )
-from jobtables import add, dump
 
 T0 = 1_800_000_000.0
 
@@ -211,7 +211,11 @@ def test_cancelling_works_from_queued_waiting_and_running(store: JobStore) -> No
     for job in (waiting, first):
         assert store.mark_cancelled(job.id, now=T0).state is JobState.CANCELLED
     ended = store.mark_cancelled(running.id, reason="cancelled by alice", signal=15)
-    assert (ended.state, ended.reason, ended.signal) == (JobState.CANCELLED, "cancelled by alice", 15)
+    assert (ended.state, ended.reason, ended.signal) == (
+        JobState.CANCELLED,
+        "cancelled by alice",
+        15,
+    )
     assert store.get(first.id).reason == "cancelled by its user"
 
 
@@ -234,8 +238,10 @@ TRANSITIONS: dict[str, tuple[Callable[[JobStore, str], Job], set[JobState]]] = {
     ),
     "mark_timed_out": (lambda s, j: s.mark_timed_out(j), {JobState.RUNNING}),
     "mark_lost": (lambda s, j: s.mark_lost(j), {JobState.RUNNING}),
-    "retry": (lambda s, j: s.retry(j), set(JobState) - {JobState.QUEUED, JobState.WAITING,
-                                                        JobState.RUNNING}),  # fmt: skip
+    "retry": (
+        lambda s, j: s.retry(j),
+        set(JobState) - {JobState.QUEUED, JobState.WAITING, JobState.RUNNING},
+    ),
 }
 
 
