@@ -17,7 +17,7 @@ import numbers
 import os
 import re
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from fractions import Fraction
@@ -34,6 +34,7 @@ __all__ = [
     "UNFINISHED",
     "Job",
     "JobState",
+    "check_after",
     "check_argv",
     "check_cwd",
     "check_environment",
@@ -45,6 +46,7 @@ __all__ = [
     "check_priority",
     "check_reason",
     "check_request",
+    "check_state",
     "check_time",
     "format_job_id",
 ]
@@ -278,3 +280,26 @@ def check_time(name: str, value: object) -> float:
     if not math.isfinite(number) or number < 0:
         raise ValueError(f"{name} must be a finite time >= 0, got {value!r}")
     return number
+
+
+def check_state(name: str, value: object) -> str:
+    """``value`` as a job state's name (``"queued"``, ``"timed-out"``, ...)."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a job state (a string), got {value!r}")
+    try:
+        return JobState(value).value
+    except ValueError:
+        known = ", ".join(state.value for state in JobState)
+        raise ValueError(f"{name} must be a job state ({known}), got {value!r}") from None
+
+
+def check_after(after: Iterable[str]) -> list[int]:
+    """The numbers of the job ids in ``after``, in order, each once."""
+    if isinstance(after, str):
+        raise TypeError(f"after must be a list of job ids, got the string {after!r}")
+    numbers: list[int] = []
+    for index, job_id in enumerate(after):
+        number = check_job_id(f"after[{index}]", job_id)
+        if number not in numbers:
+            numbers.append(number)
+    return numbers

@@ -10,18 +10,20 @@ the job is on disk, and the id printed to the user stands.
 
 The transitions (see docs/jobs.md for the table)::
 
-    add ──> queued ───────────────> running ──> succeeded | failed | timed-out | lost
-     └──> waiting-on-dependency ─┘    (ready)       (mark_finished, mark_timed_out, mark_lost)
-    queued, waiting, running ──> cancelled   (mark_cancelled; ready, for a failed dependency)
-    any finished job ──retry──> a new queued (or waiting) job with a new id
+    add ──> queued ──mark_running──> running ──> succeeded | failed   (mark_finished)
+                                             ──> timed-out | lost     (mark_timed_out, mark_lost)
+    add ──> waiting-on-dependency ──ready──> queued
+    queued, waiting-on-dependency, running ──> cancelled   (mark_cancelled; ready, when a
+                                                            dependency did not succeed)
+    a finished job ──retry──> a new job (queued or waiting) with a new id
 
 A transition asked of a job in another state raises :class:`JobStateError` and changes
 nothing. ``retry`` makes a new job (``retry_of`` names the old one) rather than requeueing
 the same id: the old run keeps its exit code, times and logs, ids stay in submit order
 (a dependency always has a smaller id than its dependents), and an id never names two runs.
 
-The schema is versioned with ``PRAGMA user_version`` (:data:`SCHEMA_VERSION`); a table from
-a newer hwpool is refused, not rewritten.
+The schema, its version and its set-up are ``_schema``'s; the checks of each field are
+``_model``'s; where the file lives and whether it may be trusted, ``_state``'s.
 """
 
 from __future__ import annotations
@@ -38,12 +40,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from .._check import check_int
+from .._check import check_bool, check_int
 from ._model import (
     FINISHED,
     MAX_SIGNAL,
     Job,
     JobState,
+    check_after,
     check_argv,
     check_cwd,
     check_environment,
@@ -55,57 +58,20 @@ from ._model import (
     check_priority,
     check_reason,
     check_request,
+    check_state,
     check_time,
     format_job_id,
 )
+from ._schema import SCHEMA_VERSION, JobTableError, connect, job_from_row
 from ._state import TABLE_NAME, open_table_file, prepare_state_directory, state_directory
 
 __all__ = ["DEFAULT_KEEP_COUNT", "DEFAULT_KEEP_SECONDS", "SCHEMA_VERSION", "JobStateError",
            "JobStore", "JobTableError", "UnknownJobError"]  # fmt: skip
 
-SCHEMA_VERSION = 1
 DEFAULT_KEEP_SECONDS = 7 * 86400
 DEFAULT_KEEP_COUNT = 1000
-BUSY_TIMEOUT_S = 30.0  # how long a write waits for another process's transaction
 _MAX_PID_START = 2**63 - 1
 
-_STATES = ", ".join(f"'{state.value}'" for state in JobState)
-_SCHEMA = f"""
-CREATE TABLE jobs (
-    number      INTEGER PRIMARY KEY AUTOINCREMENT,  -- the id's number: never reused
-    name        TEXT NOT NULL,
-    argv        TEXT NOT NULL,                      -- JSON list of strings
-    cwd         TEXT NOT NULL,
-    environment TEXT NOT NULL,                      -- JSON object (secrets: the file is 0600)
-    gpus        TEXT,                               -- '1/4', '1', '3' (NULL: memory_mib)
-    memory_mib  INTEGER,
-    priority    INTEGER NOT NULL,
-    time_limit  INTEGER,                            -- seconds; NULL: none
-    state       TEXT NOT NULL CHECK (state IN ({_STATES})),
-    exit_code   INTEGER,
-    signal      INTEGER,
-    gpu_ids     TEXT NOT NULL DEFAULT '[]',         -- JSON list: CUDA_VISIBLE_DEVICES
-    lease       INTEGER,                            -- the host server's request id
-    pid         INTEGER,
-    pid_start   INTEGER,                            -- /proc/PID/stat field 22
-    queued_at   REAL NOT NULL,
-    started_at  REAL,
-    ended_at    REAL,
-    reason      TEXT,
-    stdout_log  TEXT,
-    stderr_log  TEXT,
-    retry_of    INTEGER,
-    CHECK ((gpus IS NULL) <> (memory_mib IS NULL))
-);
-CREATE TABLE dependencies (
-    job      INTEGER NOT NULL REFERENCES jobs (number) ON DELETE CASCADE,
-    after    INTEGER NOT NULL,  -- no foreign key: a record outlives its pruned dependency
-    position INTEGER NOT NULL,
-    PRIMARY KEY (job, after)
-) WITHOUT ROWID;
-CREATE INDEX jobs_by_state ON jobs (state, number);
-CREATE INDEX dependencies_by_after ON dependencies (after);
-"""
 _DEPENDENCY_ENDS = {
     JobState.FAILED: "failed",
     JobState.CANCELLED: "was cancelled",
@@ -122,10 +88,6 @@ class UnknownJobError(LookupError):
     """No job with that id in the user's table (never made, or pruned)."""
 
 
-class JobTableError(RuntimeError):
-    """The job table cannot be used: not a database, or from a newer hwpool."""
-
-
 class JobStore:
     """The user's job table. Open it with :meth:`open`; close it (or use ``with``).
 
@@ -134,7 +96,6 @@ class JobStore:
 
     def __init__(self, connection: sqlite3.Connection, path: Path) -> None:
         self._db = connection
-        self._db.row_factory = sqlite3.Row
         self.path = path
 
     # --------------------------------------------------------------- opening
@@ -149,55 +110,9 @@ class JobStore:
         path = folder / TABLE_NAME
         fd = open_table_file(path)
         try:
-            connection = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+            return cls(connect(path), path)
         finally:
             os.close(fd)
-        store = cls(connection, path)
-        try:
-            store._set_up()
-        except BaseException:
-            connection.close()
-            raise
-        return store
-
-    def _set_up(self) -> None:
-        """WAL mode, durable commits, and the schema (made once, by whoever comes first)."""
-        try:
-            mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-            self._db.execute("PRAGMA synchronous=FULL")
-            self._db.execute("PRAGMA foreign_keys=ON")
-            with self._write():
-                self._create_or_check_schema()
-        except sqlite3.DatabaseError as exc:
-            raise JobTableError(
-                f"the job table {str(self.path)!r} cannot be used: {exc} (move it away to "
-                "start a new one)"
-            ) from None
-        if mode != "wal":
-            raise JobTableError(f"the job table {str(self.path)!r} refused WAL mode ({mode})")
-
-    def _create_or_check_schema(self) -> None:
-        version = self._db.execute("PRAGMA user_version").fetchone()[0]
-        if version == SCHEMA_VERSION:
-            return
-        if version > SCHEMA_VERSION:
-            raise JobTableError(
-                f"the job table {str(self.path)!r} was made by a newer hwpool (schema "
-                f"{version}; this one knows {SCHEMA_VERSION}): upgrade hwpool"
-            )
-        if self._db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
-            raise JobTableError(
-                f"{str(self.path)!r} is a database but not hwpool's job table (move it away)"
-            )
-        self._run_script(_SCHEMA)
-        self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-
-    def _run_script(self, script: str) -> None:
-        """Run the statements of ``script`` inside the open transaction (``executescript``
-        would commit it first)."""
-        for statement in script.split(";\n"):
-            if statement.strip():
-                self._db.execute(statement)
 
     def close(self) -> None:
         """Close the table (what was committed stays)."""
@@ -270,7 +185,7 @@ class JobStore:
         share, memory = check_request(gpus, memory_mib)
         fields["gpus"] = None if share is None else str(share)
         fields["memory_mib"] = memory
-        dependencies = _dependency_numbers(after)
+        dependencies = check_after(after)
         with self._write():
             return self._insert(fields, dependencies)
 
@@ -324,8 +239,9 @@ class JobStore:
     ) -> list[Job]:
         """The user's jobs, newest first: those not finished (``include_finished``: all,
         as ``hwpool jobs --all``), or those in ``states`` when given."""
+        check_bool("include_finished", include_finished)
         if states is not None:
-            wanted = [_state_value(f"states[{i}]", s) for i, s in enumerate(list(states))]
+            wanted = [check_state(f"states[{i}]", s) for i, s in enumerate(list(states))]
         elif include_finished:
             wanted = [state.value for state in JobState]
         else:
@@ -337,7 +253,7 @@ class JobStore:
                 f"SELECT * FROM jobs WHERE {where} ORDER BY number DESC", wanted
             ).fetchall()
             after = self._dependencies_of(f"SELECT number FROM jobs WHERE {where}", wanted)
-        return [_job(row, after.get(row["number"], ())) for row in rows]
+        return [job_from_row(row, after.get(row["number"], ())) for row in rows]
 
     def _get(self, number: int) -> Job:
         row = self._db.execute("SELECT * FROM jobs WHERE number = ?", (number,)).fetchone()
@@ -347,7 +263,7 @@ class JobStore:
                 "submitted, or pruned after its retention)"
             )
         after = self._dependencies_of("SELECT ?", [number])
-        return _job(row, after.get(number, ()))
+        return job_from_row(row, after.get(number, ()))
 
     def _dependencies_of(self, jobs: str, parameters: Sequence[Any]) -> dict[int, tuple[str, ...]]:
         """The dependencies of the jobs the query ``jobs`` selects, as ids in given order."""
@@ -547,7 +463,7 @@ class JobStore:
         ).fetchall()
         query = "SELECT number FROM jobs WHERE state = ?"
         after = self._dependencies_of(query, [JobState.QUEUED.value])
-        return [_job(row, after.get(row["number"], ())) for row in rows]
+        return [job_from_row(row, after.get(row["number"], ())) for row in rows]
 
     # --------------------------------------------------------------- retention
     def prune(
@@ -573,7 +489,7 @@ class JobStore:
         parameters = {"cutoff": cutoff, "keep": keep}
         with self._write():
             rows = self._db.execute(f"SELECT * FROM jobs WHERE number IN ({doomed})", parameters)
-            gone = [_job(row, ()) for row in rows.fetchall()]
+            gone = [job_from_row(row, ()) for row in rows.fetchall()]
             self._db.executemany(
                 "DELETE FROM jobs WHERE number = ?", [(job.number,) for job in gone]
             )
@@ -593,59 +509,3 @@ def _optional_path(name: str, value: object) -> str | None:
     if not isinstance(path, str) or not os.path.isabs(path) or "\0" in path:
         raise ValueError(f"{name} must be an absolute path, got {path!r}")
     return path
-
-
-def _state_value(name: str, value: object) -> str:
-    try:
-        return JobState(str(value)).value if isinstance(value, str) else _bad_state(name, value)
-    except ValueError:
-        known = ", ".join(state.value for state in JobState)
-        raise ValueError(f"{name} must be a job state ({known}), got {value!r}") from None
-
-
-def _bad_state(name: str, value: object) -> str:
-    raise TypeError(f"{name} must be a job state (a string), got {value!r}")
-
-
-def _dependency_numbers(after: Iterable[str]) -> list[int]:
-    """The numbers of the job ids in ``after``, in order, each once."""
-    if isinstance(after, str):
-        raise TypeError(f"after must be a list of job ids, got the string {after!r}")
-    numbers: list[int] = []
-    for index, job_id in enumerate(after):
-        number = check_job_id(f"after[{index}]", job_id)
-        if number not in numbers:
-            numbers.append(number)
-    return numbers
-
-
-def _job(row: sqlite3.Row, after: tuple[str, ...]) -> Job:
-    """The :class:`Job` of one row of ``jobs``."""
-    gpus = row["gpus"]
-    share = None if gpus is None else Fraction(gpus)
-    return Job(
-        id=format_job_id(row["number"]),
-        name=row["name"],
-        argv=tuple(json.loads(row["argv"])),
-        cwd=row["cwd"],
-        environment=json.loads(row["environment"]),
-        gpus=int(share) if share is not None and share.denominator == 1 and share > 1 else share,
-        memory_mib=row["memory_mib"],
-        priority=row["priority"],
-        time_limit=row["time_limit"],
-        after=after,
-        state=JobState(row["state"]),
-        exit_code=row["exit_code"],
-        signal=row["signal"],
-        gpu_ids=tuple(json.loads(row["gpu_ids"])),
-        lease=row["lease"],
-        pid=row["pid"],
-        pid_start=row["pid_start"],
-        queued_at=row["queued_at"],
-        started_at=row["started_at"],
-        ended_at=row["ended_at"],
-        reason=row["reason"],
-        stdout_log=row["stdout_log"],
-        stderr_log=row["stderr_log"],
-        retry_of=None if row["retry_of"] is None else format_job_id(row["retry_of"]),
-    )
