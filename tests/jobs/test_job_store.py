@@ -136,6 +136,11 @@ def test_listing_is_newest_first_and_hides_finished_jobs_unless_asked(store: Job
     assert store.list(states=[]) == []
 
 
+def test_listing_takes_a_bool_for_include_finished(store: JobStore) -> None:
+    with pytest.raises(TypeError, match="include_finished must be a bool, got 1"):
+        store.list(include_finished=1)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(
     ("states", "error", "message"),
     [
@@ -143,11 +148,6 @@ def test_listing_is_newest_first_and_hides_finished_jobs_unless_asked(store: Job
         (["queued", 3], TypeError, "states[1] must be a job state (a string), got 3"),
     ],
 )
-def test_listing_takes_a_bool_for_include_finished(store: JobStore) -> None:
-    with pytest.raises(TypeError, match="include_finished must be a bool, got 1"):
-        store.list(include_finished=1)  # type: ignore[arg-type]
-
-
 def test_listing_an_unknown_state_is_refused(
     store: JobStore, states: list[Any], error: type[Exception], message: str
 ) -> None:
