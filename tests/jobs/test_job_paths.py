@@ -42,6 +42,8 @@ def test_the_directory_and_table_are_made_for_the_user_alone(tmp_path: Path) -> 
     with JobStore.open(environ={STATE_DIR_VAR: str(directory)}) as store:
         add(store)
         assert store.path == directory / "jobs.db"
+        modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in directory.iterdir()}
+        assert modes == {"jobs.db": 0o600, "jobs.db-wal": 0o600, "jobs.db-shm": 0o600}
     assert stat.S_IMODE(directory.stat().st_mode) == 0o700
     assert stat.S_IMODE((directory / "jobs.db").stat().st_mode) == 0o600
 
