@@ -1,0 +1,150 @@
+"""The job table's schema and its set-up: the SQL, the version, and a job from its row.
+
+The schema is versioned with ``PRAGMA user_version`` (:data:`SCHEMA_VERSION`): an empty file
+gets the schema, a table of this version is used as it is, one of a newer hwpool is refused
+(never rewritten), and a database with other tables is refused as not a job table. A later
+version adds its migration here, run in the same transaction that bumps the version.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from fractions import Fraction
+from pathlib import Path
+
+from ._model import Job, JobState, format_job_id
+
+__all__ = ["BUSY_TIMEOUT_S", "SCHEMA_VERSION", "JobTableError", "connect", "job_from_row"]
+
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_S = 30.0  # how long a write waits for another process's transaction
+
+_STATES = ", ".join(f"'{state.value}'" for state in JobState)
+_SCHEMA = f"""
+CREATE TABLE jobs (
+    number      INTEGER PRIMARY KEY AUTOINCREMENT,  -- the id's number: never reused
+    name        TEXT NOT NULL,
+    argv        TEXT NOT NULL,                      -- JSON list of strings
+    cwd         TEXT NOT NULL,
+    environment TEXT NOT NULL,                      -- JSON object (secrets: the file is 0600)
+    gpus        TEXT,                               -- '1/4', '1', '3' (NULL: memory_mib)
+    memory_mib  INTEGER,
+    priority    INTEGER NOT NULL,
+    time_limit  INTEGER,                            -- seconds; NULL: none
+    state       TEXT NOT NULL CHECK (state IN ({_STATES})),
+    exit_code   INTEGER,
+    signal      INTEGER,
+    gpu_ids     TEXT NOT NULL DEFAULT '[]',         -- JSON list: CUDA_VISIBLE_DEVICES
+    lease       INTEGER,                            -- the host server's request id
+    pid         INTEGER,
+    pid_start   INTEGER,                            -- /proc/PID/stat field 22
+    queued_at   REAL NOT NULL,
+    started_at  REAL,
+    ended_at    REAL,
+    reason      TEXT,
+    stdout_log  TEXT,
+    stderr_log  TEXT,
+    retry_of    INTEGER,
+    CHECK ((gpus IS NULL) <> (memory_mib IS NULL))
+);
+CREATE TABLE dependencies (
+    job      INTEGER NOT NULL REFERENCES jobs (number) ON DELETE CASCADE,
+    after    INTEGER NOT NULL,  -- no foreign key: a record outlives its pruned dependency
+    position INTEGER NOT NULL,
+    PRIMARY KEY (job, after)
+) WITHOUT ROWID;
+CREATE INDEX jobs_by_state ON jobs (state, number);
+CREATE INDEX dependencies_by_after ON dependencies (after);
+"""
+
+
+class JobTableError(RuntimeError):
+    """The job table cannot be used: not a database, or from a newer hwpool."""
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    """A connection to the job table ``path`` (autocommit: callers open their transactions)
+    in WAL mode with durable commits, its schema made or checked; JobTableError otherwise."""
+    connection = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    connection.row_factory = sqlite3.Row
+    try:
+        _set_up(connection, path)
+    except BaseException:
+        connection.close()
+        raise
+    return connection
+
+
+def _set_up(connection: sqlite3.Connection, path: Path) -> None:
+    """WAL mode, durable commits, and the schema (made once, by whoever comes first: the
+    check and the creation are one ``BEGIN IMMEDIATE`` transaction)."""
+    try:
+        mode = connection.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        connection.execute("PRAGMA synchronous=FULL")
+        connection.execute("PRAGMA foreign_keys=ON")
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            _create_or_check_schema(connection, path)
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
+        connection.execute("COMMIT")
+    except sqlite3.DatabaseError as exc:
+        raise JobTableError(
+            f"the job table {str(path)!r} cannot be used: {exc} (move it away to start a new one)"
+        ) from None
+    if mode != "wal":
+        raise JobTableError(f"the job table {str(path)!r} refused WAL mode ({mode})")
+
+
+def _create_or_check_schema(connection: sqlite3.Connection, path: Path) -> None:
+    version = connection.execute("PRAGMA user_version").fetchone()[0]
+    if version == SCHEMA_VERSION:
+        return
+    if version > SCHEMA_VERSION:
+        raise JobTableError(
+            f"the job table {str(path)!r} was made by a newer hwpool (schema {version}; this "
+            f"one knows {SCHEMA_VERSION}): upgrade hwpool"
+        )
+    if connection.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+        raise JobTableError(
+            f"{str(path)!r} is a database but not hwpool's job table (move it away)"
+        )
+    # statement by statement: executescript would commit the open transaction first
+    for statement in _SCHEMA.split(";\n"):
+        if statement.strip():
+            connection.execute(statement)
+    connection.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+
+def job_from_row(row: sqlite3.Row, after: tuple[str, ...]) -> Job:
+    """The :class:`Job` of one row of ``jobs``."""
+    gpus = row["gpus"]
+    share = None if gpus is None else Fraction(gpus)
+    return Job(
+        id=format_job_id(row["number"]),
+        name=row["name"],
+        argv=tuple(json.loads(row["argv"])),
+        cwd=row["cwd"],
+        environment=json.loads(row["environment"]),
+        gpus=int(share) if share is not None and share.denominator == 1 and share > 1 else share,
+        memory_mib=row["memory_mib"],
+        priority=row["priority"],
+        time_limit=row["time_limit"],
+        after=after,
+        state=JobState(row["state"]),
+        exit_code=row["exit_code"],
+        signal=row["signal"],
+        gpu_ids=tuple(json.loads(row["gpu_ids"])),
+        lease=row["lease"],
+        pid=row["pid"],
+        pid_start=row["pid_start"],
+        queued_at=row["queued_at"],
+        started_at=row["started_at"],
+        ended_at=row["ended_at"],
+        reason=row["reason"],
+        stdout_log=row["stdout_log"],
+        stderr_log=row["stderr_log"],
+        retry_of=None if row["retry_of"] is None else format_job_id(row["retry_of"]),
+    )

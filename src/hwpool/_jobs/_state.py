@@ -1,0 +1,86 @@
+"""Where a user's job files live, and the rules for trusting them.
+
+The state directory is ``HWPOOL_STATE_DIR`` (for tests and unusual set-ups), else
+``$XDG_STATE_HOME/hwpool`` (when it is an absolute path, as the XDG spec requires), else
+``~/.local/state/hwpool``. It holds the job table (``jobs.db``, with sqlite's ``-wal`` and
+``-shm`` beside it) and, to come, the jobs' logs.
+
+The table holds each job's environment, secrets included, so the directory and the table
+are the user's alone: the directory is created mode 0700, and is checked the way the host
+server's socket directory is (``hwpool._wire._safety.check_directory``: a real directory
+owned by the user that neither group nor others may write, every directory above it
+trusted), and besides that readable by no one else; the table is opened as the server's
+side files are (``open_side_file``: never through a symbolic link, a regular file of the
+user's, one link) and must be readable by no one else either. Anything else is refused with
+:class:`UnsafePathError` naming the path, never repaired.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from collections.abc import Mapping
+from pathlib import Path
+
+from .._wire._safety import UnsafePathError, check_directory, open_side_file
+
+__all__ = ["STATE_DIR_VAR", "TABLE_NAME", "open_table_file", "prepare_state_directory",
+           "state_directory"]  # fmt: skip
+
+STATE_DIR_VAR = "HWPOOL_STATE_DIR"
+TABLE_NAME = "jobs.db"
+_PRIVATE = stat.S_IRWXG | stat.S_IRWXO
+
+
+def state_directory(environ: Mapping[str, str] | None = None) -> Path:
+    """The user's hwpool state directory (see the module); ValueError for a relative
+    ``HWPOOL_STATE_DIR``."""
+    env = os.environ if environ is None else environ
+    explicit = env.get(STATE_DIR_VAR)
+    if explicit:
+        if not os.path.isabs(explicit):
+            raise ValueError(f"{STATE_DIR_VAR} must be an absolute path, got {explicit!r}")
+        return Path(explicit)
+    xdg = env.get("XDG_STATE_HOME", "")
+    if os.path.isabs(xdg):
+        return Path(xdg) / "hwpool"
+    return Path(env.get("HOME") or os.path.expanduser("~")) / ".local" / "state" / "hwpool"
+
+
+def prepare_state_directory(directory: Path) -> Path:
+    """``directory``, created mode 0700 if missing (its missing parents as ``mkdir -p``
+    makes them), once it passes the rules of the module; UnsafePathError naming it
+    otherwise."""
+    if not os.path.lexists(directory):
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        # made meanwhile (by another process of the user's): checked below like any other
+        with contextlib.suppress(FileExistsError):
+            directory.mkdir(mode=0o700)
+    try:
+        info = check_directory(directory, {os.geteuid()})
+    except UnsafePathError as exc:
+        raise UnsafePathError(f"hwpool's job state directory is unsafe: {exc}") from None
+    if info.st_mode & _PRIVATE:
+        raise UnsafePathError(
+            f"hwpool's job state directory {str(directory)!r} may be read by others (mode "
+            f"{stat.S_IMODE(info.st_mode):04o}): it holds your jobs' environments; make it "
+            f"yours alone (chmod 700 {str(directory)!r})"
+        )
+    return directory
+
+
+def open_table_file(path: Path) -> int:
+    """Create or open the job table ``path`` and check it (see the module): its descriptor,
+    for the caller to close once sqlite has opened the same file."""
+    flags = os.O_RDWR | os.O_CREAT
+    fd = open_side_file(path, flags, mode=0o600, what="job table")
+    mode = os.fstat(fd).st_mode
+    if mode & _PRIVATE:
+        os.close(fd)
+        raise UnsafePathError(
+            f"the job table {str(path)!r} may be read by others (mode "
+            f"{stat.S_IMODE(mode):04o}): it holds your jobs' environments; make it yours "
+            f"alone (chmod 600 {str(path)!r})"
+        )
+    return fd

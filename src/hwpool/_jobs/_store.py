@@ -1,0 +1,511 @@
+"""The job table: one sqlite database per user (WAL mode), every change one transaction.
+
+Who writes it: the user's supervisor (to come) and ``hwpool submit``; who reads it:
+``hwpool jobs``, ``logs``, ``wait``. WAL lets readers go on while one process writes, and
+each change below is one ``BEGIN IMMEDIATE`` transaction (its checks included), so a
+process killed in the middle of one (SIGKILL, a power cut) leaves the table as it was
+before it: there is never a job without its dependencies, a retry without its copy, or a
+half-cancelled chain. Commits are synchronous (``synchronous=FULL``): once ``add`` returns,
+the job is on disk, and the id printed to the user stands.
+
+The transitions (see docs/jobs.md for the table)::
+
+    add ──> queued ──mark_running──> running ──> succeeded | failed   (mark_finished)
+                                             ──> timed-out | lost     (mark_timed_out, mark_lost)
+    add ──> waiting-on-dependency ──ready──> queued
+    queued, waiting-on-dependency, running ──> cancelled   (mark_cancelled; ready, when a
+                                                            dependency did not succeed)
+    a finished job ──retry──> a new job (queued or waiting) with a new id
+
+A transition asked of a job in another state raises :class:`JobStateError` and changes
+nothing. ``retry`` makes a new job (``retry_of`` names the old one) rather than requeueing
+the same id: the old run keeps its exit code, times and logs, ids stay in submit order
+(a dependency always has a smaller id than its dependents), and an id never names two runs.
+
+The schema, its version and its set-up are ``_schema``'s; the checks of each field are
+``_model``'s; where the file lives and whether it may be trusted, ``_state``'s.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from fractions import Fraction
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from .._check import check_bool, check_int
+from ._model import (
+    FINISHED,
+    MAX_SIGNAL,
+    Job,
+    JobState,
+    check_after,
+    check_argv,
+    check_cwd,
+    check_environment,
+    check_exit,
+    check_gpu_ids,
+    check_job_id,
+    check_name,
+    check_optional_int,
+    check_priority,
+    check_reason,
+    check_request,
+    check_state,
+    check_time,
+    format_job_id,
+)
+from ._schema import SCHEMA_VERSION, JobTableError, connect, job_from_row
+from ._state import TABLE_NAME, open_table_file, prepare_state_directory, state_directory
+
+__all__ = ["DEFAULT_KEEP_COUNT", "DEFAULT_KEEP_SECONDS", "SCHEMA_VERSION", "JobStateError",
+           "JobStore", "JobTableError", "UnknownJobError"]  # fmt: skip
+
+DEFAULT_KEEP_SECONDS = 7 * 86400
+DEFAULT_KEEP_COUNT = 1000
+_MAX_PID_START = 2**63 - 1
+
+_DEPENDENCY_ENDS = {
+    JobState.FAILED: "failed",
+    JobState.CANCELLED: "was cancelled",
+    JobState.TIMED_OUT: "timed out",
+    JobState.LOST: "was lost",
+}
+
+
+class JobStateError(ValueError):
+    """A transition asked of a job in a state it cannot leave that way."""
+
+
+class UnknownJobError(LookupError):
+    """No job with that id in the user's table (never made, or pruned)."""
+
+
+class JobStore:
+    """The user's job table. Open it with :meth:`open`; close it (or use ``with``).
+
+    One instance belongs to one thread; any number of processes may open the same table.
+    """
+
+    def __init__(self, connection: sqlite3.Connection, path: Path) -> None:
+        self._db = connection
+        self.path = path
+
+    # --------------------------------------------------------------- opening
+    @classmethod
+    def open(
+        cls, directory: Path | None = None, environ: Mapping[str, str] | None = None
+    ) -> JobStore:
+        """The job table in ``directory`` (default: :func:`state_directory`), created with
+        its directory if missing, after the safety checks of ``_state`` (UnsafePathError);
+        JobTableError for a file that is not a job table of this version."""
+        folder = prepare_state_directory(directory or state_directory(environ))
+        path = folder / TABLE_NAME
+        fd = open_table_file(path)
+        try:
+            return cls(connect(path), path)
+        finally:
+            os.close(fd)
+
+    def close(self) -> None:
+        """Close the table (what was committed stays)."""
+        self._db.close()
+
+    def __enter__(self) -> JobStore:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # --------------------------------------------------------------- transactions
+    @contextmanager
+    def _write(self) -> Iterator[None]:
+        """One write transaction, taken at once (``BEGIN IMMEDIATE``: no deadlock between
+        two readers turning writers); rolled back on any exception."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    @contextmanager
+    def _read(self) -> Iterator[None]:
+        """One read transaction: the queries inside it see one snapshot."""
+        self._db.execute("BEGIN")
+        try:
+            yield
+        finally:
+            self._db.execute("COMMIT")
+
+    # --------------------------------------------------------------- adding
+    def add(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str | os.PathLike[str],
+        environment: Mapping[str, str],
+        name: str | None = None,
+        gpus: Fraction | int | float | None = None,
+        memory_mib: int | None = None,
+        priority: int = 0,
+        time_limit: int | None = None,
+        after: Iterable[str] = (),
+        now: float | None = None,
+    ) -> Job:
+        """Queue a job; the job as recorded. It is ``queued`` when every job in ``after``
+        has succeeded (or there are none), else ``waiting-on-dependency``.
+
+        ``after`` may name only jobs of this table (so never a later job: no cycle can
+        form) that may still succeed; ValueError otherwise. See :class:`~._model.Job`
+        for the fields; bad values raise TypeError or ValueError and add nothing."""
+        command = check_argv(argv)
+        fields = {
+            "name": check_name(name, command),
+            "argv": json.dumps(command),
+            "cwd": check_cwd(cwd),
+            "environment": json.dumps(check_environment(environment)),
+            "priority": check_priority(priority),
+            "time_limit": check_optional_int("time_limit", time_limit, 1, 2**53),
+            "queued_at": _now(now),
+        }
+        share, memory = check_request(gpus, memory_mib)
+        fields["gpus"] = None if share is None else str(share)
+        fields["memory_mib"] = memory
+        dependencies = check_after(after)
+        with self._write():
+            return self._insert(fields, dependencies)
+
+    def _insert(self, fields: dict[str, Any], dependencies: Sequence[int]) -> Job:
+        """Insert one job (inside a write transaction) after checking its dependencies."""
+        states = [self._dependency_state(number) for number in dependencies]
+        fields["state"] = (
+            JobState.QUEUED if all(s is JobState.SUCCEEDED for s in states) else JobState.WAITING
+        ).value
+        names = ", ".join(fields)
+        marks = ", ".join(f":{key}" for key in fields)
+        cursor = self._db.execute(f"INSERT INTO jobs ({names}) VALUES ({marks})", fields)
+        number = cursor.lastrowid
+        assert number is not None
+        self._insert_dependencies(number, dependencies)
+        return self._get(number)
+
+    def _dependency_state(self, number: int) -> JobState:
+        """The state of the dependency ``number``; ValueError if it is unknown or can no
+        longer succeed."""
+        row = self._db.execute("SELECT state FROM jobs WHERE number = ?", (number,)).fetchone()
+        job_id = format_job_id(number)
+        if row is None:
+            raise ValueError(
+                f"after: no job {job_id!r} in your job table {str(self.path)!r} (a job can "
+                "depend only on one of your own jobs that exists)"
+            )
+        state = JobState(row[0])
+        if state in _DEPENDENCY_ENDS:
+            raise ValueError(
+                f"after: dependency {job_id!r} {_DEPENDENCY_ENDS[state]}, so this job could "
+                f"never run (retry {job_id} and depend on the new job)"
+            )
+        return state
+
+    def _insert_dependencies(self, number: int, dependencies: Sequence[int]) -> None:
+        self._db.executemany(
+            "INSERT INTO dependencies (job, after, position) VALUES (?, ?, ?)",
+            [(number, after, position) for position, after in enumerate(dependencies)],
+        )
+
+    # --------------------------------------------------------------- reading
+    def get(self, job_id: str) -> Job:
+        """The job ``job_id``; UnknownJobError if the table has none."""
+        number = check_job_id("job_id", job_id)
+        with self._read():
+            return self._get(number)
+
+    def list(
+        self, *, include_finished: bool = False, states: Iterable[str] | None = None
+    ) -> list[Job]:
+        """The user's jobs, newest first: those not finished (``include_finished``: all,
+        as ``hwpool jobs --all``), or those in ``states`` when given."""
+        check_bool("include_finished", include_finished)
+        if states is not None:
+            wanted = [check_state(f"states[{i}]", s) for i, s in enumerate(list(states))]
+        elif include_finished:
+            wanted = [state.value for state in JobState]
+        else:
+            wanted = [state.value for state in JobState if not state.finished]
+        marks = ", ".join("?" * len(wanted))
+        where = f"state IN ({marks})" if wanted else "0"
+        with self._read():
+            rows = self._db.execute(
+                f"SELECT * FROM jobs WHERE {where} ORDER BY number DESC", wanted
+            ).fetchall()
+            after = self._dependencies_of(f"SELECT number FROM jobs WHERE {where}", wanted)
+        return [job_from_row(row, after.get(row["number"], ())) for row in rows]
+
+    def _get(self, number: int) -> Job:
+        row = self._db.execute("SELECT * FROM jobs WHERE number = ?", (number,)).fetchone()
+        if row is None:
+            raise UnknownJobError(
+                f"job_id: no job {format_job_id(number)!r} in {str(self.path)!r} (never "
+                "submitted, or pruned after its retention)"
+            )
+        after = self._dependencies_of("SELECT ?", [number])
+        return job_from_row(row, after.get(number, ()))
+
+    def _dependencies_of(self, jobs: str, parameters: Sequence[Any]) -> dict[int, tuple[str, ...]]:
+        """The dependencies of the jobs the query ``jobs`` selects, as ids in given order."""
+        found: dict[int, list[str]] = {}
+        rows = self._db.execute(
+            f"SELECT job, after FROM dependencies WHERE job IN ({jobs}) ORDER BY job, position",
+            parameters,
+        )
+        for job, after in rows:
+            found.setdefault(job, []).append(format_job_id(after))
+        return {job: tuple(ids) for job, ids in found.items()}
+
+    # --------------------------------------------------------------- transitions
+    def _transition(
+        self, job_id: str, action: str, allowed: Iterable[JobState], changes: dict[str, Any]
+    ) -> Job:
+        """Apply ``changes`` to the job ``job_id`` if it is in one of ``allowed`` states, in
+        one transaction; JobStateError (and no change) otherwise."""
+        number = check_job_id("job_id", job_id)
+        with self._write():
+            state = self._get(number).state
+            if state not in allowed:
+                wanted = " or ".join(sorted(s.value for s in allowed))
+                raise JobStateError(
+                    f"job_id {job_id!r} is {state.value}: {action} needs a job that is {wanted}"
+                )
+            assignments = ", ".join(f"{key} = :{key}" for key in changes)
+            self._db.execute(
+                f"UPDATE jobs SET {assignments} WHERE number = :number",
+                {**changes, "number": number},
+            )
+            return self._get(number)
+
+    def mark_running(
+        self,
+        job_id: str,
+        *,
+        pid: int,
+        pid_start: int,
+        gpu_ids: Sequence[str] = (),
+        lease: int | None = None,
+        stdout_log: str | None = None,
+        stderr_log: str | None = None,
+        now: float | None = None,
+    ) -> Job:
+        """A queued job was started: its process, its start time, the GPUs it sees, its
+        lease and logs."""
+        changes = {
+            "state": JobState.RUNNING.value,
+            "pid": check_int("pid", pid, minimum=1),
+            "pid_start": check_int("pid_start", pid_start, minimum=0, maximum=_MAX_PID_START),
+            "gpu_ids": json.dumps(check_gpu_ids(gpu_ids)),
+            "lease": check_optional_int("lease", lease, 0, 2**53 - 1),
+            "stdout_log": _optional_path("stdout_log", stdout_log),
+            "stderr_log": _optional_path("stderr_log", stderr_log),
+            "started_at": _now(now),
+        }
+        return self._transition(job_id, "mark_running", {JobState.QUEUED}, changes)
+
+    def mark_finished(
+        self,
+        job_id: str,
+        *,
+        exit_code: int | None = None,
+        signal: int | None = None,
+        now: float | None = None,
+    ) -> Job:
+        """A running job ended by itself: ``succeeded`` for exit code 0, else ``failed``
+        (another code, or the ``signal`` that killed it)."""
+        code, number = check_exit(exit_code, signal)
+        state = JobState.SUCCEEDED if code == 0 else JobState.FAILED
+        changes = {"state": state.value, "exit_code": code, "signal": number, "ended_at": _now(now)}
+        return self._transition(job_id, "mark_finished", {JobState.RUNNING}, changes)
+
+    def mark_cancelled(
+        self,
+        job_id: str,
+        *,
+        reason: str = "cancelled by its user",
+        exit_code: int | None = None,
+        signal: int | None = None,
+        now: float | None = None,
+    ) -> Job:
+        """A queued, waiting or running job was cancelled (a running one after it was
+        ended: how it ended, if known, in ``exit_code`` or ``signal``)."""
+        if exit_code is None and signal is None:
+            code, number = None, None
+        else:
+            code, number = check_exit(exit_code, signal)
+        changes = {
+            "state": JobState.CANCELLED.value,
+            "reason": check_reason(reason),
+            "exit_code": code,
+            "signal": number,
+            "ended_at": _now(now),
+        }
+        allowed = {JobState.QUEUED, JobState.WAITING, JobState.RUNNING}
+        return self._transition(job_id, "mark_cancelled", allowed, changes)
+
+    def mark_timed_out(
+        self, job_id: str, *, signal: int | None = None, now: float | None = None
+    ) -> Job:
+        """A running job was ended for running past its time limit (by ``signal``)."""
+        changes = {
+            "state": JobState.TIMED_OUT.value,
+            "signal": check_optional_int("signal", signal, 1, MAX_SIGNAL),
+            "reason": "ran past its time limit",
+            "ended_at": _now(now),
+        }
+        return self._transition(job_id, "mark_timed_out", {JobState.RUNNING}, changes)
+
+    def mark_lost(
+        self,
+        job_id: str,
+        *,
+        reason: str = "the supervisor found it dead",
+        now: float | None = None,
+    ) -> Job:
+        """A running job died while nothing watched it (its exit status is unknown)."""
+        changes = {
+            "state": JobState.LOST.value,
+            "reason": check_reason(reason),
+            "ended_at": _now(now),
+        }
+        return self._transition(job_id, "mark_lost", {JobState.RUNNING}, changes)
+
+    def retry(self, job_id: str, *, now: float | None = None) -> Job:
+        """Queue a finished job again, as a new job (``retry_of`` names this one) with the
+        same command, environment, request and dependencies; the new job."""
+        number = check_job_id("job_id", job_id)
+        queued_at = _now(now)
+        with self._write():
+            old = self._get(number)
+            if not old.state.finished:
+                raise JobStateError(
+                    f"job_id {job_id!r} is {old.state.value}: retry needs a finished job "
+                    "(cancel it first)"
+                )
+            fields = self._copy_fields(number)
+            fields.update(queued_at=queued_at, retry_of=number)
+            return self._insert(fields, [int(a.removeprefix("j")) for a in old.after])
+
+    def _copy_fields(self, number: int) -> dict[str, Any]:
+        columns = ("name", "argv", "cwd", "environment", "gpus", "memory_mib", "priority",
+                   "time_limit")  # fmt: skip
+        row = self._db.execute(
+            f"SELECT {', '.join(columns)} FROM jobs WHERE number = ?", (number,)
+        ).fetchone()
+        return dict(zip(columns, row, strict=True))
+
+    # --------------------------------------------------------------- dependencies
+    def ready(self, *, now: float | None = None) -> builtins.list[Job]:
+        """Resolve dependencies, then the queued jobs in submit order (what may start).
+
+        A waiting job whose dependencies all succeeded becomes queued; one with a
+        dependency that failed, was cancelled, timed out or was lost is cancelled with the
+        reason ``dependency jN failed`` (or ``was cancelled``, ...), and so are the jobs
+        waiting on it, in the same transaction."""
+        ended_at = _now(now)
+        with self._write():
+            self._resolve_waiting(ended_at)
+            return self._queued()
+
+    def _resolve_waiting(self, ended_at: float) -> None:
+        """Walk the waiting jobs in id order: a dependency has a smaller id than its
+        dependents, so one pass settles every chain."""
+        waiting = self._db.execute(
+            "SELECT number FROM jobs WHERE state = ? ORDER BY number", (JobState.WAITING.value,)
+        ).fetchall()
+        for (number,) in waiting:
+            rows = self._db.execute(
+                "SELECT d.after, j.state FROM dependencies d LEFT JOIN jobs j "
+                "ON j.number = d.after WHERE d.job = ? ORDER BY d.position",
+                (number,),
+            ).fetchall()
+            self._settle(number, rows, ended_at)
+
+    def _settle(self, number: int, dependencies: Sequence[Any], ended_at: float) -> None:
+        """Queue or cancel the waiting job ``number`` given its dependencies' states."""
+        for after, state in dependencies:
+            end = _DEPENDENCY_ENDS.get(JobState(state)) if state is not None else "was pruned"
+            if end is not None:
+                reason = f"dependency {format_job_id(after)} {end}"
+                self._db.execute(
+                    "UPDATE jobs SET state = ?, reason = ?, ended_at = ? WHERE number = ?",
+                    (JobState.CANCELLED.value, reason, ended_at, number),
+                )
+                return
+        if all(state == JobState.SUCCEEDED.value for _, state in dependencies):
+            self._db.execute(
+                "UPDATE jobs SET state = ? WHERE number = ?", (JobState.QUEUED.value, number)
+            )
+
+    def _queued(self) -> builtins.list[Job]:
+        rows = self._db.execute(
+            "SELECT * FROM jobs WHERE state = ? ORDER BY number", (JobState.QUEUED.value,)
+        ).fetchall()
+        query = "SELECT number FROM jobs WHERE state = ?"
+        after = self._dependencies_of(query, [JobState.QUEUED.value])
+        return [job_from_row(row, after.get(row["number"], ())) for row in rows]
+
+    # --------------------------------------------------------------- retention
+    def prune(
+        self,
+        now: float,
+        keep_seconds: float = DEFAULT_KEEP_SECONDS,
+        keep_count: int = DEFAULT_KEEP_COUNT,
+    ) -> builtins.list[Job]:
+        """Delete the finished jobs that ended more than ``keep_seconds`` before ``now``,
+        and those beyond the newest ``keep_count`` finished ones; the jobs deleted (whose
+        logs the caller removes). Queued, waiting and running jobs are never deleted, nor a
+        finished job that one of them depends on."""
+        cutoff = check_time("now", now) - check_time("keep_seconds", keep_seconds)
+        keep = check_int("keep_count", keep_count, minimum=0)
+        finished = ", ".join(f"'{state.value}'" for state in FINISHED)
+        doomed = (
+            f"SELECT number FROM jobs WHERE state IN ({finished}) AND (ended_at < :cutoff OR "
+            f"number NOT IN (SELECT number FROM jobs WHERE state IN ({finished}) "
+            "ORDER BY ended_at DESC, number DESC LIMIT :keep)) AND number NOT IN (SELECT "
+            f"d.after FROM dependencies d JOIN jobs j ON j.number = d.job "
+            f"WHERE j.state NOT IN ({finished}))"
+        )
+        parameters = {"cutoff": cutoff, "keep": keep}
+        with self._write():
+            rows = self._db.execute(f"SELECT * FROM jobs WHERE number IN ({doomed})", parameters)
+            gone = [job_from_row(row, ()) for row in rows.fetchall()]
+            self._db.executemany(
+                "DELETE FROM jobs WHERE number = ?", [(job.number,) for job in gone]
+            )
+        return gone
+
+
+def _now(now: float | None) -> float:
+    return time.time() if now is None else check_time("now", now)
+
+
+def _optional_path(name: str, value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str | os.PathLike):
+        raise TypeError(f"{name} must be a path, got {value!r}")
+    path = os.fspath(value)
+    if not isinstance(path, str) or not os.path.isabs(path) or "\0" in path:
+        raise ValueError(f"{name} must be an absolute path, got {path!r}")
+    return path
