@@ -652,3 +652,39 @@ def test_a_hint_travels_to_either_backend(make_pool: MakePool) -> None:
         pool.release(1)
 
     run(main)
+
+
+def test_backfill_by_estimates_lets_hinted_work_onto_the_heads_gpu() -> None:
+    """``GPUPool(backfill="estimates")``: the EASY of before issue 23, for a program that
+    trusts its own estimates: a hint that ends by the head's shadow (10 s away) passes it;
+    under the default the same request waits."""
+    for backfill, passes in (("estimates", True), ("limits", False)):
+        pool = GPUPool(1, backfill=backfill)
+
+        async def main(pool: GPUPool = pool, passes: bool = passes) -> None:
+            pool.acquire_nowait(0.6, expected_s=10.0)
+            head = asyncio.create_task(pool.acquire(1.0))
+            await until_queued(pool, 1)
+            if passes:
+                assert pool.acquire_nowait(0.1, expected_s=0.01) == 0
+                pool.release(0, 0.1)
+            else:
+                with pytest.raises(WouldBlock):
+                    pool.acquire_nowait(0.1, expected_s=0.01)
+            pool.release(0, 0.6)
+            assert await head == 0
+            pool.release(0)
+
+        run(main)
+
+
+@pytest.mark.parametrize("backfill", ["", "Estimates", 1, None])
+def test_a_bad_backfill_is_refused_by_name(backfill: object) -> None:
+    if backfill is None:
+        with pytest.raises(TypeError, match="give backend or backfill"):
+            GPUPool(backend=GPUPool(1)._backend, backfill="limits")
+        return
+    with pytest.raises(
+        ValueError, match=f"backfill must be one of limits, estimates; got {backfill!r}"
+    ):
+        GPUPool(1, backfill=backfill)  # type: ignore[arg-type]

@@ -91,12 +91,15 @@ class LocalBackend:
         clock: Callable[[], float] = time.monotonic,
         shares: Mapping[Hashable, float] | None = None,
         half_life: float = DEFAULT_HALF_LIFE,
+        backfill: str = "limits",
     ) -> None:
         self._gpus = tuple(gpus)
         self._clock = clock  # the core's time, from which it learns hold times
         self._sized = totals is not None
         sizes: int | tuple[int, ...] = len(self._gpus) if totals is None else tuple(totals)
-        self._core = Scheduler(sizes, policy=policy, shares=shares, half_life=half_life)
+        self._core = Scheduler(
+            sizes, policy=policy, shares=shares, half_life=half_life, backfill=backfill
+        )
         self._totals = (
             (self._core.units_per_gpu,) * len(self._gpus) if totals is None else tuple(totals)
         )

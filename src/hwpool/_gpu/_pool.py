@@ -27,7 +27,7 @@ from .._backends._unix import SOCKET_VAR, UnixBackend
 from .._check import check_int, check_real, check_timeout
 from .._core._capacity import UNITS_PER_GPU, fraction_to_units, units_to_fraction
 from .._core._fairshare import DEFAULT_HALF_LIFE, check_half_life, check_shares
-from .._core._scheduler import Demand, Grant
+from .._core._scheduler import BACKFILLS, Demand, Grant
 from .._errors import WouldBlock
 from .._host._detect import GPUInfo, detect_gpus
 from ._lease import GPULease
@@ -68,6 +68,12 @@ class GPUPool:
 
     ``policy`` picks the core's scheduling policy for an in-process pool: ``"easy"`` (the
     default) or ``"reserve-all"`` (every waiter reserves; the policy hwpool started from).
+    ``backfill`` (in-process ``"easy"`` only) says what may start on the GPUs the head of the
+    queue waits for, before it is expected to fit: ``"limits"`` (the default: only work whose
+    ``limit_s`` ends in time, so the head's wait is bounded) or ``"estimates"`` (work
+    expected to end in time too, by ``expected_s`` or the hold times learned: more work
+    starts early, but one that holds far longer than expected delays the head as long; for
+    a pool whose work is one program's, whose estimates it trusts).
 
     Owners: every ``acquire*`` and ``lease*`` takes ``owner=`` (any hashable: a tenant, an
     API key; default None, one owner for all) and ``priority=`` (an int, higher first within
@@ -103,8 +109,16 @@ class GPUPool:
         reserve_in_use: bool = False,
         shares: Mapping[Hashable, float] | None = None,
         half_life: float | None = None,
+        backfill: str | None = None,
     ) -> None:
         owned = check_shares(shares)
+        if backfill is not None and (backfill not in BACKFILLS or not isinstance(backfill, str)):
+            raise ValueError(f"backfill must be one of {', '.join(BACKFILLS)}; got {backfill!r}")
+        if backfill is not None and backend is not None:
+            raise TypeError(
+                f"give backend or backfill (an in-process pool's), not both (backfill={backfill!r})"
+            )
+        trust = "limits" if backfill is None else backfill
         life = DEFAULT_HALF_LIFE if half_life is None else check_half_life(half_life)
         if backend is not None and (shares is not None or half_life is not None):
             raise TypeError(
@@ -123,18 +137,23 @@ class GPUPool:
             if backend is not None:
                 raise TypeError("give backend or a memory size (memory=, gpu_memory=), not both")
             totals = capacities_of(sized, reserve_in_use is True)
-            backend = LocalBackend(sized, totals=totals, policy=rule, shares=owned, half_life=life)
+            backend = LocalBackend(
+                sized, totals=totals, policy=rule, shares=owned, half_life=life, backfill=trust
+            )
         elif (
             backend is None
             and num_gpus is None
             and policy is None
             and shares is None
             and half_life is None
+            and backfill is None
             and os.environ.get(SOCKET_VAR)
         ):
             backend = UnixBackend()  # the host-wide queue, with no change to the code
         elif backend is None:
-            backend = LocalBackend(_pool_gpus(num_gpus), policy=rule, shares=owned, half_life=life)
+            backend = LocalBackend(
+                _pool_gpus(num_gpus), policy=rule, shares=owned, half_life=life, backfill=trust
+            )
         elif num_gpus is not None:
             raise TypeError(f"give num_gpus or backend, not both (num_gpus={num_gpus!r})")
         self._backend = backend
