@@ -153,7 +153,7 @@ def test_simulate_all_policies_json_has_one_object_per_policy() -> None:
     doc = json.loads(proc.stdout)
     assert list(doc["policies"]) == [
         "hwpool",
-        "hwpool-estimates",
+        "hwpool-limits",
         "hwpool-reserve-all",
         "fifo",
         "first-fit",

@@ -42,7 +42,7 @@ BACKFILL = [
 # shortest-queue: loads 1, 1, 1 when w arrives: w joins GPUs 0 and 1; s joins GPU 2 (load 1)
 #   and fits there at once. w needs GPU 0 whole: x ends at 4.
 # hwpool: as hwpool-reserve-all (w is the head and the only waiter, so it reserves the same GPUs).
-# hwpool-estimates: as hwpool (s backfills on GPU 0, which w does not reserve).
+# hwpool-limits: as hwpool (s backfills on GPU 0, which w does not reserve).
 HAND_WORKED = {
     "hwpool-reserve-all": {
         "x": (0, (0,)),
@@ -58,7 +58,7 @@ HAND_WORKED = {
         "w": (3, (1, 2)),
         "s": (1.5, (0,)),
     },
-    "hwpool-estimates": {
+    "hwpool-limits": {
         "x": (0, (0,)),
         "y": (0, (1,)),
         "z": (0, (2,)),

@@ -69,11 +69,12 @@ class GPUPool:
     ``policy`` picks the core's scheduling policy for an in-process pool: ``"easy"`` (the
     default) or ``"reserve-all"`` (every waiter reserves; the policy hwpool started from).
     ``backfill`` (in-process ``"easy"`` only) says what may start on the GPUs the head of the
-    queue waits for, before it is expected to fit: ``"limits"`` (the default: only work whose
-    ``limit_s`` ends in time, so the head's wait is bounded) or ``"estimates"`` (work
-    expected to end in time too, by ``expected_s`` or the hold times learned: more work
-    starts early, but one that holds far longer than expected delays the head as long; for
-    a pool whose work is one program's, whose estimates it trusts).
+    queue waits for, before it is expected to fit: ``"estimates"`` (the default in-process:
+    work expected to end in time, by ``limit_s``, ``expected_s`` or the hold times learned;
+    the pool's work is one program's, whose estimates it trusts, and more of it starts
+    early) or ``"limits"`` (only work whose ``limit_s`` ends in time, so that the head's
+    wait has a bound no estimate can stretch: the host server's rule, where requests come
+    from users who may not tell the truth; pick it for a pool whose owners are tenants).
 
     Owners: every ``acquire*`` and ``lease*`` takes ``owner=`` (any hashable: a tenant, an
     API key; default None, one owner for all) and ``priority=`` (an int, higher first within
@@ -94,8 +95,9 @@ class GPUPool:
     ``lease.revoked`` and must stop using the GPUs (a child process it started should be
     ended; ``hwpool run --time`` does that). In-process a thread of the pool (run only while
     limited grants are held) revokes on the pool's clock; over the host server the server
-    revokes and tells the client. A limit is what lets a request start in front of a waiting
-    wide one (``expected_s`` is only a hint and lets nobody pass).
+    revokes and tells the client. On the host server a limit is the only thing that lets a
+    request start in front of a waiting wide one (``expected_s`` is a hint and passes
+    nobody there); in-process, by default, an expected hold does too (``backfill``).
     """
 
     def __init__(
@@ -118,7 +120,7 @@ class GPUPool:
             raise TypeError(
                 f"give backend or backfill (an in-process pool's), not both (backfill={backfill!r})"
             )
-        trust = "limits" if backfill is None else backfill
+        trust = "estimates" if backfill is None else backfill
         life = DEFAULT_HALF_LIFE if half_life is None else check_half_life(half_life)
         if backend is not None and (shares is not None or half_life is not None):
             raise TypeError(

@@ -39,7 +39,7 @@ __all__ = [
 
 POLICIES = (
     "hwpool",
-    "hwpool-estimates",
+    "hwpool-limits",
     "hwpool-reserve-all",
     "fifo",
     "first-fit",
@@ -59,7 +59,8 @@ class Policy(Protocol):
 class HwpoolPolicy:
     """The hwpool scheduler core, with tickets mapped to task indices; ``core_policy`` is the
     core's policy (``hwpool`` is ``"easy"``, ``hwpool-reserve-all`` is ``"reserve-all"``) and
-    ``backfill`` what goes onto the easy head's GPUs (``hwpool-estimates``: ``"estimates"``).
+    ``backfill`` what goes onto the easy head's GPUs: ``hwpool`` is GPUPool's default
+    (``"estimates"``), ``hwpool-limits`` the host server's (``"limits"``).
     Virtual time is the core's ``now``, so easy learns hold times as it would in real time.
     ``shares`` and ``half_life``: the core's fair share between the tasks' owners."""
 
@@ -110,11 +111,11 @@ def make_policy(
     """A fresh policy by name (one of :data:`POLICIES`); ``totals``: GPUs sized in memory;
     ``shares``, ``half_life``: the hwpool policies' fair share (the baselines have none)."""
     if name == "hwpool":
-        return HwpoolPolicy(num_gpus, totals, "easy", shares=shares, half_life=half_life)
-    if name == "hwpool-estimates":
         return HwpoolPolicy(
             num_gpus, totals, "easy", shares=shares, half_life=half_life, backfill="estimates"
         )
+    if name == "hwpool-limits":
+        return HwpoolPolicy(num_gpus, totals, "easy", shares=shares, half_life=half_life)
     if name == "hwpool-reserve-all":
         return HwpoolPolicy(num_gpus, totals, "reserve-all", shares=shares, half_life=half_life)
     baselines = {
