@@ -35,8 +35,11 @@ hold under both policies:
     shadow, counting as freed by then only what grants whose limits end by then hold.
     Estimates (rule 7e, hints included) let nothing onto the head's GPUs: they are not
     enforced, so a request that holds longer than expected would delay the head without
-    bound, and one that lies about its hold would gain by it (issue 23). A new arrival never
-    passes an earlier waiter of its own demand (size, owner, priority and limit).
+    bound, and one that lies about its hold would gain by it (issue 23). Under
+    ``backfill="estimates"`` (for a caller whose requests are one program's, which trusts
+    its own estimates) an expected hold that ends by the shadow counts as a limit does, and
+    the slack counts the grants expected to end by then. A new arrival never passes an
+    earlier waiter of its own demand (size, owner, priority and limit).
 5e. The head is granted as soon as it fits anywhere (best fit, rule 2); every release or
     cancellation grants what now fits from the front, then backfills (rule 4e). The
     backfill offers one waiter per demand; on GPUs of one size and in FIFO order, the
@@ -45,7 +48,7 @@ hold under both policies:
 6e. So the head's wait is bounded by what the core controls: it starts once the grants running
     on its GPUs when it became head have ended; every grant placed there since has ended by
     the shadow, its limit being enforced by the caller. (After a move, the same from the
-    move.)
+    move.) Under ``backfill="estimates"``, by the shadow if the estimates hold.
 7e. Estimates choose only the head's GPUs and its shadow (rule 3e). A request's expected hold
     is its ``expected`` hint, else the smoothed mean (weight ``SMOOTHING``) of its demand's
     past hold times, else the mean over all demands; none is known before the first release.
