@@ -311,12 +311,40 @@ class OwnersMachine(RuleBasedStateMachine):
         self.now = 0.0
         self.heads: list[int] = []
         self.owner_of: dict[int, str] = {}
+        self.priority_of: dict[int, int] = {}
+        # The reference model of usage (rule 8): each grant's owner, GPUs, start and end.
+        self.spans: list[tuple[str, float, float, float | None]] = []
+        self.span_of: dict[int, int] = {}
 
     def _absorb(self, grants: list[Grant]) -> None:
+        totals = self.core.totals
         for grant in grants:
             assert grant.ticket in self.waiting
             self.waiting.discard(grant.ticket)
             self.held[grant.ticket] = grant
+            gpus = sum(units / totals[gpu] for gpu, units in self.core.held(grant))
+            self.span_of[grant.ticket] = len(self.spans)
+            self.spans.append((self.owner_of[grant.ticket], gpus, self.now, None))
+
+    def _ended(self, ticket: int) -> None:
+        index = self.span_of.pop(ticket)
+        owner, gpus, start, _ = self.spans[index]
+        self.spans[index] = (owner, gpus, start, self.now)
+
+    def _reference_usage(self, owner: str) -> float:
+        """Rule 8 from first principles: the integral of the GPUs ``owner`` held, weighted
+        2 ** -(age / half_life)."""
+        k = math.log(2.0) / self.core.half_life
+        total = 0.0
+        for who, gpus, start, end in self.spans:
+            if who == owner and gpus:
+                stop = self.now if end is None else end
+                total += (
+                    gpus
+                    * (math.exp(-k * (self.now - stop)) - math.exp(-k * (self.now - start)))
+                    / k
+                )
+        return total
 
     @rule(
         owner=st.sampled_from(["a", "b", "c"]),
@@ -336,6 +364,7 @@ class OwnersMachine(RuleBasedStateMachine):
             demand = Demand(1, units, relative=relative, owner=owner, priority=priority)
         ticket, grant = self.core.submit(demand, now=self.now)
         self.owner_of[ticket] = owner
+        self.priority_of[ticket] = priority
         self.waiting.add(ticket)
         self._absorb([grant] if grant else [])
 
@@ -345,6 +374,7 @@ class OwnersMachine(RuleBasedStateMachine):
         self.now += dt
         ticket = data.draw(st.sampled_from(sorted(self.held)))
         grant = self.held.pop(ticket)
+        self._ended(ticket)
         self._absorb(self.core.release_many(self.core.held(grant), ticket=ticket, now=self.now))
 
     @precondition(lambda self: self.waiting)
@@ -374,6 +404,28 @@ class OwnersMachine(RuleBasedStateMachine):
             )
             assert self.core.running(owner) == pytest.approx(held, abs=1e-9)
             assert self.core.usage(owner) >= 0.0
+
+    @invariant()
+    def usage_is_the_decayed_integral(self) -> None:
+        for owner in ("a", "b", "c"):
+            expected = self._reference_usage(owner)
+            assert self.core.usage(owner, self.now) == pytest.approx(expected, rel=1e-6, abs=1e-6)
+
+    @invariant()
+    def waiters_are_in_fair_order(self) -> None:
+        """Rule 9 and 10 against a reference: owners by usage per share (ties: the owner whose
+        earliest waiter came first), then each owner's waiters by priority, then FIFO."""
+        by_owner: dict[str, list[int]] = {}
+        for ticket in self.waiting:
+            by_owner.setdefault(self.owner_of[ticket], []).append(ticket)
+        ranked = sorted(
+            by_owner,
+            key=lambda o: (self.core.usage(o, self.now) / self.core.share(o), min(by_owner[o])),
+        )
+        expected = [
+            t for o in ranked for t in sorted(by_owner[o], key=lambda t: (-self.priority_of[t], t))
+        ]
+        assert [w.ticket for w in self.core.waiters()] == expected
 
     @invariant()
     def queue_matches(self) -> None:
