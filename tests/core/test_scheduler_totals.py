@@ -335,9 +335,7 @@ def reference_best_fit(
         chosen = tuple(sorted(sorted(idle, key=lambda g: (totals[g], g))[: d.count]))
         sizes = {totals[g] for g in chosen}
         return chosen, sizes.pop() if len(sizes) == 1 else 0
-    needs = [
-        max(1, -(-d.units * t // UNITS_PER_GPU)) if d.relative else d.units for t in totals
-    ]
+    needs = [max(1, -(-d.units * t // UNITS_PER_GPU)) if d.relative else d.units for t in totals]
     fitting = [g for g in range(len(totals)) if free[g] >= needs[g]]
     if not fitting:
         return None
