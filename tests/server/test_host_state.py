@@ -827,3 +827,19 @@ def test_owners_left_out_counts_uids_and_accounts_together() -> None:
 def test_a_uid_in_two_accounts_is_refused() -> None:
     with pytest.raises(ValueError, match="uid 7 is in accounts 'a' and 'b'"):
         HostState(1, accounts={"a": {7}, "b": {8, 7}})
+
+
+def test_a_members_priority_passes_its_accounts_waiters_never_another_owners() -> None:
+    """Within an account the members' requests are one queue: uid 1001's urgent request
+    passes uid 1000's waiter (both of ml), not uid 2000's, who has less usage."""
+    state = team_host(1)
+    first, second = client(uid=1000, pid=1), client(uid=1001, pid=2, number=2)
+    other = client(uid=2000, pid=3, number=3)
+    acquire(state, first, 1)  # holds the GPU
+    state.acquire(first, p.Acquire(2, 1, FULL, True), 0.0)
+    state.acquire(first, p.Acquire(3, 1, FULL, True), 0.0)
+    state.acquire(other, p.Acquire(1, 1, FULL, True), 1.0)
+    urgent = p.Acquire(1, 1, FULL, True, priority=p.MAX_PRIORITY)
+    assert only(state.acquire(second, urgent, 1.0)) == p.Queued(1, 5)
+    # uid 2000's #4 first (ml has used the GPU for 1 s), then ml's queue: #5 before #2, #3
+    assert [w.id for w in state.status(1, 1.0, 0.0).waiting] == [4, 5, 2, 3]
