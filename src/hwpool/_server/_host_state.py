@@ -834,18 +834,14 @@ class HostState:
             (e, (), now - e.since, None) for e in sorted(self._held_back, key=lambda e: e.id)
         ]
         left = 0.0 if self.recovery is None else max(0.0, self.recovery.deadline - now)
-        shown = self._owners([item[0].demand.owner for item in waiting], now)[:MAX_OWNERS]
-        left_out = max(0, len(self._shown_owners()) - MAX_OWNERS)
+        records = self._owners([item[0].demand.owner for item in waiting], now)
+        shown, left_out = records[:MAX_OWNERS], max(0, len(records) - MAX_OWNERS)
         return StatusReply(
             req, self.core.free, Built(leases, lease), Built(waiting, waiter), self.granted,
             self.released, self.cancelled, self.timed_out, left, now - started,
             owners=tuple(r for r in shown if isinstance(r, OwnerRecord)), owners_left_out=left_out,
             accounts=tuple(r for r in shown if isinstance(r, AccountRecord)),
         )  # fmt: skip
-
-    def _shown_owners(self) -> set[Owner]:
-        """The owners status lists: each with a lease, a waiter or a share of its own."""
-        return {*map(self.owner_of, self._per_uid), *self.shared_owners}
 
     def _owners(self, waiting: list[Hashable], now: float) -> list[OwnerRecord | AccountRecord]:
         """Every owner with a lease, a waiter or a share of its own, as the core counts it (its
@@ -857,7 +853,7 @@ class HostState:
             queued[owner] = queued.get(owner, 0) + 1
         core = self.core
         records: list[OwnerRecord | AccountRecord] = []
-        for owner in self._shown_owners():
+        for owner in {*map(self.owner_of, self._per_uid), *self.shared_owners}:
             counts = (core.share(owner), core.usage(owner, now), core.running(owner),
                       queued.get(owner, 0))  # fmt: skip
             if isinstance(owner, str):
