@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import grp
 import os
 import pwd
 from collections.abc import Callable
@@ -314,3 +315,136 @@ def test_a_memory_limit_is_mib_and_needs_a_server_sized_in_memory(tmp_path: Path
                              "--gpu-memory", "80GiB", "--check-config")  # fmt: skip
     assert (code, err) == (0, "")
     assert "memory = 24576" in out.splitlines() and "memory = 512" in out.splitlines()
+
+
+# ----------------------------------------------------------------- [accounts]
+ACCOUNTS = """\
+[shares]
+ml = 3              # an account's share: its members' together
+"uid:4242" = 2
+
+[accounts]
+ml = ["root", "uid:4243"]
+ops = ["uid:4244", "uid:4244"]
+
+[limits.accounts.ml]
+gpus = 2
+"""
+
+
+def test_accounts_give_each_accounts_members_and_its_share_and_limits() -> None:
+    settings = parse_config(ACCOUNTS, "serve.toml")
+    assert settings == {
+        "accounts": {"ml": frozenset({0, 4243}), "ops": frozenset({4244})},
+        "shares": {"ml": 3.0, 4242: 2.0},
+        "default_limits": None,
+        "limits": {"ml": OwnerLimits(gpus=2.0)},
+    }
+
+
+def test_an_accounts_group_member_is_each_user_of_the_group(pair: Pair) -> None:
+    text = f'[accounts]\nteam = ["@gid:{pair.gid}"]\n'
+    assert parse_config(text, "s")["accounts"] == {"team": frozenset({pair.alice, pair.bob})}
+    name = grp.getgrgid(pair.gid).gr_name
+    text = f'[accounts]\nteam = ["@{name}"]\n[limits.groups."gid:{pair.gid}"]\ngpus = 1\n'
+    settings = parse_config(text, "s")
+    assert settings["accounts"] == {"team": frozenset({pair.alice, pair.bob})}
+    assert settings["limits"] == {}  # the group's limits are each member's: theirs is team's
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("accounts = 3\n", "line 1: accounts: must be a table: [accounts] with lines like"),
+        ("[accounts]\nml = []\n", "line 2: accounts.ml: must be a non-empty list of users"),
+        ('[accounts]\nml = "root"\n', "line 2: accounts.ml: must be a non-empty list"),
+        ("[accounts]\nml = [0]\n", 'line 2: accounts.ml: a member must be a user, "uid:N"'),
+        ('[accounts]\nml = ["no-such-user-hwp"]\n', "line 2: accounts.ml: no user named"),
+        ('[accounts]\nml = ["@no-such-group-hwp"]\n', "line 2: accounts.ml: no group named"),
+        ('[accounts]\nml = ["uid:x"]\n', "line 2: accounts.ml: 'uid:x' is not uid:N"),
+        ('[accounts]\nml = ["@gid:x"]\n', "line 2: accounts.ml: 'gid:x' is not gid:N"),
+        ('[accounts]\nroot = ["uid:7"]\n', "line 2: accounts.root: 'root' is a user's name"),
+        ('[accounts]\n"uid:7" = ["uid:7"]\n', "line 2: accounts.uid:7: an account's name must"),
+        ('[accounts]\n"@ml" = ["uid:7"]\n', "line 2: accounts.@ml: an account's name must"),
+        ('[accounts]\n"a b" = ["uid:7"]\n', "line 2: accounts.a b: an account's name must be"),
+        (
+            '[accounts]\nml = ["root"]\nops = ["uid:5", "uid:0"]\n',
+            "line 3: accounts.ops: root (uid 0) is in accounts 'ml' and 'ops': a user may be in",
+        ),
+        (
+            '[accounts]\nml = ["uid:4245"]\nops = ["uid:4245"]\n',
+            "line 3: accounts.ops: uid 4245 is in accounts 'ml' and 'ops'",
+        ),
+        (
+            '[shares]\nroot = 2\n[accounts]\nml = ["root"]\n',
+            "line 2: shares.root: 'root' is in account 'ml', which is scheduled as one owner: "
+            "set the account's share instead",
+        ),
+        (
+            '[accounts]\nml = ["uid:7"]\n[shares]\n"uid:7" = 2\n',
+            "line 4: shares.uid:7: 'uid:7' is in account 'ml'",
+        ),
+        (
+            '[accounts]\nml = ["root"]\n[limits.users.root]\ngpus = 1\n',
+            "line 3: limits.users.root: 'root' is in account 'ml', which is scheduled as one "
+            "owner: set the account's limits ([limits.accounts.NAME]) instead",
+        ),
+        (
+            '[accounts]\nml = ["root"]\n[limits.accounts.ops]\ngpus = 1\n',
+            "line 3: limits.accounts.ops: no account named 'ops' in [accounts] (it has: 'ml')",
+        ),
+        (
+            "[limits.accounts.ml]\ngpus = 1\n",
+            "line 1: limits.accounts.ml: no account named 'ml' in [accounts] (it has: none)",
+        ),
+        (
+            '[accounts]\nml = ["root"]\n[limits.accounts.ml]\ngpus = 0\n',
+            "line 4: limits.accounts.ml.gpus: must be a finite number of GPUs > 0",
+        ),
+        ("[limits]\naccounts = 1\n", "line 2: limits.accounts: must be a table of accounts"),
+        (
+            '[accounts]\nml = ["uid:7"]\n[shares]\nml = 1\n"uid:8" = 1\nml = 2\n',
+            "not valid TOML",
+        ),
+    ],
+)
+def test_each_bad_account_is_an_error_naming_the_key_and_line(text: str, named: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, "serve.toml")
+    assert str(info.value).startswith("serve.toml")
+    assert named in str(info.value)
+
+
+def test_check_config_prints_the_accounts_their_shares_and_limits(tmp_path: Path) -> None:
+    path = write(tmp_path / "serve.toml", ACCOUNTS)
+    code, out, err = run_cli("serve", "--socket", str(tmp_path / "d" / "s.sock"),
+                             "--config", str(path), "--check-config")  # fmt: skip
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    start = lines.index(
+        "[accounts]  # each account's members, as resolved now: scheduled as one owner"
+    )
+    assert lines[start + 1 : start + 3] == [
+        'ml = ["uid:0", "uid:4243"]  # root, 4243', 'ops = ["uid:4244"]  # 4244',
+    ]  # fmt: skip
+    assert lines[start + 4 : start + 6] == ['"uid:4242" = 2  # 4242', "ml = 3"]
+    assert "[limits.accounts.ml]" in lines
+
+
+def test_check_config_without_accounts_says_so(tmp_path: Path) -> None:
+    path = write(tmp_path / "serve.toml", "gpus = 2\n")
+    code, out, _ = run_cli("serve", "--socket", str(tmp_path / "d" / "s.sock"),
+                           "--config", str(path), "--check-config")  # fmt: skip
+    assert code == 0
+    assert "# accounts: none (each user is its own owner)" in out.splitlines()
+
+
+def test_a_real_server_says_its_accounts_when_it_starts(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    path = write(tmp_path / "serve.toml", ACCOUNTS)
+    server = start_server("--config", str(path), "--gpus", "2")
+    server.wait_for(
+        "account ml share 3, uid 4242 share 2, limits: account ml gpus=2 mode=wait, "
+        "accounts: ml (uids 0, 4243), ops (uids 4244)"
+    )

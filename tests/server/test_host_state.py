@@ -734,3 +734,112 @@ def test_status_says_why_a_waiter_is_held() -> None:
     (waiter,) = state.status(9, 1.0, 0.0).waiting
     assert waiter.uid == 1000
     assert waiter.held == "uid 1000 at the limit of 1 running grant (has 1, needs 1 more)"
+
+
+# ----------------------------------------------------------------- accounts (issue 23)
+def team_host(num_gpus: int = 1, **extra: object) -> HostState:
+    """uids 1000 and 1001 in account "ml"; every other uid its own owner."""
+    return HostState(num_gpus, admins={0}, accounts={"ml": {1000, 1001}}, **extra)  # type: ignore[arg-type]
+
+
+def test_an_accounts_users_share_one_usage_so_another_user_goes_before_its_second() -> None:
+    """uid 1000 (of ml) holds the GPU for 10 s; then uid 1001 (of ml) and uid 2000 queue, in
+    that order. Each alone has no usage, so by uid 1001 would come first (the earlier ticket);
+    as one account, ml has 10 GPU-seconds and uid 2000 none: uid 2000 goes first."""
+    state = team_host(1)
+    first, second = client(uid=1000, pid=1), client(uid=1001, pid=2, number=2)
+    other = client(uid=2000, pid=3, number=3)
+    acquire(state, first, 1)
+    assert only(state.acquire(second, p.Acquire(1, 1, FULL, True), 1.0)) == p.Queued(1, 2)
+    assert only(state.acquire(other, p.Acquire(1, 1, FULL, True), 2.0)) == p.Queued(1, 3)
+    assert state.release(first, p.Release(2, 1), 10.0) == [(other, p.Granted(1, 3, (0,), FULL))]
+    assert state.core.usage("ml", 10.0) > 9.0 and state.core.usage(1000, 10.0) == 0
+    assert state.owner_of(1001) == "ml" and state.owner_of(2000) == 2000
+
+
+def test_status_shows_the_account_with_its_users_together_and_each_waiters_account() -> None:
+    state = team_host(2, shares={"ml": 3.0, 3000: 2.0})
+    first, second = client(uid=1000, pid=1), client(uid=1001, pid=2, number=2)
+    other = client(uid=2000, pid=3, number=3)
+    acquire(state, first, 1, 0.5)
+    acquire(state, second, 1)
+    acquire(state, other, 1, 0.5)
+    acquire(state, second, 2)  # waits
+    acquire(state, other, 2)  # waits
+    reply = state.status(1, 10.0, 0.0)
+    assert [(a.account, a.share, a.running, a.queued) for a in reply.accounts] == [
+        ("ml", 3.0, 1.5, 1)
+    ]
+    assert reply.accounts[0].usage_gpu_s == pytest.approx(state.core.usage("ml", 10.0))
+    assert 14.0 < reply.accounts[0].usage_gpu_s < 15.0  # 0.5 + 1 GPU for 10 s, together
+    assert [(o.uid, o.share, o.running, o.queued) for o in reply.owners] == [
+        (2000, 1.0, 0.5, 1), (3000, 2.0, 0.0, 0),
+    ]  # fmt: skip
+    assert [(w.uid, w.account) for w in reply.waiting] == [(1001, "ml"), (2000, None)]
+    assert reply.owners_left_out == 0
+    wire = reply.wire()
+    assert all("uid" in o for o in wire["owners"])  # type: ignore[attr-defined]
+    assert wire["accounts"][0]["account"] == "ml"  # type: ignore[index]
+
+
+def test_an_accounts_limits_count_its_users_together() -> None:
+    state = team_host(2, limits={"ml": OwnerLimits(gpus=1)})
+    first, second = client(uid=1000, pid=1), client(uid=1001, pid=2, number=2)
+    other = client(uid=2000, pid=3, number=3)
+    assert isinstance(only(acquire(state, first, 1)), p.Granted)
+    assert only(acquire(state, second, 1)) == p.Queued(1, 2)  # held: the account has 1 GPU
+    assert isinstance(only(acquire(state, other, 1)), p.Granted)  # the free GPU: not held back
+    (waiter,) = state.status(9, 1.0, 0.0).waiting
+    assert waiter.held == (
+        "account ml (uid 1001) at the limit of 1 GPU held at once (has 1, needs 1 more)"
+    )
+    assert state.release(other, p.Release(2, 1), 2.0) == []  # still the account's limit
+    assert state.release(first, p.Release(2, 1), 3.0) == [(second, p.Granted(1, 2, (0,), FULL))]
+
+
+def test_an_accounts_refusal_names_the_account() -> None:
+    state = team_host(2, limits={"ml": OwnerLimits(gpus=1, mode="refuse")})
+    acquire(state, client(uid=1000, pid=1), 1)
+    with pytest.raises(ProtocolError) as refused:
+        acquire(state, client(uid=1001, pid=2, number=2), 1)
+    assert refused.value.code is ErrorCode.LIMIT
+    assert refused.value.message.startswith("account ml (uid 1001) is limited to 1 GPU held")
+
+
+def test_a_reclaimed_lease_counts_as_its_uids_account() -> None:
+    state = team_host(2)
+    state.start_recovery(journal_of(), 0.0, 5.0, alive=lambda pid: True, complete=False)
+    state.reclaim(client(uid=1001, pid=1), p.Reclaim(1, 5, 1, FULL, ((1, FULL),), 0.0), 0.0)
+    state.check_recovery(5.0)
+    assert state.core.running("ml") == 1 and state.core.running(1001) == 0
+
+
+def test_owners_left_out_counts_uids_and_accounts_together() -> None:
+    accounts = {f"team{n}": {5000 + n} for n in range(p.MAX_OWNERS)}
+    state = HostState(1, accounts=accounts, shares={1: 1.0, 2: 1.0})
+    for n in range(p.MAX_OWNERS):
+        acquire(state, client(uid=5000 + n, pid=n, number=n), 1, 0.001)
+    reply = state.status(1, 1.0, 0.0)
+    assert len(reply.owners) + len(reply.accounts) == p.MAX_OWNERS
+    assert reply.owners_left_out == 2
+
+
+def test_a_uid_in_two_accounts_is_refused() -> None:
+    with pytest.raises(ValueError, match="uid 7 is in accounts 'a' and 'b'"):
+        HostState(1, accounts={"a": {7}, "b": {8, 7}})
+
+
+def test_a_members_priority_passes_its_accounts_waiters_never_another_owners() -> None:
+    """Within an account the members' requests are one queue: uid 1001's urgent request
+    passes uid 1000's waiter (both of ml), not uid 2000's, who has less usage."""
+    state = team_host(1)
+    first, second = client(uid=1000, pid=1), client(uid=1001, pid=2, number=2)
+    other = client(uid=2000, pid=3, number=3)
+    acquire(state, first, 1)  # holds the GPU
+    state.acquire(first, p.Acquire(2, 1, FULL, True), 0.0)
+    state.acquire(first, p.Acquire(3, 1, FULL, True), 0.0)
+    state.acquire(other, p.Acquire(1, 1, FULL, True), 1.0)
+    urgent = p.Acquire(1, 1, FULL, True, priority=p.MAX_PRIORITY)
+    assert only(state.acquire(second, urgent, 1.0)) == p.Queued(1, 5)
+    # uid 2000's #4 first (ml has used the GPU for 1 s), then ml's queue: #5 before #2, #3
+    assert [w.id for w in state.status(1, 1.0, 0.0).waiting] == [4, 5, 2, 3]

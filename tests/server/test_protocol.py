@@ -68,6 +68,17 @@ SERVER_MESSAGES: list[p.ServerMessage] = [
         owners=(p.OwnerRecord(1000, 2.0, 3600.5, 1.5, 3), p.OwnerRecord(0, 1.0, 0.0, 0.0, 0)),
         owners_left_out=4,
     ),
+    p.StatusReply(
+        7, (0,), (),
+        (p.WaiterRecord(6, 1000, 100, 1, 600_000, (1,), 0.5, account="ml-team"),),
+        3, 2, 1, 0, 0.0, 12.0,
+        owners=(p.OwnerRecord(2000, 1.0, 0.0, 0.0, 0),),
+        accounts=(p.AccountRecord("ml-team", 3.0, 7200.25, 2.5, 1),),
+    ),
+    p.StatusReply(
+        7, (0,), (), (), 3, 2, 1, 0, 0.0, 12.0,
+        accounts=(p.AccountRecord("ops", 1.0, 0.0, 0.0, 2),), owners_left_out=1,
+    ),
     p.StatusPart(
         7, (p.LeaseRecord(5, 0, 99, ((0, 1_000_000),), 1.25, name="x"),),
         (p.WaiterRecord(6, 1000, 100, 1, 600_000, (1,), 0.5, command="z"),
@@ -380,6 +391,44 @@ def test_owners_are_sent_only_when_there_are_some_and_checked() -> None:
                                        "running": 0.0, "queued": 0}]}  # fmt: skip
     with pytest.raises(ProtocolError, match="share must be a finite number > 0"):
         p.decode_server(json.dumps(wire).encode())
+
+
+def test_accounts_come_beside_the_owners_so_an_older_client_reads_the_owners_as_before() -> None:
+    """An account is no uid: its record goes in ``accounts``, which an older client ignores,
+    and ``owners`` keeps only records with a uid (an older client requires one)."""
+    reply = p.StatusReply(
+        7, (0,), (), (), 0, 0, 0, 0, 0.0, 1.0,
+        accounts=(p.AccountRecord("ml", 2.0, 1.0, 0.5, 1),),
+    )  # fmt: skip
+    wire = reply.wire()
+    assert wire["owners"] == [] and wire["owners_left_out"] == 0
+    assert wire["accounts"] == [
+        {"account": "ml", "share": 2.0, "usage_gpu_s": 1.0, "running": 0.5, "queued": 1}
+    ]
+    assert "account" not in p.WaiterRecord(6, 1000, 100, 1, 5, (), 0.5).wire()
+    bad = wire | {"accounts": [{"account": "x" * 65, "share": 1, "usage_gpu_s": 0,
+                                "running": 0, "queued": 0}]}  # fmt: skip
+    with pytest.raises(ProtocolError, match="account is longer than 64"):
+        p.decode_server(json.dumps(bad).encode())
+    bad["accounts"][0] |= {"account": "ml", "share": 0}  # type: ignore[index]
+    with pytest.raises(ProtocolError, match="share must be a finite number > 0"):
+        p.decode_server(json.dumps(bad).encode())
+
+
+def test_a_long_status_keeps_its_owners_and_accounts_in_the_last_line() -> None:
+    half = p.MAX_OWNERS // 2
+    owners = tuple(p.OwnerRecord(2**32 - 1 - n, 1.0, 1e9, 4096.0, 10**6) for n in range(half))
+    accounts = tuple(
+        p.AccountRecord(f"{n:04d}" + "a" * (p.MAX_ACCOUNT_NAME - 4), 1e9, 1e9, 4096.0, 10**6)
+        for n in range(p.MAX_OWNERS - half)
+    )
+    reply = dataclasses.replace(_big_status(300, 3000, "x" * 100), owners=owners, accounts=accounts)
+    for stream in (True, False):
+        lines = list(p.status_lines(reply, stream))
+        assert all(len(line) <= p.MAX_LINE for line in lines)
+        last = p.decode_server(lines[-1])
+        assert isinstance(last, p.StatusReply)
+        assert (last.owners, last.accounts) == (owners, accounts)
 
 
 def test_a_long_status_keeps_its_owners_in_the_last_line() -> None:

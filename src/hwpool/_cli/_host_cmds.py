@@ -207,7 +207,7 @@ _BUILT_IN: dict[str, object] = {
     "max_requests_per_connection": MAX_REQUESTS_PER_CONNECTION,
     "max_requests_per_user": MAX_REQUESTS_PER_USER, "hello_timeout": 10.0,
     "idle_timeout": None, "half_life": DEFAULT_HALF_LIFE, "shares": {}, "limits": {},
-    "default_limits": None,
+    "default_limits": None, "accounts": {},
 }  # fmt: skip
 """Each setting's value when neither a flag nor the config file gives it."""
 
@@ -248,24 +248,54 @@ def _check_config(path: Path | None, settings: dict[str, Any]) -> int:
     """``--check-config``: the file and the effective settings, one per line (TOML)."""
     print(f"# config file: {path if path is not None else 'none'}")
     for key, value in settings.items():
-        if key in ("shares", "limits", "default_limits"):
+        if key in ("shares", "limits", "default_limits", "accounts"):
             continue
         if value is None:
             print(f"# {key}: not set")
         else:
             print(f"{key} = {json.dumps(list(value) if isinstance(value, tuple) else value)}")
-    print("[shares]  # uid: share (everyone else: 1)")
-    for uid, share in sorted(settings["shares"].items()):
-        print(f'"uid:{uid}" = {share:g}  # {printable(_user(uid))}')
+    _print_accounts(settings["accounts"])
+    print("[shares]  # uid or account: share (everyone else: 1)")
+    for owner, share in sorted(settings["shares"].items(), key=_owner_order):
+        print(f"{_owner_key(owner)} = {share:g}{_owner_comment(owner)}")
     if settings["default_limits"] is None:
         print("# limits.default: not set (users not named have no limits)")
     else:
         print("[limits.default]")
         _print_limits(settings["default_limits"])
-    for uid, limits in sorted(settings["limits"].items()):
-        print(f'[limits.users."uid:{uid}"]  # {printable(_user(uid))}')
+    for owner, limits in sorted(settings["limits"].items(), key=_owner_order):
+        table = "accounts" if isinstance(owner, str) else "users"
+        print(f"[limits.{table}.{_owner_key(owner)}]{_owner_comment(owner)}")
         _print_limits(limits)
     return 0
+
+
+def _print_accounts(accounts: dict[str, frozenset[int]]) -> None:
+    """``[accounts]`` as resolved: each account's members by uid, their names beside."""
+    if not accounts:
+        print("# accounts: none (each user is its own owner)")
+        return
+    print("[accounts]  # each account's members, as resolved now: scheduled as one owner")
+    for name, uids in sorted(accounts.items()):
+        members = ", ".join(f'"uid:{uid}"' for uid in sorted(uids))
+        names = ", ".join(printable(_user(uid)) for uid in sorted(uids))
+        print(f"{name} = [{members}]" + (f"  # {names}" if names else ""))
+
+
+def _owner_order(item: tuple[int | str, object]) -> tuple[int, int, str]:
+    """uids by number first, then accounts by name."""
+    owner = item[0]
+    return (1, 0, owner) if isinstance(owner, str) else (0, owner, "")
+
+
+def _owner_key(owner: int | str) -> str:
+    """An owner as a TOML key: ``"uid:1000"`` or an account's name (bare: it needs no quotes)."""
+    return owner if isinstance(owner, str) else f'"uid:{owner}"'
+
+
+def _owner_comment(owner: int | str) -> str:
+    """``  # alice`` beside a uid; nothing beside an account (its name says it)."""
+    return "" if isinstance(owner, str) else f"  # {printable(_user(owner))}"
 
 
 def _print_limits(limits: OwnerLimits) -> None:
@@ -309,7 +339,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         max_requests_per_user=args.max_requests_per_user,
         idle_timeout_s=args.idle_timeout, policy=args.policy, totals=totals,
         shares=args.shares, half_life=args.half_life, limits=args.limits,
-        default_limits=args.default_limits,
+        default_limits=args.default_limits, accounts=args.accounts,
     )  # fmt: skip
     try:
         serve(config)
@@ -484,14 +514,11 @@ def _report(wire: Wire, reply: StatusReply) -> dict[str, Any]:
             {"position": n, "id": w.id, "uid": w.uid, "user": _user(w.uid), "pid": w.pid,
              "count": w.count, "fraction": None if w.unit == "mib" else w.units / full,
              "memory_mib": w.units if w.unit == "mib" else None, "reserved": list(w.reserved),
-             "waited_s": w.age_s, "name": w.name, "command": w.command, "held": w.held}
+             "waited_s": w.age_s, "name": w.name, "command": w.command, "held": w.held,
+             "account": w.account}
             for n, w in enumerate(reply.waiting, 1)
         ],
-        "owners": [
-            {"uid": o.uid, "user": _user(o.uid), "share": o.share, "usage_gpu_s": o.usage_gpu_s,
-             "running": o.running, "queued": o.queued}
-            for o in reply.owners
-        ],
+        "owners": _owners(reply),
         "owners_left_out": reply.owners_left_out,
         "counters": {
             "granted": reply.granted, "released": reply.released,
@@ -499,6 +526,23 @@ def _report(wire: Wire, reply: StatusReply) -> dict[str, Any]:
         },
     }  # fmt: skip
     return report
+
+
+def _owners(reply: StatusReply) -> list[dict[str, Any]]:
+    """The owners, uids and accounts together, the busiest first (as the server orders each
+    list: most running, then most queued; uids before accounts on a tie)."""
+    owners: list[dict[str, Any]] = [
+        {"uid": o.uid, "user": _user(o.uid), "account": None, "share": o.share,
+         "usage_gpu_s": o.usage_gpu_s, "running": o.running, "queued": o.queued}
+        for o in reply.owners
+    ]  # fmt: skip
+    owners += [
+        {"uid": None, "user": None, "account": a.account, "share": a.share,
+         "usage_gpu_s": a.usage_gpu_s, "running": a.running, "queued": a.queued}
+        for a in reply.accounts
+    ]  # fmt: skip
+    owners.sort(key=lambda o: (-o["running"], -o["queued"], o["uid"] is None))
+    return owners
 
 
 def _in_use_now(gpus: tuple[GPUInfo, ...]) -> tuple[int | None, ...]:
@@ -576,7 +620,8 @@ def _format(report: dict[str, Any]) -> str:
         reserve = f", reserves GPU {','.join(map(str, w['reserved']))}" if w["reserved"] else ""
         held = f", held: {printable(w['held'])}" if w["held"] else ""
         lines.append(
-            f"  {w['position']}. #{w['id']} {printable(w['user'])} pid {w['pid']}: {what}"
+            f"  {w['position']}. #{w['id']} {printable(w['user'])}{_in_account(w)} pid "
+            f"{w['pid']}: {what}"
             f"{reserve}{held}, waiting {w['waited_s']:.1f} s" + _label(w)
         )
     lines += _owner_lines(report["owners"], report["owners_left_out"])
@@ -588,17 +633,31 @@ def _format(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _in_account(waiter: dict[str, Any]) -> str:
+    """`` (account ml)`` for a waiter of a user scheduled in an account; else nothing."""
+    account = waiter["account"]
+    return "" if account is None else f" (account {printable(account)})"
+
+
 def _owner_lines(owners: list[dict[str, Any]], left_out: int) -> list[str]:
-    """The owners table: each user's share, recent usage (GPU-seconds, decayed), GPUs held
-    now and requests waiting; the queue is fair between them by usage per share."""
+    """The owners table: each user's or account's share, recent usage (GPU-seconds,
+    decayed), GPUs held now and requests waiting; the queue is fair between them by usage
+    per share."""
     if not owners:
         return []
     more = f", {left_out} more not shown" if left_out else ""
     lines = [f"owners ({len(owners)}{more}; usage: GPU-seconds, decayed):",
              "  user                      share      usage  running  queued"]  # fmt: skip
     lines += [
-        f"  {printable(o['user']):<24}  {o['share']:>5g}  {o['usage_gpu_s']:>9.1f}"
+        f"  {_owner_name(o):<24}  {o['share']:>5g}  {o['usage_gpu_s']:>9.1f}"
         f"  {o['running']:>7.2f}  {o['queued']:>6}"
         for o in owners
     ]
     return lines
+
+
+def _owner_name(owner: dict[str, Any]) -> str:
+    """A user's name, or ``account ml`` (escaped)."""
+    if owner["account"] is not None:
+        return f"account {printable(owner['account'])}"
+    return printable(owner["user"])

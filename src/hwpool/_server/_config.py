@@ -7,10 +7,13 @@ belong to root or the server's user and be writable by its owner only
 (:func:`hwpool._wire._safety.read_trusted_file`).
 
 Keys (see docs/server.md for the reference): ``half_life`` and ``[shares]`` set the fair
-share between users (the scheduler's rules 8-10); ``[limits.default]`` and
-``[limits.users.NAME]`` and ``[limits.groups.NAME]`` (each member's, not shared) limit
-what each user may hold and queue (rule 11); the rest are
-``hwpool serve``'s flags, spelt with underscores.
+share between owners (the scheduler's rules 8-10); ``[accounts]`` gathers users into one
+owner each (an account's members share one fair share, one usage and one set of limits);
+``[limits.default]``, ``[limits.users.NAME]``, ``[limits.groups.NAME]`` (each member's, not
+shared) and ``[limits.accounts.NAME]`` (the account's as a whole) limit what each owner may
+hold and queue (rule 11); the rest are ``hwpool serve``'s flags, spelt with underscores.
+
+An owner is a uid (an int) or an account (its name, a str): the two can never be equal.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import math
 import pwd
 import re
 import tomllib
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 
 from .._check import duration_from_text as _duration
@@ -29,13 +32,28 @@ from .._core._memory import parse_memory
 from .._core._scheduler import POLICIES
 from .._wire._safety import read_trusted_file
 
-__all__ = ["DEFAULT_CONFIG", "KEYS", "LIMIT_KEYS", "ConfigError", "parse_config", "read_config"]
+__all__ = [
+    "DEFAULT_CONFIG",
+    "KEYS",
+    "LIMIT_KEYS",
+    "ConfigError",
+    "Owner",
+    "parse_config",
+    "read_config",
+]
 
 DEFAULT_CONFIG = Path("/etc/hwpool/serve.toml")
 """The machine-wide server's config file, read when it exists, no ``--config`` is given and
 the server listens on the machine-wide socket (a per-user server never reads it)."""
 
 MAX_GPUS = 4096
+
+Owner = int | str
+"""Who the scheduler serves: a uid, or an account's name."""
+
+ACCOUNT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+"""What an account may be called: it is printed in logs and ``hwpool status``, and must not
+read as a member (``uid:N``, ``@group``)."""
 
 
 class ConfigError(ValueError):
@@ -122,11 +140,11 @@ KEYS: dict[str, Callable[[object], object]] = {
 """The plain keys and what checks each (a ValueError saying what is wrong); ``[shares]`` and
 ``[limits]`` are the tables."""
 
-TABLES = ("limits", "shares")
+TABLES = ("accounts", "limits", "shares")
 
 
 def _owner(name: str) -> int:
-    """A ``[shares]`` key: a user name, or ``uid:N``; its uid."""
+    """A user name, or ``uid:N``: its uid."""
     if name.startswith("uid:"):
         digits = name[4:]
         if digits.isascii() and digits.isdigit() and int(digits) < 2**32:
@@ -168,7 +186,8 @@ def _line_of(text: str, table: str | None, key: str) -> int | None:
 
 def parse_config(text: str, source: str) -> dict[str, object]:
     """The checked settings of a config file's ``text`` (``source`` names it in errors):
-    key -> value (seconds as floats, a group as its gid, ``shares`` as uid -> share)."""
+    key -> value (seconds as floats, a group as its gid, ``shares`` as owner -> share,
+    ``accounts`` as name -> its members' uids, ``limits`` as owner -> limits)."""
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -181,12 +200,20 @@ def parse_config(text: str, source: str) -> dict[str, object]:
         return ConfigError(f"{where}: {name}: {problem}")
 
     settings: dict[str, object] = {}
+    accounts = _accounts(raw["accounts"], fail) if "accounts" in raw else {}
+    if accounts:
+        settings["accounts"] = accounts
+    account_of = {uid: name for name, members in accounts.items() for uid in members}
     for key, value in raw.items():
+        if key == "accounts":
+            continue
         if key == "shares":
-            settings["shares"] = _shares(value, fail)
+            settings["shares"] = _shares(value, account_of, accounts, fail)
             continue
         if key == "limits":
-            settings["default_limits"], settings["limits"] = _limits(value, fail)
+            settings["default_limits"], settings["limits"] = _limits(
+                value, account_of, accounts, fail
+            )
             continue
         check = KEYS.get(key)
         if check is None:
@@ -199,19 +226,102 @@ def parse_config(text: str, source: str) -> dict[str, object]:
     return settings
 
 
-def _shares(value: object, fail: Fail) -> dict[int, float]:
+def _shares(
+    value: object, account_of: Mapping[int, str], accounts: Mapping[str, object], fail: Fail
+) -> dict[Owner, float]:
+    """``[shares]``: owner -> share, an owner named by a user name, ``uid:N`` or an account's
+    name (a user of an account has no share of its own: its account's is set instead)."""
     if not isinstance(value, dict):
         raise fail(None, "shares", "must be a table: [shares] with lines like alice = 2")
-    shares: dict[int, float] = {}
+    shares: dict[Owner, float] = {}
     for name, share in value.items():
         try:
-            uid = _owner(name)
-            if uid in shares:
-                raise ValueError(f"names uid {uid} twice")
-            shares[uid] = _share(share)
+            owner: Owner = name if name in accounts else _user_owner(name, account_of, "share")
+            if owner in shares:
+                said = f"uid {owner}" if isinstance(owner, int) else f"account {owner!r}"
+                raise ValueError(f"names {said} twice")
+            shares[owner] = _share(share)
         except ValueError as exc:
             raise fail("shares", name, str(exc)) from None
     return shares
+
+
+def _user_owner(name: str, account_of: Mapping[int, str], what: str) -> int:
+    """The uid a user name or ``uid:N`` names, where that user is its own owner; ValueError
+    for a member of an account (the account's ``what`` applies to it)."""
+    uid = _owner(name)
+    account = account_of.get(uid)
+    if account is not None:
+        raise ValueError(
+            f"{name!r} is in account {account!r}, which is scheduled as one owner: set the "
+            f"account's {what} instead"
+        )
+    return uid
+
+
+def _accounts(value: object, fail: Fail) -> dict[str, frozenset[int]]:
+    """``[accounts]``: account name -> the uids of its members (users, ``uid:N``, ``@group``
+    or ``@gid:N`` for a group's members, as the system says now). A user in two accounts,
+    an account named like a user, or a member that does not exist is an error."""
+    if not isinstance(value, dict):
+        raise fail(
+            None, "accounts", 'must be a table: [accounts] with lines like ml = ["alice", "@ml"]'
+        )
+    accounts: dict[str, frozenset[int]] = {}
+    first_in: dict[int, str] = {}
+    for name, members in value.items():
+        try:
+            _account_name(name)
+            uids = _account_members(members)
+        except ValueError as exc:
+            raise fail("accounts", name, str(exc)) from None
+        for uid in sorted(uids):
+            other = first_in.setdefault(uid, name)
+            if other != name:
+                raise fail(
+                    "accounts", name,
+                    f"{_user_name(uid)} is in accounts {other!r} and {name!r}: a user may be "
+                    "in one account only",
+                )  # fmt: skip
+        accounts[name] = frozenset(uids)
+    return accounts
+
+
+def _account_name(name: str) -> None:
+    """ValueError unless ``name`` may name an account: letters, digits, ``_.-`` (at most 64,
+    a letter or digit first), and no user's name (a ``[shares]`` key must say one owner)."""
+    if ACCOUNT_NAME.fullmatch(name) is None:
+        raise ValueError(
+            "an account's name must be 1 to 64 letters, digits, '_', '.' or '-', beginning "
+            f"with a letter or digit, got {name!r}"
+        )
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return
+    raise ValueError(f"{name!r} is a user's name: give the account another")
+
+
+def _account_members(members: object) -> set[int]:
+    """The uids an account's list names (at least one entry; a group may have none now)."""
+    if not isinstance(members, list) or not members:
+        raise ValueError(
+            f'must be a non-empty list of users, "uid:N", "@group" or "@gid:N", got {members!r}'
+        )
+    uids: set[int] = set()
+    for member in members:
+        if not isinstance(member, str):
+            raise ValueError(f'a member must be a user, "uid:N" or "@group", got {member!r}')
+        uids |= _members(member[1:]) if member.startswith("@") else {_owner(member)}
+    return uids
+
+
+def _user_name(uid: int) -> str:
+    """``alice (uid 1000)``, or ``uid 1000`` for a uid with no user."""
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
 
 
 def read_config(path: Path, owners: Collection[int]) -> dict[str, object]:
@@ -276,17 +386,23 @@ sized in memory) and what checks each."""
 Fail = Callable[[str | None, str, str], ConfigError]
 
 
-def _limits(value: object, fail: Fail) -> tuple[OwnerLimits | None, dict[int, OwnerLimits]]:
-    """``[limits]``: the default limits and those per uid (a user's own table first, then
-    the first group table in the file that has the user as a member)."""
+def _limits(
+    value: object, account_of: Mapping[int, str], accounts: Mapping[str, object], fail: Fail
+) -> tuple[OwnerLimits | None, dict[Owner, OwnerLimits]]:
+    """``[limits]``: the default limits and those per owner (a user's own table first, then
+    the first group table in the file that has the user as a member; an account's table
+    for the account as a whole). A group's members in an account are left out of its
+    table (their account's limits apply); a user's own table for one is an error."""
     if not isinstance(value, dict):
         raise fail(None, "limits", "must be a table: [limits.default] or [limits.users.NAME]")
     default: OwnerLimits | None = None
-    users: dict[int, OwnerLimits] = {}
-    by_group: dict[int, OwnerLimits] = {}
+    users: dict[Owner, OwnerLimits] = {}
+    by_group: dict[Owner, OwnerLimits] = {}
     for name, table in value.items():
         if name == "default":
             default = _owner_limits(table, "limits.default", fail)
+        elif name == "accounts":
+            users.update(_account_limits(table, accounts, fail))
         elif name == "groups":
             if not isinstance(table, dict):
                 raise fail("limits", "groups", "must be a table of groups: [limits.groups.NAME]")
@@ -296,22 +412,40 @@ def _limits(value: object, fail: Fail) -> tuple[OwnerLimits | None, dict[int, Ow
                 except ValueError as exc:
                     raise fail("limits.groups", group, str(exc)) from None
                 checked = _owner_limits(limits, f"limits.groups.{group}", fail)
-                for uid in members:
+                for uid in members - account_of.keys():
                     by_group.setdefault(uid, checked)
         elif name == "users":
             if not isinstance(table, dict):
                 raise fail("limits", "users", "must be a table of users: [limits.users.NAME]")
             for user, limits in table.items():
                 try:
-                    uid = _owner(user)
+                    uid = _user_owner(user, account_of, "limits ([limits.accounts.NAME])")
                     if uid in users:
                         raise ValueError(f"names uid {uid} twice")
                 except ValueError as exc:
                     raise fail("limits.users", user, str(exc)) from None
                 users[uid] = _owner_limits(limits, f"limits.users.{user}", fail)
         else:
-            raise fail("limits", name, "unknown table (the tables are: default, users, groups)")
+            raise fail(
+                "limits", name, "unknown table (the tables are: default, users, groups, accounts)"
+            )
     return default, {**by_group, **users}
+
+
+def _account_limits(
+    value: object, accounts: Mapping[str, object], fail: Fail
+) -> dict[Owner, OwnerLimits]:
+    """``[limits.accounts]``: account name -> the limits of the account as a whole."""
+    if not isinstance(value, dict):
+        raise fail("limits", "accounts", "must be a table of accounts: [limits.accounts.NAME]")
+    limits: dict[Owner, OwnerLimits] = {}
+    for name, table in value.items():
+        if name not in accounts:
+            known = ", ".join(map(repr, accounts)) or "none"
+            problem = f"no account named {name!r} in [accounts] (it has: {known})"
+            raise fail("limits.accounts", name, problem)
+        limits[name] = _owner_limits(table, f"limits.accounts.{name}", fail)
+    return limits
 
 
 def _members(name: str) -> set[int]:

@@ -21,7 +21,7 @@ requests (leases and waiters), a uid at most ``max_per_user`` over all its conne
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar, overload
 
@@ -32,6 +32,7 @@ from .._core._scheduler import Demand, Grant, Scheduler
 from .._printable import printable
 from .._wire._protocol import (
     MAX_OWNERS,
+    AccountRecord,
     Acquire,
     Busy,
     Cancel,
@@ -53,6 +54,7 @@ from .._wire._protocol import (
     Withdraw,
     request_for,
 )
+from ._config import Owner
 from ._journal import Counters, Journal, JournalEntry
 
 __all__ = [
@@ -171,11 +173,14 @@ class HostState:
     ``totals`` sizes the GPUs in memory (MiB each; see the protocol's ``unit``); without it
     each has ``units_per_gpu``. ``mig``: the GPUs are MIG instances, so no request may have
     more than one. ``max_per_connection`` and ``max_per_user`` cap the requests (leases and
-    waiters) of one connection and of one uid. ``shares`` (uid -> share; default 1 each) and
-    ``half_life`` set the fair share between uids (the core's rules 8-10); ``limits`` (uid ->
-    limits) and ``default_limits`` (every other uid's) what each may hold and queue (rule
-    11: a request beyond them is held, or refused with ``limit``). Methods raise
-    :class:`ProtocolError` for a request that cannot be served, changing nothing.
+    waiters) of one connection and of one uid. A request's owner in the core is its
+    client's uid, or the account the uid is in (``accounts``: name -> member uids, a uid in
+    one at most): an account's members share one fair share, one usage and one set of limits.
+    ``shares`` (owner -> share; default 1 each) and ``half_life`` set the fair share between
+    owners (the core's rules 8-10); ``limits`` (owner -> limits) and ``default_limits``
+    (every other owner's) what each may hold and queue (rule 11: a request beyond them is
+    held, or refused with ``limit``). Methods raise :class:`ProtocolError` for a request
+    that cannot be served, changing nothing.
     """
 
     def __init__(
@@ -191,10 +196,11 @@ class HostState:
         policy: str = "easy",
         max_per_connection: int = MAX_REQUESTS_PER_CONNECTION,
         max_per_user: int = MAX_REQUESTS_PER_USER,
-        shares: Mapping[int, float] | None = None,
+        shares: Mapping[Owner, float] | None = None,
         half_life: float = DEFAULT_HALF_LIFE,
-        limits: Mapping[int, OwnerLimits] | None = None,
+        limits: Mapping[Owner, OwnerLimits] | None = None,
         default_limits: OwnerLimits | None = None,
+        accounts: Mapping[str, Collection[int]] | None = None,
     ) -> None:
         if totals is not None and len(totals) != num_gpus:
             raise ValueError(f"totals must give {num_gpus} GPUs, got {list(totals)}")
@@ -202,14 +208,15 @@ class HostState:
                           ("max_per_user", max_per_user)):  # fmt: skip
             if type(cap) is not int or cap < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {cap!r}")
-        per_uid: dict[Hashable, float] = {uid: share for uid, share in (shares or {}).items()}
-        self.shared_uids = tuple(shares or {})  # the uids with a share of their own
-        per_uid_limits: dict[Hashable, OwnerLimits] = {
-            uid: lim for uid, lim in (limits or {}).items()
+        self.account_of = _account_of(accounts or {})  # uid -> the account it is scheduled in
+        per_owner: dict[Hashable, float] = {o: share for o, share in (shares or {}).items()}
+        self.shared_owners = tuple(shares or {})  # the owners with a share of their own
+        per_owner_limits: dict[Hashable, OwnerLimits] = {
+            owner: lim for owner, lim in (limits or {}).items()
         }
         fair: dict[str, Any] = {
-            "policy": policy, "shares": per_uid, "half_life": half_life,
-            "limits": per_uid_limits, "default_limits": default_limits,
+            "policy": policy, "shares": per_owner, "half_life": half_life,
+            "limits": per_owner_limits, "default_limits": default_limits,
         }  # fmt: skip
         if totals is None:
             self.core = Scheduler(num_gpus, units_per_gpu, **fair)
@@ -237,6 +244,10 @@ class HostState:
         self.granted = self.released = self.cancelled = self.timed_out = 0
 
     # ----------------------------------------------------------------- ids and checks
+    def owner_of(self, uid: int) -> Owner:
+        """Whom the core serves a request of ``uid`` as: its account, or itself."""
+        return self.account_of.get(uid, uid)
+
     def _new_id(self) -> int:
         ident = self.next_id
         self.next_id += 1
@@ -251,18 +262,18 @@ class HostState:
         unit: Unit,
         req: int,
         *,
-        owner: int,
+        owner: Owner,
         priority: int = 0,
         limit: float | None = None,
     ) -> Demand:
         """The core's demand for a request's ``count``, ``units`` and ``unit`` (checked), of
-        ``owner`` (the client's uid: a client never names its owner) at ``priority``, with
+        ``owner`` (the client's uid or account: a client never names it) at ``priority``, with
         the time limit ``limit`` (seconds) that this server enforces."""
         demand = self._sized_demand(count, units, unit, req, owner=owner, priority=priority)
         return demand if limit is None else replace(demand, limit=limit)
 
     def _sized_demand(
-        self, count: int, units: int, unit: Unit, req: int, *, owner: int, priority: int = 0
+        self, count: int, units: int, unit: Unit, req: int, *, owner: Owner, priority: int = 0
     ) -> Demand:
         """:meth:`_demand` without a limit."""
         core, totals = self.core, self.totals
@@ -342,8 +353,8 @@ class HostState:
             )
 
     def _refused(self, client: Client, exc: LimitExceeded, req: int) -> ProtocolError:
-        """The ``limit`` error for a request of ``client`` its uid's limits refuse (logged)."""
-        who = client.user or f"uid {client.uid}"
+        """The ``limit`` error for a request of ``client`` its owner's limits refuse (logged)."""
+        who = _who(client, self.account_of.get(client.uid))
         key = "memory" if exc.limit == "units" else exc.limit  # units are MiB here
         text = (
             f"{who} is limited to {_limit_words(exc.limit, exc.allowed)} on this server "
@@ -363,7 +374,8 @@ class HostState:
         """A new request: granted at once, queued, or (nowait) refused with ``would_block``."""
         self._data_only(client, msg.req)
         demand = self._demand(
-            msg.count, msg.units, msg.unit, msg.req, owner=client.uid, priority=msg.priority,
+            msg.count, msg.units, msg.unit, msg.req, owner=self.owner_of(client.uid),
+            priority=msg.priority,
             limit=msg.limit_s,
         )  # fmt: skip
         self._fresh_req(client, msg.req)
@@ -647,8 +659,9 @@ class HostState:
         """
         self._data_only(client, msg.req)
         self._fresh_req(client, msg.req)
+        owner = self.owner_of(client.uid)
         demand = self._demand(
-            msg.count, msg.units, msg.unit, msg.req, owner=client.uid, limit=msg.limit_s
+            msg.count, msg.units, msg.unit, msg.req, owner=owner, limit=msg.limit_s
         )
         if msg.held is not None and len({gpu for gpu, _ in msg.held}) != len(msg.held):
             raise ProtocolError(
@@ -657,8 +670,8 @@ class HostState:
         journaled = self._journaled_as(client, msg, demand)
         if journaled is None:
             self._room_for(client, msg.req)
-        # the lease taken back as its client's uid's, or LOST
-        units = None if msg.held is None else self._restore(msg.held, msg.req, client.uid)
+        # the lease taken back as its client's owner's, or LOST
+        units = None if msg.held is None else self._restore(msg.held, msg.req, demand.owner)
         if journaled is not None:
             assert self.recovery is not None
             del self.recovery.pending[msg.id]
@@ -721,7 +734,7 @@ class HostState:
             return ident
         return None
 
-    def _restore(self, held: tuple[tuple[int, int], ...], req: int, owner: int) -> int:
+    def _restore(self, held: tuple[tuple[int, int], ...], req: int, owner: Hashable) -> int:
         """Take ``held`` back in the core as ``owner``'s (all or nothing); LOST if it no
         longer fits."""
         done: list[Grant] = []
@@ -800,9 +813,11 @@ class HostState:
         def waiter(item: tuple[Entry, tuple[int, ...], float, LimitHold | None]) -> WaiterRecord:
             e, reserved, age, held = item
             count, units, unit = self._wire_demand(e.demand)
+            account = self.account_of.get(e.client.uid)
             return WaiterRecord(
                 e.id, e.client.uid, e.client.pid, count, units, reserved, age, e.name,
-                command(e), unit, None if held is None else _held_text(e.client, held),
+                command(e), unit, None if held is None else _held_text(e.client, account, held),
+                account,
             )  # fmt: skip
 
         leases = [
@@ -819,28 +834,33 @@ class HostState:
             (e, (), now - e.since, None) for e in sorted(self._held_back, key=lambda e: e.id)
         ]
         left = 0.0 if self.recovery is None else max(0.0, self.recovery.deadline - now)
-        owners = self._owners([item[0].client.uid for item in waiting], now)
+        records = self._owners([item[0].demand.owner for item in waiting], now)
+        shown, left_out = records[:MAX_OWNERS], max(0, len(records) - MAX_OWNERS)
         return StatusReply(
             req, self.core.free, Built(leases, lease), Built(waiting, waiter), self.granted,
             self.released, self.cancelled, self.timed_out, left, now - started,
-            owners=tuple(owners[:MAX_OWNERS]), owners_left_out=max(0, len(owners) - MAX_OWNERS),
+            owners=tuple(r for r in shown if isinstance(r, OwnerRecord)), owners_left_out=left_out,
+            accounts=tuple(r for r in shown if isinstance(r, AccountRecord)),
         )  # fmt: skip
 
-    def _owners(self, waiting_uids: list[int], now: float) -> list[OwnerRecord]:
-        """Every uid with a lease, a waiter or a share of its own, as the core counts it (its
-        share, decayed usage and GPUs held now) with its number of waiters: the busiest
-        first (most GPUs held, then most waiting, then by uid)."""
-        queued: dict[int, int] = {}
-        for uid in waiting_uids:
-            queued[uid] = queued.get(uid, 0) + 1
-        uids = {*self._per_uid, *self.shared_uids}
+    def _owners(self, waiting: list[Hashable], now: float) -> list[OwnerRecord | AccountRecord]:
+        """Every owner with a lease, a waiter or a share of its own, as the core counts it (its
+        share, decayed usage and GPUs held now) with its number of waiters: a uid's record or
+        an account's, the busiest first (most GPUs held, then most waiting, then uids by
+        number before accounts by name)."""
+        queued: dict[Hashable, int] = {}
+        for owner in waiting:
+            queued[owner] = queued.get(owner, 0) + 1
         core = self.core
-        records = [
-            OwnerRecord(uid, core.share(uid), core.usage(uid, now), core.running(uid),
-                        queued.get(uid, 0))
-            for uid in uids
-        ]  # fmt: skip
-        records.sort(key=lambda r: (-r.running, -r.queued, r.uid))
+        records: list[OwnerRecord | AccountRecord] = []
+        for owner in {*map(self.owner_of, self._per_uid), *self.shared_owners}:
+            counts = (core.share(owner), core.usage(owner, now), core.running(owner),
+                      queued.get(owner, 0))  # fmt: skip
+            if isinstance(owner, str):
+                records.append(AccountRecord(owner, *counts))
+            else:
+                records.append(OwnerRecord(owner, *counts))
+        records.sort(key=_busiest)
         return records
 
     def journal(self) -> Journal:
@@ -940,10 +960,38 @@ def _limit_words(limit: str, value: float) -> str:
     return f"{value:g} MiB held at once" if limit == "units" else describe_limit(limit, value)
 
 
-def _held_text(client: Client, held: LimitHold) -> str:
+def _account_of(accounts: Mapping[str, Collection[int]]) -> dict[int, str]:
+    """uid -> its account; ValueError for a uid in two accounts or a name not a str."""
+    account_of: dict[int, str] = {}
+    for name, members in accounts.items():
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"an account's name must be a non-empty str, got {name!r}")
+        for uid in members:
+            other = account_of.setdefault(uid, name)
+            if other != name:
+                raise ValueError(f"uid {uid} is in accounts {other!r} and {name!r}")
+    return account_of
+
+
+def _busiest(record: OwnerRecord | AccountRecord) -> tuple[float, int, int, int | str]:
+    """The status order of owners: most running, then most queued, then uids, accounts."""
+    if isinstance(record, AccountRecord):
+        return (-record.running, -record.queued, 1, record.account)
+    return (-record.running, -record.queued, 0, record.uid)
+
+
+def _who(client: Client, account: str | None) -> str:
+    """``alice (uid 1000)``, or ``account ml (alice (uid 1000))`` for a member of one: whose
+    limits these are."""
+    user = client.user or f"uid {client.uid}"
+    return user if account is None else f"account {account} ({user})"
+
+
+def _held_text(client: Client, account: str | None, held: LimitHold) -> str:
     """Why a waiter is held, for status: ``alice (uid 1000) at the limit of 2 GPUs held at
-    once (has 2, needs 1 more)``."""
-    who = client.user or f"uid {client.uid}"
+    once (has 2, needs 1 more)``; ``account ml (alice (uid 1000)) at ...`` for a member of an
+    account (its limits are the account's)."""
+    who = _who(client, account)
     return (
         f"{who} at the limit of {_limit_words(held.limit, held.allowed)} "
         f"(has {held.used:g}, needs {held.need:g} more)"

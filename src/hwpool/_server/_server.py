@@ -70,6 +70,7 @@ from .._wire._protocol import (
 )
 from .._wire._safety import open_side_file
 from . import _journal
+from ._config import Owner
 from ._host_state import (
     MAX_REQUESTS_PER_CONNECTION,
     MAX_REQUESTS_PER_USER,
@@ -104,10 +105,11 @@ class ServeConfig:
     idle_timeout_s: float | None = None  # stop after this long with no connection (None: never)
     policy: str = "easy"  # the core's scheduling policy
     totals: tuple[int, ...] | None = None  # MiB shared out per GPU (None: fractions)
-    shares: Mapping[int, float] = field(default_factory=dict)  # uid -> share
+    shares: Mapping[Owner, float] = field(default_factory=dict)  # uid or account -> share
     half_life: float = DEFAULT_HALF_LIFE  # seconds: of usage, for the fair share
-    limits: Mapping[int, OwnerLimits] = field(default_factory=dict)  # uid -> its limits
-    default_limits: OwnerLimits | None = None  # every other uid's limits (None: none)
+    limits: Mapping[Owner, OwnerLimits] = field(default_factory=dict)  # owner -> its limits
+    default_limits: OwnerLimits | None = None  # every other owner's limits (None: none)
+    accounts: Mapping[str, frozenset[int]] = field(default_factory=dict)  # name -> uids
 
 
 def _alive(pid: int) -> bool:
@@ -338,7 +340,7 @@ class _Server:
             max_per_connection=config.max_requests_per_connection,
             max_per_user=config.max_requests_per_user, shares=config.shares,
             half_life=config.half_life, limits=config.limits,
-            default_limits=config.default_limits,
+            default_limits=config.default_limits, accounts=config.accounts,
         )  # fmt: skip
         self.journal_path = _journal.journal_path(config.socket)
         self.by_client: dict[Client, _Connection] = {}
@@ -778,8 +780,12 @@ class _Server:
             f"(pid {os.getpid()}, uid {self.uid}"
             + ("" if self.config.group is None else f", group {self.config.group}")
             + f"); policy {self.config.policy}, half-life {self.config.half_life:g} s"
-            + "".join(f", uid {uid} share {share:g}" for uid, share in self.config.shares.items())
+            + "".join(
+                f", {_owner_said(owner)} share {share:g}"
+                for owner, share in self.config.shares.items()
+            )
             + _limits_said(self.config)
+            + _accounts_said(self.config)
         )
         self.arm_idle()
         try:
@@ -839,7 +845,34 @@ def _limits_said(config: ServeConfig) -> str:
         ]
         return " ".join([*parts, f"mode={limits.mode}"])
 
-    told = [f"uid {uid} {said(limits)}" for uid, limits in sorted(config.limits.items())]
+    told = [
+        f"{_owner_said(owner)} {said(limits)}"
+        for owner, limits in sorted(config.limits.items(), key=lambda item: _owner_key(item[0]))
+    ]
     if config.default_limits is not None:
         told.insert(0, f"default {said(config.default_limits)}")
     return f", limits: {', '.join(told)}" if told else ""
+
+
+def _owner_said(owner: Owner) -> str:
+    """``uid 1000`` or ``account ml``, for the start-up line."""
+    return f"account {owner}" if isinstance(owner, str) else f"uid {owner}"
+
+
+def _owner_key(owner: Owner) -> tuple[int, int, str]:
+    """uids by number, then accounts by name."""
+    return (1, 0, owner) if isinstance(owner, str) else (0, owner, "")
+
+
+def _accounts_said(config: ServeConfig) -> str:
+    """``, accounts: ml (uids 1001, 1002), ops (no members now)`` for the start-up line (at
+    most 8 uids an account: a group may have hundreds)."""
+
+    def members(uids: frozenset[int]) -> str:
+        if not uids:
+            return "no members now"
+        shown = ", ".join(map(str, sorted(uids)[:8]))
+        return f"uids {shown}" + (f", ... {len(uids)} in all" if len(uids) > 8 else "")
+
+    told = [f"{name} ({members(uids)})" for name, uids in sorted(config.accounts.items())]
+    return f", accounts: {', '.join(told)}" if told else ""

@@ -40,11 +40,13 @@ from .._core._scheduler import Demand
 from .._host._detect import GPUInfo
 
 __all__ = [
+    "MAX_ACCOUNT_NAME",
     "MAX_LINE",
     "MAX_OWNERS",
     "MAX_PRIORITY",
     "MAX_TEXT",
     "PROTOCOL_VERSION",
+    "AccountRecord",
     "Acquire",
     "Busy",
     "Bye",
@@ -785,7 +787,9 @@ class LeaseRecord:
 @dataclass(frozen=True, slots=True)
 class WaiterRecord:
     """One waiting request in a status reply, in queue order, with its reservation;
-    ``held``: why its uid's limits hold it (the server's ``[limits]``), if they do."""
+    ``held``: why its owner's limits hold it (the server's ``[limits]``), if they do;
+    ``account``: the account its uid is scheduled under (the server's ``[accounts]``), if
+    any."""
 
     id: int
     uid: int
@@ -798,6 +802,7 @@ class WaiterRecord:
     command: str | None = None
     unit: Unit = "gpu"
     held: str | None = None
+    account: str | None = None
 
     def wire(self) -> dict[str, object]:
         out: dict[str, object] = {
@@ -809,6 +814,8 @@ class WaiterRecord:
             out["unit"] = self.unit
         if self.held is not None:
             out["held"] = self.held
+        if self.account is not None:
+            out["account"] = self.account
         return out
 
 
@@ -830,9 +837,33 @@ class OwnerRecord:
         }  # fmt: skip
 
 
+@dataclass(frozen=True, slots=True)
+class AccountRecord:
+    """One account in a status reply (an owner of the server's ``[accounts]``: users who are
+    scheduled as one), as :class:`OwnerRecord` counts a uid: its share, its members' recent
+    usage together, the GPUs they hold now and how many of their requests wait."""
+
+    account: str
+    share: float
+    usage_gpu_s: float
+    running: float
+    queued: int
+
+    def wire(self) -> dict[str, object]:
+        return {
+            "account": self.account, "share": self.share,
+            "usage_gpu_s": round(self.usage_gpu_s, 6), "running": round(self.running, 6),
+            "queued": self.queued,
+        }  # fmt: skip
+
+
 MAX_OWNERS = 256
-"""The most owners a status reply lists (those with the most running, then queued, first):
-so that they always fit in the one ``status`` line, however many users there are."""
+"""The most owners (uids and accounts together) a status reply lists (those with the most
+running, then queued, first): so that they always fit in the one ``status`` line, however
+many users there are."""
+
+MAX_ACCOUNT_NAME = 64
+"""The longest account name a status reply carries (the server's config allows no longer)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -844,9 +875,10 @@ class StatusReply:
     status without ``stream``) had no room for: the last ones of each list.
     ``journal_error``: why the server cannot write its journal now (it grants nothing new
     until it can), or None; sent only when set (older servers never send it).
-    ``owners``: each uid with a lease, a waiter or a configured share (at most MAX_OWNERS;
-    ``owners_left_out`` counts the rest); sent only when there are some (older servers never
-    send it).
+    ``owners``: each uid with a lease, a waiter or a configured share, and ``accounts``:
+    each account (of the server's ``[accounts]``) likewise, at most MAX_OWNERS of both
+    together (``owners_left_out`` counts the rest); sent only when there are some (older
+    servers never send them; an older client ignores ``accounts``).
     """
 
     req: int
@@ -864,6 +896,7 @@ class StatusReply:
     journal_error: str | None = None
     owners: tuple[OwnerRecord, ...] = ()
     owners_left_out: int = 0
+    accounts: tuple[AccountRecord, ...] = ()
     op: ClassVar[str] = "status"
 
     def wire(self) -> dict[str, object]:
@@ -880,9 +913,11 @@ class StatusReply:
             out["waiting_left_out"] = self.waiting_left_out
         if self.journal_error is not None:
             out["journal_error"] = self.journal_error
-        if self.owners or self.owners_left_out:
+        if self.owners or self.owners_left_out or self.accounts:
             out["owners"] = [owner.wire() for owner in self.owners]
             out["owners_left_out"] = self.owners_left_out
+        if self.accounts:
+            out["accounts"] = [account.wire() for account in self.accounts]
         return out
 
 
@@ -1054,8 +1089,12 @@ def _waiter_record(f: _Fields) -> WaiterRecord:
     return WaiterRecord(
         f.num("id"), f.num("uid"), f.num("pid"), f.num("count", 1, MAX_GPUS), f.num("units", 1),
         f.ints("reserved"), f.age("age_s"), **_texts(f), unit=_unit(f),
-        held=f.opt_text("held"),
+        held=f.opt_text("held"), account=_opt_account(f),
     )  # fmt: skip
+
+
+def _opt_account(f: _Fields) -> str | None:
+    return None if f.obj.get("account") is None else f.text("account", MAX_ACCOUNT_NAME)
 
 
 def _status(f: _Fields) -> StatusReply:
@@ -1069,14 +1108,28 @@ def _status(f: _Fields) -> StatusReply:
         f.opt_text("journal_error"),
         tuple(_owner_record(x) for x in f.objects("owners")) if "owners" in f.obj else (),
         f.opt_num("owners_left_out") or 0,
+        tuple(_account_record(x) for x in f.objects("accounts")) if "accounts" in f.obj else (),
     )  # fmt: skip
 
 
 def _owner_record(f: _Fields) -> OwnerRecord:
+    return OwnerRecord(
+        f.num("uid"), _share(f), f.age("usage_gpu_s"), f.age("running"), f.num("queued")
+    )
+
+
+def _account_record(f: _Fields) -> AccountRecord:
+    return AccountRecord(
+        f.text("account", MAX_ACCOUNT_NAME), _share(f), f.age("usage_gpu_s"), f.age("running"),
+        f.num("queued"),
+    )  # fmt: skip
+
+
+def _share(f: _Fields) -> float:
     share = f.age("share")
     if not share > 0:
         raise f.fail(f"share must be a finite number > 0, got {share!r}")
-    return OwnerRecord(f.num("uid"), share, f.age("usage_gpu_s"), f.age("running"), f.num("queued"))
+    return share
 
 
 def _status_part(f: _Fields) -> StatusPart:
