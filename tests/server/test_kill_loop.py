@@ -76,6 +76,27 @@ def assert_running(procs: list[subprocess.Popen[bytes]]) -> None:
             raise AssertionError(f"a client exited {proc.returncode}: {err.decode()[-2000:]}")
 
 
+def wait_for_a_lease_each(
+    directory: Path, since: float, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    """Until every client has written a lease that started at ``since`` or later: after the
+    last restart each is served again (bounded; the clients write to files, so they are
+    read every 50 ms)."""
+    deadline = time.monotonic() + 3 * BOUND
+    while True:
+        assert_running(procs)
+        served = 0
+        for n in range(len(procs)):
+            path = directory / f"client-{n}.out"
+            text = path.read_text() if path.exists() else ""
+            whole = [x.split(" ") for x in text.split("\n")[:-1]]  # only ended lines
+            served += any(p[0] == "lease" and float(p[3]) >= since for p in whole)
+        if served == len(procs):
+            return
+        assert time.monotonic() < deadline, f"{served} of {len(procs)} clients served again"
+        time.sleep(0.05)
+
+
 def stop_clients(procs: list[subprocess.Popen[bytes]], directory: Path) -> list[str]:
     """Tell the clients to stop; the stderr of any that did not exit cleanly."""
     (directory / "stop").touch()
@@ -122,7 +143,9 @@ def test_sigkill_at_random_points_never_grants_a_gpu_twice(
             servers.append(Server(socket, *args).ready())
         if filler is not None:
             filler.unlink()
+        calm = time.monotonic()  # the last restart: from here on it serves (after recovery)
         servers[-1].wait_for("grant #")  # serving again
+        wait_for_a_lease_each(sockdir, calm, clients)
         errors = stop_clients(clients, sockdir)
     finally:
         for proc in clients:
@@ -134,7 +157,10 @@ def test_sigkill_at_random_points_never_grants_a_gpu_twice(
     where_seed = f" (seed {seed})"
     assert not errors, f"a client failed{where_seed}:\n" + "\n".join(errors)
     assert not lost, f"leases lost{where_seed}: {lost}"
-    assert len(spans) > cycles // 2, f"only {len(spans)} leases in {cycles} cycles{where_seed}"
+    # Progress: during the storm the server may grant nothing at all (recovery holds new
+    # grants for up to the grace period, a full disk until the journal is written, and a
+    # restart comes every 0.05-0.5 s), so progress is asked of the calm after it.
+    assert len(spans) >= CLIENTS, f"only {len(spans)} leases in {cycles} cycles{where_seed}"
     problems = over_grants(spans)
     assert not problems, f"over-grants{where_seed}: {problems[:5]}"
     if full_disk:
