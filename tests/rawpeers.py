@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hostserver import BOUND
+from hwpool._core._capacity import UNITS_PER_GPU
 
 
 def hello(token: str | None = None, role: str | None = None) -> dict[str, object]:
@@ -26,6 +27,11 @@ def hello(token: str | None = None, role: str | None = None) -> dict[str, object
     if role is not None:
         out["role"] = role
     return out
+
+
+def acquire(req: int, count: int = 1, units: int = UNITS_PER_GPU) -> dict[str, object]:
+    """A waiting acquire: ``count`` GPUs (whole ones if more than one) of ``units`` each."""
+    return {"op": "acquire", "req": req, "count": count, "units": units, "wait": True}
 
 
 def lines(messages: list[dict[str, object]]) -> bytes:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from hostserver import BOUND, ClientProc, Server
-from rawpeers import Pair
+from rawpeers import Pair, Peer
 from users import Users, users  # noqa: F401  (real Unix users, for the multi-user tests)
 
 
@@ -81,3 +81,12 @@ def small_disk() -> Iterator[Path]:
     yield path
     subprocess.run(["umount", "-l", str(path)], check=False, timeout=BOUND)
     shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def peers() -> Iterator[list[Peer]]:
+    """Raw-protocol connections a test opens, closed after it."""
+    opened: list[Peer] = []
+    yield opened
+    for peer in opened:
+        peer.close()

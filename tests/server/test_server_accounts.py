@@ -5,32 +5,16 @@ no account; ``hwpool status`` shows the account with its members' usage together
 from __future__ import annotations
 
 import pwd
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-
-import pytest
 
 from hostserver import Server, run_cli, status_of
 from hwpool._core._capacity import UNITS_PER_GPU
-from rawpeers import Pair, Peer, connect_as, hello
+from rawpeers import Pair, Peer, acquire, connect_as, hello
 from users import Users
 
 StartServer = Callable[..., Server]
 FULL = UNITS_PER_GPU
-
-
-def gpu(req: int) -> dict[str, object]:
-    """An acquire of one whole GPU."""
-    return {"op": "acquire", "req": req, "count": 1, "units": FULL, "wait": True}
-
-
-@pytest.fixture
-def peers() -> Iterator[list[Peer]]:
-    """Peers to close after the test."""
-    opened: list[Peer] = []
-    yield opened
-    for peer in opened:
-        peer.close()
 
 
 def test_an_accounts_two_users_share_one_fair_share_against_a_third_user(
@@ -56,12 +40,12 @@ def test_an_accounts_two_users_share_one_fair_share_against_a_third_user(
     bob = Peer(connect_as(pair.bob, pair.gid, path))
     third = Peer(connect_as(carol.uid, pair.gid, path))
     peers += [alice, bob, third]
-    alice.send(hello(), gpu(1))
+    alice.send(hello(), acquire(1))
     lease = alice.answer(1)
     assert lease["op"] == "granted"
-    bob.send(hello(), gpu(1), {"op": "status", "req": 2})
+    bob.send(hello(), acquire(1), {"op": "status", "req": 2})
     assert len(bob.answer(2)["waiting"]) == 1
-    third.send(hello(), gpu(1), {"op": "status", "req": 2})
+    third.send(hello(), acquire(1), {"op": "status", "req": 2})
     # carol queued after bob, and is ahead of him: team has alice's usage, carol none
     assert [w["uid"] for w in third.answer(2)["waiting"]] == [carol.uid, pair.bob]
     alice.send({"op": "release", "req": 2, "of": lease["id"]})

@@ -6,30 +6,15 @@ from __future__ import annotations
 
 import os
 import pwd
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-
-import pytest
 
 from hostserver import Server, run_cli, status_of
 from hwpool._core._capacity import UNITS_PER_GPU
-from rawpeers import Pair, Peer, connect_as, hello
+from rawpeers import Pair, Peer, acquire, connect_as, hello
 
 StartServer = Callable[..., Server]
 FULL = UNITS_PER_GPU
-
-
-def acquire(req: int, count: int = 1, units: int = FULL) -> dict[str, object]:
-    return {"op": "acquire", "req": req, "count": count, "units": units, "wait": True}
-
-
-@pytest.fixture
-def peers() -> Iterator[list[Peer]]:
-    """Peers to close after the test."""
-    opened: list[Peer] = []
-    yield opened
-    for peer in opened:
-        peer.close()
 
 
 def config(directory: Path, text: str) -> str:

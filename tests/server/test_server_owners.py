@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import pwd
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,25 +16,11 @@ from hwpool import GPUPool
 from hwpool._backends._unix import UnixBackend
 from hwpool._core._capacity import UNITS_PER_GPU
 from hwpool._wire._protocol import MAX_PRIORITY
-from rawpeers import Pair, Peer, connect_as, hello
+from rawpeers import Pair, Peer, acquire, connect_as, hello
 from runproc import eventually
 
 StartServer = Callable[..., Server]
 FULL = UNITS_PER_GPU
-
-
-def gpu(req: int) -> dict[str, object]:
-    """An acquire of one whole GPU."""
-    return {"op": "acquire", "req": req, "count": 1, "units": FULL, "wait": True}
-
-
-@pytest.fixture
-def peers() -> Iterator[list[Peer]]:
-    """Peers to close after the test."""
-    opened: list[Peer] = []
-    yield opened
-    for peer in opened:
-        peer.close()
 
 
 def test_another_user_is_granted_ahead_of_one_users_flood(
@@ -46,10 +32,10 @@ def test_another_user_is_granted_ahead_of_one_users_flood(
     alice = Peer(connect_as(pair.alice, pair.gid, path))
     bob = Peer(connect_as(pair.bob, pair.gid, path))
     peers += [alice, bob]
-    alice.send(hello(), *(gpu(req) for req in range(1, 9)), {"op": "status", "req": 9})
+    alice.send(hello(), *(acquire(req) for req in range(1, 9)), {"op": "status", "req": 9})
     assert [alice.answer(req)["op"] for req in (1, 2)] == ["granted", "granted"]
     assert len(alice.answer(9)["waiting"]) == 6  # alice's flood, all queued
-    bob.send(hello(), gpu(1), {"op": "status", "req": 2})
+    bob.send(hello(), acquire(1), {"op": "status", "req": 2})
     assert len(bob.answer(2)["waiting"]) == 7  # bob queued, last in line by arrival
     first = alice.answer(1)["id"]
     alice.send({"op": "release", "req": 20, "of": first})
@@ -67,7 +53,7 @@ def test_a_pools_priority_over_the_unix_backend_orders_its_users_requests(
     server = start_server("--gpus", "1")
     holder = Peer(connect_as(os.getuid(), os.getgid(), server.socket))
     peers.append(holder)
-    holder.send(hello(), gpu(1))
+    holder.send(hello(), acquire(1))
     assert holder.answer(1)["op"] == "granted"
     pool = GPUPool(backend=UnixBackend(server.socket))
     order: list[str] = []
@@ -113,9 +99,9 @@ def test_status_shows_each_user_with_share_usage_running_and_queued(
     alice = Peer(connect_as(pair.alice, pair.gid, path))
     bob = Peer(connect_as(pair.bob, pair.gid, path))
     peers += [alice, bob]
-    alice.send(hello(), gpu(1), gpu(2), {"op": "status", "req": 3})
+    alice.send(hello(), acquire(1), acquire(2), {"op": "status", "req": 3})
     assert alice.answer(1)["op"] == "granted" and alice.answer(3)["op"] == "status"
-    bob.send(hello(), gpu(1), {"op": "status", "req": 2})
+    bob.send(hello(), acquire(1), {"op": "status", "req": 2})
     assert bob.answer(2)["op"] == "status"
     owners = status_of(path)["owners"]
     assert [(o["uid"], o["share"], o["running"], o["queued"]) for o in owners] == [
