@@ -6,11 +6,13 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from hwpool._jobs._model import Job
+from hwpool._jobs._model import JobRecord
 from hwpool._jobs._store import JobStore
 
 
-def add(store: JobStore, argv: tuple[str, ...] = ("python", "train.py"), **fields: Any) -> Job:
+def add(
+    store: JobStore, argv: tuple[str, ...] = ("python", "train.py"), **fields: Any
+) -> JobRecord:
     """A job added with a plain working directory and environment unless ``fields`` say."""
     fields.setdefault("cwd", "/srv/work")
     fields.setdefault("environment", {"PATH": "/usr/bin", "TOKEN": "secret"})

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from jobtables import add, dump
 
-from hwpool._jobs._model import Job, JobState
+from hwpool._jobs._model import JobRecord, JobState
 from hwpool._jobs._store import (
     SCHEMA_VERSION,
     JobStateError,
@@ -25,14 +25,14 @@ from hwpool._jobs._store import (
 T0 = 1_800_000_000.0
 
 
-def run(store: JobStore, job: Job, **fields: Any) -> Job:
+def run(store: JobStore, job: JobRecord, **fields: Any) -> JobRecord:
     """``job`` (queued) marked running as a supervisor would."""
     fields.setdefault("pid", 4242)
     fields.setdefault("pid_start", 987654)
     return store.mark_running(job.id, **fields)
 
 
-def finished(store: JobStore, exit_code: int = 0, **fields: Any) -> Job:
+def finished(store: JobStore, exit_code: int = 0, **fields: Any) -> JobRecord:
     """A job that ran and exited with ``exit_code``."""
     job = add(store, **fields)
     run(store, job)
@@ -234,7 +234,7 @@ def test_a_running_job_can_time_out_or_be_lost(store: JobStore) -> None:
     assert (lost.state, lost.reason) == (JobState.LOST, "pid 4242 is another process now")
 
 
-TRANSITIONS: dict[str, tuple[Callable[[JobStore, str], Job], set[JobState]]] = {
+TRANSITIONS: dict[str, tuple[Callable[[JobStore, str], JobRecord], set[JobState]]] = {
     "mark_running": (lambda s, j: run(s, s.get(j)), {JobState.QUEUED}),
     "mark_finished": (lambda s, j: s.mark_finished(j, exit_code=0), {JobState.RUNNING}),
     "mark_cancelled": (
@@ -250,7 +250,7 @@ TRANSITIONS: dict[str, tuple[Callable[[JobStore, str], Job], set[JobState]]] = {
 }
 
 
-def a_job_in(store: JobStore, state: JobState) -> Job:
+def a_job_in(store: JobStore, state: JobState) -> JobRecord:
     """A job brought into ``state`` through the API."""
     if state is JobState.WAITING:
         return add(store, after=[add(store).id])
@@ -260,7 +260,7 @@ def a_job_in(store: JobStore, state: JobState) -> Job:
     if state is JobState.CANCELLED:
         return store.mark_cancelled(job.id)
     job = run(store, job)
-    ends: dict[JobState, Callable[[], Job]] = {
+    ends: dict[JobState, Callable[[], JobRecord]] = {
         JobState.RUNNING: lambda: job,
         JobState.SUCCEEDED: lambda: store.mark_finished(job.id, exit_code=0),
         JobState.FAILED: lambda: store.mark_finished(job.id, exit_code=1),
@@ -302,7 +302,7 @@ def test_a_transition_from_the_wrong_state_is_refused_and_changes_nothing(
     ],
 )
 def test_bad_values_of_a_transition_change_nothing(
-    store: JobStore, call: Callable[[JobStore, str], Job], message: str
+    store: JobStore, call: Callable[[JobStore, str], JobRecord], message: str
 ) -> None:
     job = run(store, add(store))
     before = dump(store.path)
@@ -365,7 +365,7 @@ def test_a_dependency_that_already_succeeded_queues_the_job_at_once(store: JobSt
     ],
 )
 def test_when_a_dependency_does_not_succeed_the_chain_is_cancelled_with_the_reason(
-    store: JobStore, end: Callable[[JobStore, str], Job], reason: str
+    store: JobStore, end: Callable[[JobStore, str], JobRecord], reason: str
 ) -> None:
     first = run(store, add(store))
     second = add(store, after=[first.id])

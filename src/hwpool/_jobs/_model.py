@@ -32,7 +32,7 @@ __all__ = [
     "MAX_REASON",
     "MAX_SIGNAL",
     "UNFINISHED",
-    "Job",
+    "JobRecord",
     "JobState",
     "check_after",
     "check_argv",
@@ -83,7 +83,7 @@ UNFINISHED = frozenset({JobState.QUEUED, JobState.WAITING, JobState.RUNNING})
 
 
 @dataclass(frozen=True, slots=True)
-class Job:
+class JobRecord:
     """One job as the table holds it (a snapshot: the table is the truth).
 
     The request is ``gpus`` (a fraction in (0, 1] of one GPU, or an int >= 2 of whole GPUs)

@@ -13,7 +13,7 @@ import sqlite3
 from fractions import Fraction
 from pathlib import Path
 
-from ._model import Job, JobState, format_job_id
+from ._model import JobRecord, JobState, format_job_id
 
 __all__ = ["BUSY_TIMEOUT_S", "SCHEMA_VERSION", "JobTableError", "connect", "job_from_row"]
 
@@ -118,11 +118,11 @@ def _create_or_check_schema(connection: sqlite3.Connection, path: Path) -> None:
     connection.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
 
-def job_from_row(row: sqlite3.Row, after: tuple[str, ...]) -> Job:
-    """The :class:`Job` of one row of ``jobs``."""
+def job_from_row(row: sqlite3.Row, after: tuple[str, ...]) -> JobRecord:
+    """The :class:`JobRecord` of one row of ``jobs``."""
     gpus = row["gpus"]
     share = None if gpus is None else Fraction(gpus)
-    return Job(
+    return JobRecord(
         id=format_job_id(row["number"]),
         name=row["name"],
         argv=tuple(json.loads(row["argv"])),

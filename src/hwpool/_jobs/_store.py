@@ -44,7 +44,7 @@ from .._check import check_bool, check_int
 from ._model import (
     FINISHED,
     MAX_SIGNAL,
-    Job,
+    JobRecord,
     JobState,
     check_after,
     check_argv,
@@ -165,12 +165,12 @@ class JobStore:
         time_limit: int | None = None,
         after: Iterable[str] = (),
         now: float | None = None,
-    ) -> Job:
+    ) -> JobRecord:
         """Queue a job; the job as recorded. It is ``queued`` when every job in ``after``
         has succeeded (or there are none), else ``waiting-on-dependency``.
 
         ``after`` may name only jobs of this table (so never a later job: no cycle can
-        form) that may still succeed; ValueError otherwise. See :class:`~._model.Job`
+        form) that may still succeed; ValueError otherwise. See :class:`~._model.JobRecord`
         for the fields; bad values raise TypeError or ValueError and add nothing."""
         command = check_argv(argv)
         fields = {
@@ -189,7 +189,7 @@ class JobStore:
         with self._write():
             return self._insert(fields, dependencies)
 
-    def _insert(self, fields: dict[str, Any], dependencies: Sequence[int]) -> Job:
+    def _insert(self, fields: dict[str, Any], dependencies: Sequence[int]) -> JobRecord:
         """Insert one job (inside a write transaction) after checking its dependencies."""
         states = [self._dependency_state(number) for number in dependencies]
         fields["state"] = (
@@ -228,7 +228,7 @@ class JobStore:
         )
 
     # --------------------------------------------------------------- reading
-    def get(self, job_id: str) -> Job:
+    def get(self, job_id: str) -> JobRecord:
         """The job ``job_id``; UnknownJobError if the table has none."""
         number = check_job_id("job_id", job_id)
         with self._read():
@@ -236,7 +236,7 @@ class JobStore:
 
     def list(
         self, *, include_finished: bool = False, states: Iterable[str] | None = None
-    ) -> list[Job]:
+    ) -> list[JobRecord]:
         """The user's jobs, newest first: those not finished (``include_finished``: all,
         as ``hwpool jobs --all``), or those in ``states`` when given."""
         check_bool("include_finished", include_finished)
@@ -255,7 +255,7 @@ class JobStore:
             after = self._dependencies_of(f"SELECT number FROM jobs WHERE {where}", wanted)
         return [job_from_row(row, after.get(row["number"], ())) for row in rows]
 
-    def _get(self, number: int) -> Job:
+    def _get(self, number: int) -> JobRecord:
         row = self._db.execute("SELECT * FROM jobs WHERE number = ?", (number,)).fetchone()
         if row is None:
             raise UnknownJobError(
@@ -279,7 +279,7 @@ class JobStore:
     # --------------------------------------------------------------- transitions
     def _transition(
         self, job_id: str, action: str, allowed: Iterable[JobState], changes: dict[str, Any]
-    ) -> Job:
+    ) -> JobRecord:
         """Apply ``changes`` to the job ``job_id`` if it is in one of ``allowed`` states, in
         one transaction; JobStateError (and no change) otherwise."""
         number = check_job_id("job_id", job_id)
@@ -308,7 +308,7 @@ class JobStore:
         stdout_log: str | None = None,
         stderr_log: str | None = None,
         now: float | None = None,
-    ) -> Job:
+    ) -> JobRecord:
         """A queued job was started: its process, its start time, the GPUs it sees, its
         lease and logs."""
         changes = {
@@ -330,7 +330,7 @@ class JobStore:
         exit_code: int | None = None,
         signal: int | None = None,
         now: float | None = None,
-    ) -> Job:
+    ) -> JobRecord:
         """A running job ended by itself: ``succeeded`` for exit code 0, else ``failed``
         (another code, or the ``signal`` that killed it)."""
         code, number = check_exit(exit_code, signal)
@@ -346,7 +346,7 @@ class JobStore:
         exit_code: int | None = None,
         signal: int | None = None,
         now: float | None = None,
-    ) -> Job:
+    ) -> JobRecord:
         """A queued, waiting or running job was cancelled (a running one after it was
         ended: how it ended, if known, in ``exit_code`` or ``signal``)."""
         if exit_code is None and signal is None:
@@ -365,7 +365,7 @@ class JobStore:
 
     def mark_timed_out(
         self, job_id: str, *, signal: int | None = None, now: float | None = None
-    ) -> Job:
+    ) -> JobRecord:
         """A running job was ended for running past its time limit (by ``signal``)."""
         changes = {
             "state": JobState.TIMED_OUT.value,
@@ -381,7 +381,7 @@ class JobStore:
         *,
         reason: str = "the supervisor found it dead",
         now: float | None = None,
-    ) -> Job:
+    ) -> JobRecord:
         """A running job died while nothing watched it (its exit status is unknown)."""
         changes = {
             "state": JobState.LOST.value,
@@ -390,7 +390,7 @@ class JobStore:
         }
         return self._transition(job_id, "mark_lost", {JobState.RUNNING}, changes)
 
-    def retry(self, job_id: str, *, now: float | None = None) -> Job:
+    def retry(self, job_id: str, *, now: float | None = None) -> JobRecord:
         """Queue a finished job again, as a new job (``retry_of`` names this one) with the
         same command, environment, request and dependencies; the new job."""
         number = check_job_id("job_id", job_id)
@@ -415,7 +415,7 @@ class JobStore:
         return dict(zip(columns, row, strict=True))
 
     # --------------------------------------------------------------- dependencies
-    def ready(self, *, now: float | None = None) -> builtins.list[Job]:
+    def ready(self, *, now: float | None = None) -> builtins.list[JobRecord]:
         """Resolve dependencies, then the queued jobs in submit order (what may start).
 
         A waiting job whose dependencies all succeeded becomes queued; one with a
@@ -457,7 +457,7 @@ class JobStore:
                 "UPDATE jobs SET state = ? WHERE number = ?", (JobState.QUEUED.value, number)
             )
 
-    def _queued(self) -> builtins.list[Job]:
+    def _queued(self) -> builtins.list[JobRecord]:
         rows = self._db.execute(
             "SELECT * FROM jobs WHERE state = ? ORDER BY number", (JobState.QUEUED.value,)
         ).fetchall()
@@ -471,7 +471,7 @@ class JobStore:
         now: float,
         keep_seconds: float = DEFAULT_KEEP_SECONDS,
         keep_count: int = DEFAULT_KEEP_COUNT,
-    ) -> builtins.list[Job]:
+    ) -> builtins.list[JobRecord]:
         """Delete the finished jobs that ended more than ``keep_seconds`` before ``now``,
         and those beyond the newest ``keep_count`` finished ones; the jobs deleted (whose
         logs the caller removes). Queued, waiting and running jobs are never deleted, nor a

@@ -1,0 +1,64 @@
+"""Which process a job's record names: a pid and its start time, and the signal that cancels.
+
+A pid alone names a process only while it lives: once it ends, the kernel may give the same
+pid to any later process. The job table therefore keeps each job launcher's pid with its
+start time (field 22 of ``/proc/PID/stat``, in clock ticks after boot), and a process is the
+recorded one only while both match. Where ``/proc`` is missing (not Linux) the start time is
+unknown (``None``) and a live pid is taken at its word.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from pathlib import Path
+
+__all__ = ["CANCEL_SIGNAL", "is_running", "process_start", "signal_if_running"]
+
+# What a job's launcher takes as "cancel this job": it then ends the job's process group
+# (SIGTERM, SIGKILL after the grace) and records the job as cancelled. Not SIGTERM: a
+# SIGTERM to the launcher is passed on to the job, as ``hwpool run`` passes it on.
+CANCEL_SIGNAL = signal.SIGUSR1
+
+_PROC = Path("/proc")
+
+
+def process_start(pid: int) -> int | None:
+    """The start time of process ``pid`` (clock ticks after boot), or None when no such
+    process lives (or a zombie: it has ended) or ``/proc`` is not there."""
+    try:
+        stat = (_PROC / str(pid) / "stat").read_bytes()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    if len(fields) < 20 or fields[0] in (b"Z", b"X"):
+        return None
+    return int(fields[19])
+
+
+def is_running(pid: int, start: int | None) -> bool:
+    """Whether the process recorded as ``pid`` started at ``start`` is still running (not a
+    zombie). With no ``/proc`` (or no recorded start), whether a process ``pid`` exists."""
+    if (_PROC / "self" / "stat").exists() and start is not None:
+        return process_start(pid) == start
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def signal_if_running(pid: int, start: int | None, signum: int) -> bool:
+    """Send ``signum`` to ``pid`` if it is still the process recorded (see :func:`is_running`);
+    whether it was sent. The check and the send are two steps: a pid reused in between (a
+    process that ended and a new one that got its pid within microseconds) is not excluded,
+    which is why only the user's own processes can be reached (kill(2) refuses others')."""
+    if not is_running(pid, start):
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signum)
+        return True
+    return False
