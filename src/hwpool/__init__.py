@@ -10,6 +10,7 @@ from ._gpu._pool import GPUPool
 from ._host._detect import GPUDetection, GPUInfo, GPUSource, detect_gpus, gpu_memory_in_use
 from ._host._sizing import effective_threads, set_threads
 from ._host._topology import CPUTopology, NumaNode, cpu_topology
+from ._jobs._handle import Job
 from ._numa._bind import NumaBinder
 from ._numa._pages import BindReason, page_nodes
 from ._numa._place import file_page_nodes
@@ -26,6 +27,7 @@ __all__ = [
     "GPULease",
     "GPUPool",
     "GPUSource",
+    "Job",
     "NumaBinder",
     "NumaBinding",
     "NumaNode",

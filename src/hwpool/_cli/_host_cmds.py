@@ -26,6 +26,7 @@ from .._core._scheduler import POLICIES
 from .._gpu._env import device_id
 from .._gpu._sizing import capacities_of, sized_gpus
 from .._host._detect import GPUInfo, detect_gpus, gpu_memory_in_use
+from .._jobs._model import JOB_ID_PREFIX
 from .._server import _listen
 from .._server._config import DEFAULT_CONFIG, ConfigError, read_config
 from .._server._host_state import MAX_REQUESTS_PER_CONNECTION, MAX_REQUESTS_PER_USER
@@ -42,6 +43,7 @@ from .._wire._protocol import (
     encode,
 )
 from ._args import gpu_memory_list
+from ._jobs_cmds import CancelRefused, cancel_jobs, job_id_argument
 from ._text import one_line, printable
 
 __all__ = ["register"]
@@ -130,11 +132,19 @@ def register(commands: Any) -> None:
     status.set_defaults(run=_guarded(_cmd_status))
 
     cancel = commands.add_parser(
-        "cancel", help="withdraw waiters or revoke leases: by id, by name, or all of yours"
-    )
+        "cancel",
+        help="cancel jobs (j12), withdraw waiters or revoke leases (12): by id, by name, or "
+        "all of yours",
+        description="Cancel each ID: a job id such as j12 (`hwpool jobs`: a queued job is "
+        "withdrawn, a running one ended, SIGTERM then SIGKILL after a grace) or a host "
+        "server's request id such as 12 (`hwpool status` shows #12: the waiter is withdrawn, "
+        "the lease revoked). --name and --mine select server requests.",
+    )  # fmt: skip
     cancel.add_argument(
-        "ids", type=_count, nargs="*", metavar="ID", help="ids as `hwpool status` shows them"
-    )
+        "ids", type=_cancel_id, nargs="*", metavar="ID",
+        help="a job id (j12, as `hwpool jobs` shows) or a server request id (12, as "
+        "`hwpool status` shows #12)",
+    )  # fmt: skip
     cancel.add_argument(
         "--name", metavar="NAME",
         help="also every request named NAME that you may cancel (yours; an admin's: anyone's)",
@@ -162,6 +172,18 @@ def _count(text: str) -> int:
         return int_from_text("the value", text, minimum=1)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc).removeprefix("the value ")) from None
+
+
+def _cancel_id(text: str) -> int | str:
+    """``j12`` (a job id, kept as text) or ``12`` (a server request id, as an int)."""
+    if text.startswith(JOB_ID_PREFIX):
+        return job_id_argument(text)
+    if not text.isascii() or not text.isdigit():
+        raise argparse.ArgumentTypeError(
+            f"must be a job id such as 'j12' (`hwpool jobs`) or a server request id such as 12 "
+            f"(`hwpool status` shows #12), got {text!r}"
+        )
+    return _count(text)
 
 
 def _seconds(text: str) -> float:
@@ -405,13 +427,30 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
     """Cancel each id named, and each request ``--name``/``--mine`` select; one line per id
     on what happened. Exit 2 if any was refused (unknown, or not the caller's)."""
     if not args.ids and args.name is None and not args.mine:
-        raise _Usage("cancel: give the ids to cancel, --name NAME or --mine")
+        raise _Usage("cancel: give the ids to cancel (j12: a job; 12: a server request), "
+                     "--name NAME or --mine")  # fmt: skip
+    ids = list(dict.fromkeys(i for i in args.ids if isinstance(i, int)))
+    jobs = list(dict.fromkeys(i for i in args.ids if isinstance(i, str)))
+    unfinished = 0
+    if jobs:
+        try:
+            unfinished = cancel_jobs(jobs)
+        except CancelRefused as exc:
+            print(f"hwpool: error: {one_line(str(exc))}", file=sys.stderr)
+            return exc.status
+    if not ids and args.name is None and not args.mine:
+        return 1 if unfinished else 0
+    status = _cancel_requests(args, ids)
+    return status or (1 if unfinished else 0)
+
+
+def _cancel_requests(args: argparse.Namespace, ids: list[int]) -> int:
+    """Cancel the server requests ``ids`` and those ``--name``/``--mine`` select."""
     wire = Wire(_path(args), role="control")  # it works even at the cap on connections
     try:
         reply = wire.status()
         known: dict[int, Record] = {r.id: r for r in reply.leases}
         known.update((w.id, w) for w in reply.waiting)
-        ids = list(dict.fromkeys(args.ids))
         if args.name is not None or args.mine:
             admin = os.getuid() in (0, wire.welcome.uid)
             chosen = _chosen(known.values(), admin, args.name, args.mine)

@@ -255,6 +255,12 @@ class JobStore:
             after = self._dependencies_of(f"SELECT number FROM jobs WHERE {where}", wanted)
         return [job_from_row(row, after.get(row["number"], ())) for row in rows]
 
+    def data_version(self) -> int:
+        """A number that changes whenever another connection commits a change to the table
+        (``PRAGMA data_version``): a poller re-reads only when it moved."""
+        value: int = self._db.execute("PRAGMA data_version").fetchone()[0]
+        return value
+
     def _get(self, number: int) -> JobRecord:
         row = self._db.execute("SELECT * FROM jobs WHERE number = ?", (number,)).fetchone()
         if row is None:

@@ -1,0 +1,577 @@
+"""``hwpool jobs``, ``logs``, ``wait`` and ``retry``, and the job half of ``hwpool cancel``.
+
+Job ids look like ``j12``; the plain numbers that ``hwpool status`` shows (``#12``) and
+``hwpool cancel 12`` takes are the host server's request and lease ids. Each command reads
+the caller's own job table (``HWPOOL_STATE_DIR``, else ``$XDG_STATE_HOME/hwpool``, else
+``~/.local/state/hwpool``), never creating it just to read it; root may read other users'
+tables with ``hwpool jobs --user NAME`` or ``--all-users`` (read-only, see
+``hwpool._jobs._others``).
+
+Errors are one line ``hwpool: error: ...``: exit 2 for bad usage or input (a malformed or
+unknown job id, retry of a job not finished), 1 when the table or a log cannot be used (an
+unsafe path, a table of a newer hwpool). ``wait`` exits with the jobs' statuses (see
+:func:`hwpool._jobs._control.exit_status` and docs/jobs.md). The logic is in ``_jobs``
+(``_control``, ``_logs``, ``_others``, ``_handle``), shared with :class:`hwpool.Job`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pwd
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from .._check import duration_from_text
+from .._jobs._control import (
+    POLL_S,
+    CancelOutcome,
+    cancel_job,
+    exit_status,
+    record_if_dead,
+    signal_name,
+    wait_for,
+)
+from .._jobs._handle import open_table, wake_supervisor
+from .._jobs._logs import CHUNK, LogNotStartedError, log_path, open_log
+from .._jobs._model import FINISHED, JobRecord, JobState, check_job_id
+from .._jobs._others import read_user_jobs
+from .._jobs._schema import JobTableError
+from .._jobs._state import state_directory
+from .._jobs._store import JobStateError, JobStore, UnknownJobError
+from .._wire._safety import UnsafePathError
+from ._text import one_line, plural, printable
+
+__all__ = ["RECENT_S", "WAIT_TIMED_OUT", "CancelRefused", "cancel_jobs", "duration", "format_jobs",
+           "job_id_argument", "job_json", "register"]  # fmt: skip
+
+RECENT_S = 24 * 3600.0
+"""``hwpool jobs`` without ``--all`` shows the jobs that finished within this many seconds."""
+WAIT_TIMED_OUT = 75
+"""``hwpool wait --timeout``'s status when the time passed first (EX_TEMPFAIL: try again)."""
+NAME_WIDTH = 24
+ID_NOTE = (
+    "job ids look like j12; #12 in `hwpool status` is the host server's request id, not a job's"
+)
+
+
+class _Usage(Exception):
+    """Bad usage or input: one line on stderr, exit status 2."""
+
+
+class _Broken(Exception):
+    """The table or a log cannot be used: one line on stderr, exit status 1."""
+
+
+def register(commands: Any) -> None:
+    """Add ``jobs``, ``logs``, ``wait`` and ``retry`` to the ``hwpool`` subcommands."""
+    jobs = commands.add_parser(
+        "jobs", help="your jobs (hwpool submit): queued, running, and finished lately",
+        description="Your jobs: queued, waiting on a dependency, running, and those that "
+        f"finished in the last 24 hours (--all: every job kept). {ID_NOTE}.",
+    )  # fmt: skip
+    jobs.add_argument("--all", action="store_true", help="every job kept, however old")
+    jobs.add_argument("--json", action="store_true", help="print a JSON list instead of text")
+    whose = jobs.add_mutually_exclusive_group()
+    whose.add_argument(
+        "--user", metavar="NAME", help="root only: NAME's jobs (read-only, from their "
+        "default state directory ~NAME/.local/state/hwpool)",
+    )  # fmt: skip
+    whose.add_argument(
+        "--all-users", action="store_true", help="root only: every user's jobs (read-only)"
+    )
+    jobs.set_defaults(run=_guarded(_cmd_jobs))
+
+    logs = commands.add_parser(
+        "logs", help="a job's output: its stdout, or --stderr; -f follows it",
+        description="Print the output job ID wrote so far (its stdout; --stderr: its "
+        "stderr). -f: keep printing what it writes until it finishes. Exit 1 if it has not "
+        "started (without -f) or never did.",
+    )  # fmt: skip
+    logs.add_argument(
+        "-f",
+        "--follow",
+        action="store_true",
+        help="follow the output as it is written, until the job finishes",
+    )
+    logs.add_argument("--stderr", action="store_true", help="the job's stderr, not its stdout")
+    logs.add_argument("id", type=job_id_argument, metavar="ID", help="a job id, such as j12")
+    logs.set_defaults(run=_guarded(_cmd_logs))
+
+    wait = commands.add_parser(
+        "wait", help="wait for jobs to finish; exit with their status",
+        description="Block until every job given has finished. Exit status: 0 if all "
+        "succeeded, else that of the first job given that did not (its exit code, 128 + "
+        "the signal that killed it, 124 timed out, 125 lost, 128 + signal or 143 "
+        f"cancelled); {WAIT_TIMED_OUT} if --timeout passed first; 2 for an unknown id.",
+    )  # fmt: skip
+    wait.add_argument(
+        "--timeout", type=_wait_timeout, metavar="S",
+        help=f"give up after S (seconds, or 90s, 30m, 2h): exit {WAIT_TIMED_OUT}; the jobs "
+        "go on",
+    )  # fmt: skip
+    wait.add_argument("ids", type=job_id_argument, nargs="+", metavar="ID",
+                      help="job ids, such as j12")  # fmt: skip
+    wait.set_defaults(run=_guarded(_cmd_wait))
+
+    retry = commands.add_parser(
+        "retry", help="queue a finished job again, as a new job",
+        description="Queue the finished job ID again as a new job (a new id; the old job "
+        "keeps its record and logs) with the same command, environment, working directory, "
+        "request and dependencies; print the new id.",
+    )  # fmt: skip
+    retry.add_argument("id", type=job_id_argument, metavar="ID", help="a job id, such as j12")
+    retry.add_argument("--json", action="store_true", help="print a JSON object instead")
+    retry.set_defaults(run=_guarded(_cmd_retry))
+
+
+# ----------------------------------------------------------------- arguments
+def job_id_argument(text: str) -> str:
+    """An argparse type: a job id (``j12``), refused with the value named otherwise."""
+    try:
+        check_job_id("ID", text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("ID ")) from None
+    return text
+
+
+def _wait_timeout(text: str) -> float:
+    if text.strip() in ("0", "0s"):
+        return 0.0
+    try:
+        return duration_from_text(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """``command`` with the errors of the module reported in one line (exit 2 or 1)."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return command(args)
+        except (_Usage, UnknownJobError, JobStateError) as exc:
+            print(f"hwpool: error: {_message(exc)}", file=sys.stderr)
+            return 2
+        except (_Broken, UnsafePathError, JobTableError) as exc:
+            print(f"hwpool: error: {_message(exc)}", file=sys.stderr)
+            return 1
+
+    return run
+
+
+def _message(exc: BaseException) -> str:
+    """The error's text in one line, the table's argument name (``job_id``) as the
+    command's (``ID``)."""
+    text = str(exc.args[0]) if isinstance(exc, LookupError) and exc.args else str(exc)
+    if text.startswith("job_id"):
+        text = "ID" + text.removeprefix("job_id")
+    return one_line(text)
+
+
+def _directory() -> Path:
+    """The caller's state directory; bad usage for a malformed ``HWPOOL_STATE_DIR``."""
+    try:
+        return state_directory()
+    except ValueError as exc:
+        raise _Usage(str(exc)) from None
+
+
+@contextmanager
+def _table(job_ids: Sequence[str] = ()) -> Iterator[JobStore]:
+    """The caller's job table; an unknown-job error naming ``job_ids`` when there is none."""
+    directory = _directory()
+    store = open_table(directory)
+    if store is None:
+        named = ", ".join(repr(job_id) for job_id in job_ids) or "any job"
+        raise UnknownJobError(
+            f"ID: no job {named}: you have no job table yet ({str(directory)!r}; "
+            "`hwpool submit` makes it)"
+        )
+    with store:
+        yield store
+
+
+def _wake_supervisor(directory: Path) -> None:
+    """Make sure the caller's supervisor runs (after a retry or a cancel).
+
+    TODO(lead): the brief named ``hwpool._cli._supervise.ensure_supervisor``; the handle's
+    :func:`~hwpool._jobs._handle.wake_supervisor` (one place for both) imports the starter
+    lazily and does nothing while it is missing: point it at the real one at merge."""
+    wake_supervisor(directory)
+
+
+# ----------------------------------------------------------------- jobs
+def _cmd_jobs(args: argparse.Namespace) -> int:
+    now = time.time()
+    rows, problems = _gather(args)
+    if not args.all:
+        rows = [(user, job) for user, job in rows if _recent(job, now)]
+    if args.json:
+        print(json.dumps([job_json(job, user, now) for user, job in rows], indent=1))
+    else:
+        admin = args.user is not None or args.all_users
+        print(format_jobs(rows, now, with_user=admin, all_shown=args.all))
+    for problem in problems:
+        print(f"hwpool: error: {one_line(problem)}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+def _recent(job: JobRecord, now: float) -> bool:
+    return job.state not in FINISHED or (job.ended_at or now) >= now - RECENT_S
+
+
+def _gather(args: argparse.Namespace) -> tuple[list[tuple[str, JobRecord]], list[str]]:
+    """The jobs to show, each with its user's name, and the users whose table could not be
+    read (with why)."""
+    if args.user is None and not args.all_users:
+        with _own_table() as store:
+            jobs = [] if store is None else store.list(include_finished=True)
+        return [(_me(), job) for job in jobs], []
+    _need_root("--user" if args.user is not None else "--all-users")
+    if args.user is not None:
+        try:
+            users = [pwd.getpwnam(args.user)]
+        except KeyError:
+            raise _Usage(f"--user: no user named {args.user!r}") from None
+    else:
+        users = list({user.pw_uid: user for user in pwd.getpwall()}.values())
+    rows: list[tuple[str, JobRecord]] = []
+    problems: list[str] = []
+    for user in users:
+        try:
+            found = read_user_jobs(user, include_finished=True)
+        except (UnsafePathError, JobTableError, OSError) as exc:
+            problems.append(f"{user.pw_name}'s jobs were not read: {exc}")
+            continue
+        rows += [(user.pw_name, job) for job in found]
+    return rows, problems
+
+
+@contextmanager
+def _own_table() -> Iterator[JobStore | None]:
+    store = open_table(_directory())
+    if store is None:
+        yield None
+        return
+    with store:
+        yield store
+
+
+def _need_root(option: str) -> None:
+    if os.geteuid() != 0:
+        raise _Usage(
+            f"{option} reads other users' job tables: only root may (you are uid "
+            f"{os.geteuid()}); `hwpool jobs` shows your own"
+        )
+
+
+def _me() -> str:
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return str(os.geteuid())
+
+
+def job_json(job: JobRecord, user: str, now: float) -> dict[str, Any]:
+    """One job as ``hwpool jobs --json`` prints it (see docs/jobs.md for the schema). The
+    environment is left out: it holds secrets."""
+    return {
+        "id": job.id, "user": user, "name": job.name, "argv": list(job.argv), "cwd": job.cwd,
+        "state": job.state.value, "finished": job.state.finished,
+        "exit_code": job.exit_code, "signal": job.signal,
+        "signal_name": None if job.signal is None else signal_name(job.signal),
+        "exit": _exit_text(job) or None,
+        "gpus": None if job.gpus is None else float(job.gpus),
+        "gpus_exact": None if job.gpus is None else str(job.gpus),
+        "memory_mib": job.memory_mib, "priority": job.priority,
+        "time_limit_s": job.time_limit, "after": list(job.after),
+        "gpu_ids": list(job.gpu_ids), "lease": job.lease, "pid": job.pid,
+        "queued_at": job.queued_at, "queued_at_iso": _iso(job.queued_at),
+        "started_at": job.started_at, "started_at_iso": _iso(job.started_at),
+        "ended_at": job.ended_at, "ended_at_iso": _iso(job.ended_at),
+        "waited_s": _waited(job, now), "ran_s": _ran(job, now),
+        "reason": job.reason, "stdout_log": job.stdout_log, "stderr_log": job.stderr_log,
+        "retry_of": job.retry_of,
+    }  # fmt: skip
+
+
+def _iso(stamp: float | None) -> str | None:
+    """``2026-12-04T17:03:12.250000+00:00``: the time in UTC, ISO 8601."""
+    return None if stamp is None else datetime.fromtimestamp(stamp, UTC).isoformat()
+
+
+def _waited(job: JobRecord, now: float) -> float:
+    """Seconds between queueing and starting (until now, or the end, if it has not started)."""
+    until = job.started_at if job.started_at is not None else (job.ended_at or now)
+    return max(0.0, until - job.queued_at)
+
+
+def _ran(job: JobRecord, now: float) -> float | None:
+    """Seconds it ran (so far, for a running job); None if it never started."""
+    if job.started_at is None:
+        return None
+    return max(0.0, (job.ended_at or now) - job.started_at)
+
+
+def _exit_text(job: JobRecord) -> str:
+    """``3``, ``SIGKILL``, or nothing (not finished, or no exit known)."""
+    if job.signal is not None:
+        return signal_name(job.signal)
+    return "" if job.exit_code is None else str(job.exit_code)
+
+
+_HEADINGS = ("ID", "NAME", "STATE", "EXIT", "GPUS", "QUEUED", "STARTED", "ENDED", "WAITED",
+             "RAN", "REASON")  # fmt: skip
+
+
+def format_jobs(
+    rows: Sequence[tuple[str, JobRecord]], now: float, *, with_user: bool, all_shown: bool
+) -> str:
+    """The jobs as a table (newest first), every text another user chose escaped, with the
+    note on ids under it."""
+    if not rows:
+        table = ["no jobs" + ("" if all_shown else " (queued, running or finished in the last "
+                 "24 h; --all: every job kept)")]  # fmt: skip
+    else:
+        cells = [_cells(job, user, now, with_user) for user, job in rows]
+        headings = (("USER",) if with_user else ()) + _HEADINGS
+        widths = [max(len(row[i]) for row in [headings, *cells]) for i in range(len(headings))]
+        table = [
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+            for row in [headings, *cells]
+        ]
+    shown = "" if all_shown else "; finished jobs older than 24 h: hwpool jobs --all"
+    return "\n".join([*table, f"({ID_NOTE}{shown})"])
+
+
+def _cells(job: JobRecord, user: str, now: float, with_user: bool) -> tuple[str, ...]:
+    name = printable(job.name)
+    if len(name) > NAME_WIDTH:
+        name = name[: NAME_WIDTH - 1] + "~"
+    ran = _ran(job, now)
+    cells = (
+        job.id, name, job.state.value, _exit_text(job) or "-",
+        ",".join(_short_gpu(g) for g in job.gpu_ids) or "-", _clock(job.queued_at, now),
+        _clock(job.started_at, now), _clock(job.ended_at, now),
+        duration(_waited(job, now)), "-" if ran is None else duration(ran),
+        printable(job.reason or ""),
+    )  # fmt: skip
+    return ((printable(user),) if with_user else ()) + cells
+
+
+def _short_gpu(gpu_id: str) -> str:
+    """``GPU-8f2c1a3b`` for a UUID (``--json`` has it whole); other ids as they are."""
+    return printable(gpu_id[:12] if gpu_id.startswith(("GPU-", "MIG-")) else gpu_id)
+
+
+def _clock(stamp: float | None, now: float) -> str:
+    """``14:02:11`` today, ``Dec 03 14:02`` on another day (local time); ``-`` for none."""
+    if stamp is None:
+        return "-"
+    moment, today = time.localtime(stamp), time.localtime(now)
+    if moment[:3] == today[:3]:
+        return time.strftime("%H:%M:%S", moment)
+    return time.strftime("%b %d %H:%M", moment)
+
+
+def duration(seconds: float) -> str:
+    """``45s``, ``3m12s``, ``2h05m``, ``3d04h``: a duration as people read it."""
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    if whole < 86400:
+        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+    return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
+
+
+# ----------------------------------------------------------------- logs
+def _cmd_logs(args: argparse.Namespace) -> int:
+    with _table([args.id]) as store:
+        record = store.get(args.id)
+        try:
+            if args.follow:
+                return _follow(store, record, args.stderr)
+            return _print_log(record, args.stderr)
+        except KeyboardInterrupt:  # Ctrl-C ends following: quietly, as tail -f does
+            return 130
+
+
+def _print_log(record: JobRecord, stderr: bool) -> int:
+    try:
+        fd = _open(log_path(record, stderr), record)
+    except LogNotStartedError as exc:
+        print(f"hwpool: error: {one_line(str(exc))}", file=sys.stderr)
+        return 1
+    with os.fdopen(fd, "rb") as log:
+        while chunk := log.read(CHUNK):
+            sys.stdout.buffer.write(chunk)
+    return 0
+
+
+def _open(path: Path, record: JobRecord) -> int:
+    """The checked log ``path`` of ``record``; an error (exit 1) when it is missing."""
+    try:
+        return open_log(path)
+    except FileNotFoundError:
+        raise _Broken(f"{record.id}'s log {str(path)!r} is missing (removed?)") from None
+
+
+def _follow(store: JobStore, record: JobRecord, stderr: bool) -> int:
+    """Print the log as it grows until the job has finished and all it wrote is shown."""
+    record = _until_started(store, record)
+    try:
+        path = log_path(record, stderr)
+    except LogNotStartedError as exc:
+        print(f"hwpool: error: {one_line(str(exc))}", file=sys.stderr)
+        return 1
+    watch = _Watch(store, record)
+    fd = None
+    while fd is None:  # the launcher makes the file as it starts the job
+        try:
+            fd = open_log(path)
+        except FileNotFoundError:
+            if watch.finished():
+                return _print_log(watch.record, stderr)
+            time.sleep(POLL_S)
+    with os.fdopen(fd, "rb") as log:
+        out = sys.stdout.buffer
+        finished = False
+        while True:
+            chunk = log.read(CHUNK)
+            if chunk:
+                out.write(chunk)
+                out.flush()
+                continue
+            if finished:  # drained after the end was recorded: all of it is shown
+                return 0
+            finished = watch.finished()
+            if not finished:
+                time.sleep(POLL_S)
+
+
+def _until_started(store: JobStore, record: JobRecord) -> JobRecord:
+    """``record`` once the job has left the queue (started, or finished without)."""
+    if record.state not in (JobState.QUEUED, JobState.WAITING):
+        return record
+    print(f"hwpool logs: {record.id} is {record.state.value}: waiting for it to start",
+          file=sys.stderr)  # fmt: skip
+    watch = _Watch(store, record)
+    while watch.record.state in (JobState.QUEUED, JobState.WAITING):
+        time.sleep(POLL_S)
+        watch.finished()
+    return watch.record
+
+
+class _Watch:
+    """The job's record, read again when the table changed; a running job whose launcher
+    died is recorded lost (checked once a second)."""
+
+    def __init__(self, store: JobStore, record: JobRecord) -> None:
+        self.store = store
+        self.record = record
+        self._version = store.data_version()
+        self._checked = time.monotonic()
+
+    def finished(self) -> bool:
+        """Whether the job has finished (its record refreshed first)."""
+        version = self.store.data_version()
+        if version != self._version:
+            self._version = version
+            self.record = self.store.get(self.record.id)
+        if time.monotonic() - self._checked >= 1.0:
+            self._checked = time.monotonic()
+            self.record = record_if_dead(self.store, self.record)
+        return self.record.state.finished
+
+
+# ----------------------------------------------------------------- wait
+def _cmd_wait(args: argparse.Namespace) -> int:
+    ids = list(dict.fromkeys(args.ids))
+    with _table(ids) as store:
+        for job_id in ids:  # every id known before any wait
+            store.get(job_id)
+        try:
+            records = wait_for(store, ids, args.timeout)
+        except TimeoutError as exc:
+            print(f"hwpool: error: wait: --timeout {args.timeout:g} s passed: {exc}",
+                  file=sys.stderr)  # fmt: skip
+            return WAIT_TIMED_OUT
+    status = 0
+    for job_id in ids:
+        record = records[job_id]
+        code = exit_status(record)
+        print(f"{job_id}: {_outcome(record)} (status {code})")
+        if code and not status:
+            status = code
+    return status
+
+
+def _outcome(record: JobRecord) -> str:
+    """``succeeded``, ``failed (exit 3)``, ``cancelled (SIGTERM)``, ``lost: why``."""
+    shown = _exit_text(record)
+    if record.state is JobState.FAILED:
+        return f"failed ({'exit ' if record.signal is None else ''}{shown})"
+    if record.state is JobState.SUCCEEDED:
+        return "succeeded"
+    detail = f" ({shown})" if shown else ""
+    reason = f": {printable(record.reason)}" if record.reason else ""
+    return f"{record.state.value}{detail}{reason}"
+
+
+# ----------------------------------------------------------------- retry
+def _cmd_retry(args: argparse.Namespace) -> int:
+    with _table([args.id]) as store:
+        again = store.retry(args.id)
+    _wake_supervisor(_directory())
+    if args.json:
+        print(json.dumps({"id": again.id, "retry_of": args.id, "state": again.state.value}))
+    else:
+        print(f"{again.id}: a retry of {args.id}, {again.state.value}")
+    return 0
+
+
+# ----------------------------------------------------------------- cancel (jN)
+def cancel_jobs(job_ids: Sequence[str]) -> int:
+    """``hwpool cancel jN...``: cancel each job, one line each on what happened; the number
+    not cancelled (not confirmed within the wait). Exit-2 errors (an unknown id: then none is
+    cancelled) are raised as :class:`_Usage` for ``hwpool cancel`` to report."""
+    try:
+        with _table(job_ids) as store:
+            for job_id in job_ids:  # every id known before anything is cancelled
+                store.get(job_id)
+            outcomes = [cancel_job(store, job_id) for job_id in job_ids]
+    except (UnknownJobError, JobStateError) as exc:
+        raise CancelRefused(_message(exc), 2) from None
+    except (UnsafePathError, JobTableError) as exc:
+        raise CancelRefused(_message(exc), 1) from None
+    _wake_supervisor(_directory())
+    unconfirmed = 0
+    for outcome in outcomes:
+        print(_cancel_line(outcome), file=sys.stdout if outcome.done else sys.stderr)
+        unconfirmed += not outcome.done
+    return unconfirmed
+
+
+class CancelRefused(Exception):
+    """``hwpool cancel jN`` refused before cancelling anything: the message and status."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _cancel_line(outcome: CancelOutcome) -> str:
+    line = f"{outcome.record.id}: {outcome.note}"
+    if outcome.dependents:
+        line += f"; with it {plural(len(outcome.dependents), 'job')} that depended on it: "
+        line += ", ".join(outcome.dependents)
+    return line if outcome.done else f"hwpool: error: {line}"

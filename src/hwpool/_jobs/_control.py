@@ -1,0 +1,221 @@
+"""Waiting for jobs, their exit statuses, and cancelling them: what ``hwpool wait`` and
+``hwpool cancel jN`` do, and ``Job.wait()`` and ``Job.cancel()`` with them.
+
+**Waiting is polling.** The supervisor and the launchers write the table from other
+processes, and sqlite says when another connection committed (``PRAGMA data_version``), so a
+waiter reads the table again only when it changed, every :data:`POLL_S`. A running job whose
+launcher died without recording the end (it is no longer running, and the row still says
+running) is recorded ``lost`` by whoever notices first; a racing writer that recorded the
+end first wins (its JobStateError is expected).
+
+**Cancelling** a queued or waiting job is a change in the table (the supervisor withdraws
+its request when it next reads it; the jobs that depended on it are cancelled by
+``ready()``, run here too so that ``hwpool jobs`` right after shows them). A running job is
+ended by its launcher: it gets :data:`~._procs.CANCEL_SIGNAL`, ends the job's process group
+(SIGTERM, SIGKILL after its grace) and records ``cancelled``; the canceller waits (bounded)
+until the row says the job finished.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ._model import JobRecord, JobState
+from ._procs import CANCEL_SIGNAL, is_running, signal_if_running
+from ._store import JobStateError, JobStore
+
+__all__ = [
+    "CANCELLED_STATUS",
+    "CANCEL_WAIT_S",
+    "LOST_STATUS",
+    "POLL_S",
+    "TIMED_OUT_STATUS",
+    "CancelOutcome",
+    "cancel_job",
+    "exit_status",
+    "record_if_dead",
+    "signal_name",
+    "wait_for",
+]
+
+POLL_S = 0.05  # how often a waiter looks at the table
+CANCEL_WAIT_S = 20.0  # how long cancelling a running job waits for its end to be recorded
+TIMED_OUT_STATUS = 124  # as timeout(1), and `hwpool run --time`
+LOST_STATUS = 125  # the job's end is unknown: nothing watched it
+CANCELLED_STATUS = 128 + signal.SIGTERM  # 143: cancelled before it ran, or ended with a code
+LAUNCHER_GONE = "its launcher was gone: the job's end was never recorded"
+
+
+def exit_status(record: JobRecord) -> int:
+    """The status ``hwpool wait`` exits with for the finished job ``record`` (see
+    docs/jobs.md): 0 if it succeeded; a failed job's own code, or 128 + the signal that
+    killed it; 124 if it timed out; 125 if it was lost; a cancelled job's 128 + the signal
+    that ended it, else 143 (as if by SIGTERM)."""
+    state = record.state
+    if not state.finished:
+        raise ValueError(f"{record.id} has not finished ({state.value}): it has no status yet")
+    if state is JobState.SUCCEEDED:
+        return 0
+    if state is JobState.TIMED_OUT:
+        return TIMED_OUT_STATUS
+    if state is JobState.LOST:
+        return LOST_STATUS
+    if record.signal is not None:
+        return 128 + record.signal
+    if state is JobState.FAILED and record.exit_code is not None:
+        return record.exit_code
+    return CANCELLED_STATUS
+
+
+def record_if_dead(store: JobStore, record: JobRecord, reason: str = LAUNCHER_GONE) -> JobRecord:
+    """``record`` as it stands: a running job whose launcher is no longer running is
+    recorded ``lost`` (unless another process recorded its end first)."""
+    if record.state is not JobState.RUNNING or record.pid is None:
+        return record
+    if is_running(record.pid, record.pid_start):
+        return record
+    try:
+        return store.mark_lost(record.id, reason=reason)
+    except JobStateError:  # its end was recorded meanwhile (the launcher's last write)
+        return store.get(record.id)
+
+
+def wait_for(
+    store: JobStore,
+    job_ids: Sequence[str],
+    timeout: float | None = None,
+    *,
+    poll: float = POLL_S,
+    clock: Callable[[], float] = time.monotonic,
+) -> dict[str, JobRecord]:
+    """The jobs ``job_ids`` once every one has finished, by id. UnknownJobError (before any
+    wait) for an id the table lacks; TimeoutError naming those not finished when ``timeout``
+    seconds pass first."""
+    records = {job_id: store.get(job_id) for job_id in job_ids}
+    deadline = None if timeout is None else clock() + timeout
+    version = store.data_version()
+    checked_launchers = clock()
+    while True:
+        pending = [job_id for job_id, record in records.items() if not record.state.finished]
+        if not pending:
+            return records
+        if deadline is not None and clock() >= deadline:
+            raise TimeoutError(_not_finished(records, pending, timeout))
+        time.sleep(poll if deadline is None else max(0.0, min(poll, deadline - clock())))
+        now_version = store.data_version()
+        launchers_due = clock() - checked_launchers >= 1.0
+        if now_version == version and not launchers_due:
+            continue
+        version = now_version
+        for job_id in pending:
+            records[job_id] = store.get(job_id)
+        if launchers_due:
+            checked_launchers = clock()
+            for job_id in pending:
+                records[job_id] = record_if_dead(store, records[job_id])
+
+
+def _not_finished(records: dict[str, JobRecord], pending: Sequence[str], timeout: object) -> str:
+    states = ", ".join(f"{job_id} is {records[job_id].state.value}" for job_id in pending)
+    return f"not finished after {timeout} s: {states}"
+
+
+@dataclass(frozen=True, slots=True)
+class CancelOutcome:
+    """What cancelling a job did: ``record`` as it stands after; ``done`` whether the job
+    is finished now; ``note`` says what happened, in words; ``dependents`` the jobs
+    cancelled with it because they depended on it."""
+
+    record: JobRecord
+    done: bool
+    note: str
+    dependents: tuple[str, ...] = ()
+
+
+def cancel_job(
+    store: JobStore, job_id: str, *, wait_s: float = CANCEL_WAIT_S, poll: float = POLL_S
+) -> CancelOutcome:
+    """Cancel the job ``job_id`` (see the module); UnknownJobError for an unknown id.
+
+    A finished job is left as it is (``done``, the note says so). A running job's launcher
+    is signalled and the end awaited for up to ``wait_s`` seconds (not ``done`` if it was
+    not recorded by then)."""
+    for _ in range(3):  # a queued job may start meanwhile: then it is cancelled as running
+        record = store.get(job_id)
+        if record.state.finished:
+            return CancelOutcome(record, True, f"already {_ended(record)}: nothing to cancel")
+        if record.state is JobState.RUNNING:
+            return _cancel_running(store, record, wait_s, poll)
+        try:
+            was = record.state.value
+            cancelled = store.mark_cancelled(job_id)
+        except JobStateError:
+            continue
+        return CancelOutcome(cancelled, True, f"cancelled (it was {was})", _settle(store, job_id))
+    record = store.get(job_id)
+    return CancelOutcome(record, record.state.finished, f"is {record.state.value}")
+
+
+def _settle(store: JobStore, cancelled: str) -> tuple[str, ...]:
+    """Resolve the dependencies now (as the supervisor would), so that the jobs that waited
+    on ``cancelled`` show cancelled at once; the ids of those it cancelled."""
+    waiting = store.list(states=[JobState.WAITING.value])
+    store.ready()
+    after = {job.id: job for job in store.list(states=[JobState.CANCELLED.value])}
+    return tuple(
+        sorted(
+            (job.id for job in waiting if job.id in after),
+            key=lambda job_id: int(job_id[1:]),
+        )
+    )
+
+
+def _cancel_running(
+    store: JobStore, record: JobRecord, wait_s: float, poll: float
+) -> CancelOutcome:
+    """Signal the running job's launcher and wait (bounded) for the end it records."""
+    assert record.pid is not None
+    if not signal_if_running(record.pid, record.pid_start, CANCEL_SIGNAL):
+        lost = record_if_dead(store, record)
+        if lost.state is JobState.LOST:
+            return CancelOutcome(lost, True, f"lost: {LAUNCHER_GONE}")
+        return CancelOutcome(lost, lost.state.finished, f"already {_ended(lost)}")
+    try:
+        ended = wait_for(store, [record.id], wait_s, poll=poll)[record.id]
+    except TimeoutError:
+        current = store.get(record.id)
+        return CancelOutcome(
+            current, False,
+            f"its launcher (pid {record.pid}) was told to cancel it, but has not recorded "
+            f"its end within {wait_s:g} s",
+        )  # fmt: skip
+    if ended.state is JobState.CANCELLED:
+        return CancelOutcome(ended, True, f"cancelled (it was running){_how(ended)}")
+    return CancelOutcome(ended, True, f"{_ended(ended)} before it could be cancelled")
+
+
+def _how(record: JobRecord) -> str:
+    if record.signal is not None:
+        return f", ended by {signal_name(record.signal)}"
+    if record.exit_code is not None:
+        return f", exited {record.exit_code}"
+    return ""
+
+
+def _ended(record: JobRecord) -> str:
+    """``succeeded``, ``failed (exit 3)``, ``cancelled``, ... for a finished job."""
+    if record.state is JobState.FAILED:
+        code = signal_name(record.signal) if record.signal is not None else record.exit_code
+        return f"failed ({'exit ' if record.signal is None else ''}{code})"
+    return record.state.value
+
+
+def signal_name(number: int) -> str:
+    """``SIGKILL`` for 9; ``signal 77`` for a number with no name here."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"

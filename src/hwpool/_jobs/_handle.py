@@ -1,0 +1,152 @@
+"""``hwpool.Job``: a handle on one job of the user's job table, for scripts and tests.
+
+A handle holds only the job's id and where the table is: every property reads the table
+afresh (the supervisor and the job's launcher change it from other processes), so a handle
+is never stale and costs nothing to keep. ``hwpool.submit(...)`` returns one; ``Job("j12")``
+makes one for a job submitted earlier (``hwpool submit`` printed its id). The commands
+``hwpool wait``, ``logs``, ``cancel jN`` and ``retry`` do what its methods do, with the
+same functions (``_control``, ``_logs``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+
+from ._control import cancel_job, wait_for
+from ._logs import LogNotStartedError, read_log
+from ._model import JobRecord, JobState, check_job_id
+from ._state import TABLE_NAME, state_directory
+from ._store import JobStore, UnknownJobError
+
+__all__ = ["Job", "open_table", "wake_supervisor"]
+
+
+def open_table(directory: Path) -> JobStore | None:
+    """The job table in ``directory``, or None when there is none yet (nothing was ever
+    submitted there: it is not created just to be read). UnsafePathError and
+    JobTableError as :meth:`JobStore.open` raises them."""
+    if not os.path.lexists(directory / TABLE_NAME) and not os.path.islink(directory):
+        return None
+    return JobStore.open(directory)
+
+
+def _table(directory: Path, job_id: str) -> JobStore:
+    """The table in ``directory``; UnknownJobError naming ``job_id`` when there is none."""
+    store = open_table(directory)
+    if store is None:
+        raise UnknownJobError(
+            f"job_id: no job {job_id!r}: no job table in {str(directory)!r} (nothing was "
+            "submitted with this state directory)"
+        )
+    return store
+
+
+def wake_supervisor(directory: Path) -> None:
+    """Make sure the user's supervisor runs, to start the jobs of ``directory``'s table
+    (after a retry, or a cancel: it withdraws the request of a cancelled queued job).
+
+    TODO(lead): the supervisor's starter, ``hwpool._jobs._start.ensure_supervisor``, is not
+    on this branch yet; it is imported by name so that this does nothing until it is (then
+    import it plainly)."""
+    try:
+        start = importlib.import_module("hwpool._jobs._start")
+    except ImportError:
+        return
+    start.ensure_supervisor(directory)
+
+
+class Job:
+    """A job in the user's job table, by its id (``"j12"``).
+
+    ``state_dir`` is the state directory whose table holds it (default: the user's,
+    ``HWPOOL_STATE_DIR``, else ``$XDG_STATE_HOME/hwpool``, else ``~/.local/state/hwpool``).
+    Every property and method reads the table afresh. Methods raise ``LookupError``
+    (``UnknownJobError``) for a job the table does not hold (never submitted, or pruned
+    after its retention), and ``OSError`` (``UnsafePathError``) for a table or log whose
+    path is not safe to trust.
+    """
+
+    __slots__ = ("_directory", "_id")
+
+    def __init__(self, job_id: str, *, state_dir: str | os.PathLike[str] | None = None) -> None:
+        """A handle on the job ``job_id`` (checked: ``j`` then a number; ValueError
+        otherwise, TypeError for a non-string). The job itself is looked up on use."""
+        check_job_id("job_id", job_id)
+        self._id = job_id
+        self._directory = state_directory() if state_dir is None else Path(state_dir)
+
+    @property
+    def id(self) -> str:
+        """The job's id, such as ``"j12"``."""
+        return self._id
+
+    @property
+    def state_dir(self) -> Path:
+        """The state directory whose table holds the job."""
+        return self._directory
+
+    def record(self) -> JobRecord:
+        """The job's record as the table holds it now."""
+        with _table(self._directory, self._id) as store:
+            return store.get(self._id)
+
+    @property
+    def state(self) -> JobState:
+        """Where the job is now (``JobState.RUNNING``, ``JobState.SUCCEEDED``, ...)."""
+        return self.record().state
+
+    @property
+    def exit_code(self) -> int | None:
+        """The job's own exit code once it exited (0 to 255); None while it has not
+        finished, and when a signal ended it (``record().signal`` says which) or it never
+        ran."""
+        return self.record().exit_code
+
+    def wait(self, timeout: float | None = None) -> JobRecord:
+        """Block until the job finishes; its finished record. ``TimeoutError`` when
+        ``timeout`` seconds pass first (the job goes on)."""
+        if timeout is not None and not timeout >= 0:
+            raise ValueError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
+        with _table(self._directory, self._id) as store:
+            return wait_for(store, [self._id], timeout)[self._id]
+
+    def logs(self, stderr: bool = False) -> str:
+        """The job's output so far (its stdout, or its ``stderr``), decoded as UTF-8 with
+        undecodable bytes replaced; empty for a job that has not started or never did."""
+        try:
+            data = read_log(self.record(), stderr)
+        except LogNotStartedError:
+            return ""
+        return data.decode("utf-8", "replace")
+
+    def cancel(self) -> JobRecord:
+        """Cancel the job: a queued or waiting one is recorded cancelled (and the jobs that
+        depended on it); a running one is ended by its launcher (SIGTERM, SIGKILL after its
+        grace), awaited for a bounded time. A finished job is left as it is. The record
+        after."""
+        with _table(self._directory, self._id) as store:
+            outcome = cancel_job(store, self._id)
+        wake_supervisor(self._directory)
+        return outcome.record
+
+    def retry(self) -> Job:
+        """Queue the finished job again as a new job (same command, environment, request,
+        dependencies); the new job's handle. ``ValueError`` (``JobStateError``) for a job
+        that has not finished."""
+        with _table(self._directory, self._id) as store:
+            again = store.retry(self._id)
+        wake_supervisor(self._directory)
+        return Job(again.id, state_dir=self._directory)
+
+    def __repr__(self) -> str:
+        return f"Job({self._id!r}, state_dir={str(self._directory)!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Job):
+            return NotImplemented
+        return (self._id, self._directory) == (other._id, other._directory)
+
+    def __hash__(self) -> int:
+        return hash((self._id, self._directory))
