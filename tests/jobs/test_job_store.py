@@ -4,6 +4,8 @@ retries and retention."""
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from fractions import Fraction
@@ -13,6 +15,7 @@ from typing import Any
 import pytest
 from jobtables import add, dump
 
+from hostserver import BOUND, ENV
 from hwpool._jobs._model import JobRecord, JobState
 from hwpool._jobs._store import (
     SCHEMA_VERSION,
@@ -534,3 +537,30 @@ def test_a_file_that_is_not_a_job_table_is_refused(
     path.chmod(0o600)
     with pytest.raises(JobTableError, match=message):
         JobStore.open(state_dir)
+
+
+WRITE_AND_CLOSE = """
+import sys
+from pathlib import Path
+from hwpool._jobs._store import JobStore
+with JobStore.open(Path(sys.argv[1])) as store:
+    store.add(["true"], cwd="/", environment={})
+"""
+
+
+def test_opening_the_table_again_keeps_the_locks_of_the_open_connections(
+    store: JobStore, state_dir: Path
+) -> None:
+    # Closing any descriptor of a file drops all of the process's POSIX locks on it, sqlite's
+    # too: a second open in this process once let another process that closed its own
+    # connection think it was the last one, checkpoint the table and remove its write-ahead
+    # log under the first connection ("database disk image is malformed").
+    add(store)
+    JobStore.open(state_dir).close()
+    done = subprocess.run(
+        [sys.executable, "-c", WRITE_AND_CLOSE, str(state_dir)],
+        capture_output=True, text=True, env=ENV, timeout=BOUND * 3, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (state_dir / "jobs.db-wal").exists()  # this process still has it open
+    assert [job.id for job in store.list()] == ["j2", "j1"]

@@ -23,7 +23,7 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path
 
-from .._wire._safety import UnsafePathError, check_directory, open_side_file
+from .._wire._safety import UnsafePathError, _side_file_problem, check_directory, open_side_file
 
 __all__ = ["STATE_DIR_VAR", "TABLE_NAME", "open_table_file", "prepare_state_directory",
            "state_directory"]  # fmt: skip
@@ -71,10 +71,46 @@ def prepare_state_directory(directory: Path) -> Path:
 
 
 def open_table_file(path: Path) -> int:
-    """Create or open the job table ``path`` and check it (see the module): its descriptor,
-    for the caller to close once sqlite has opened the same file."""
-    flags = os.O_RDWR | os.O_CREAT
-    fd = open_side_file(path, flags, mode=0o600, what="job table")
+    """Create or open the job table ``path`` and check it (see the module): a descriptor of
+    it, for the caller to close once sqlite has opened the same file.
+
+    Where the system has ``O_PATH`` (Linux) the descriptor is an ``O_PATH`` one, and only
+    such a descriptor may be closed while this process has another connection to the table:
+    closing any other descriptor of a file drops every POSIX lock the process holds on it,
+    sqlite's included, and a WAL table whose readers lost their lock may be checkpointed and
+    its log removed under them by another process ("database disk image is malformed")."""
+    if not hasattr(os, "O_PATH"):
+        return _checked_table(open_side_file(path, os.O_RDWR | os.O_CREAT, mode=0o600,
+                                             what="job table"), path)  # fmt: skip
+    create = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    # a new table: closing the descriptor of a file just made drops no one's lock; if
+    # something is there already (a table, or anything else), it is checked below
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, create, 0o600))
+    try:
+        fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise UnsafePathError(f"the job table {str(path)!r} vanished while opened") from None
+    info = os.fstat(fd)
+    if stat.S_ISLNK(info.st_mode):
+        os.close(fd)
+        raise UnsafePathError(
+            f"the job table {str(path)!r} is a symbolic link (never followed: it could make "
+            "the server write another file): refusing to use it (remove it; someone else may "
+            "have planted it)"
+        )
+    problem = _side_file_problem(info, os.geteuid())
+    if problem is not None:
+        os.close(fd)
+        raise UnsafePathError(
+            f"the job table {str(path)!r} {problem}: refusing to use it (remove it; someone "
+            "else may have planted it)"
+        )
+    return _checked_table(fd, path)
+
+
+def _checked_table(fd: int, path: Path) -> int:
+    """``fd`` of the table ``path`` if no one else may read it (else closed, and raise)."""
     mode = os.fstat(fd).st_mode
     if mode & _PRIVATE:
         os.close(fd)

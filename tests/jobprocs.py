@@ -1,0 +1,137 @@
+"""Real processes for the tests of the job commands (tests/jobs, tests/cli): ``hwpool``
+commands on a state directory of the test's, and the stand-in launcher
+(tests/jobs/standin_launcher.py) that plays a running job. Every wait is bounded; a line is
+awaited from a reader thread, never slept for.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO
+
+from hostserver import BOUND, SRC
+
+STANDIN = Path(__file__).resolve().parent / "jobs" / "standin_launcher.py"
+
+
+def job_env(state_dir: Path, **extra: str) -> dict[str, str]:
+    """This environment with this tree's sources and ``state_dir`` as the state directory."""
+    return {**os.environ, "PYTHONPATH": SRC, "PYTHONUNBUFFERED": "1",
+            "HWPOOL_STATE_DIR": str(state_dir), **extra}  # fmt: skip
+
+
+def hwpool(
+    state_dir: Path, *args: str, timeout: float = BOUND * 6
+) -> subprocess.CompletedProcess[str]:
+    """``python -m hwpool ARGS`` with ``state_dir``; its exit status and output."""
+    return subprocess.run(
+        [sys.executable, "-m", "hwpool", *args], capture_output=True, text=True,
+        env=job_env(state_dir), timeout=timeout, check=False, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+class Lines:
+    """The lines a pipe yields, read by a thread of their own."""
+
+    def __init__(self, pipe: IO[str]) -> None:
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._drain, args=(pipe,), daemon=True)
+        self._thread.start()
+
+    def _drain(self, pipe: IO[str]) -> None:
+        for line in pipe:
+            self._lines.put(line.rstrip("\n"))
+        self._lines.put(None)
+
+    def next(self, timeout: float = BOUND) -> str | None:
+        """The next line (None at the end of the stream); AssertionError after ``timeout``."""
+        try:
+            return self._lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"no line within {timeout} s") from None
+
+    def rest(self) -> list[str]:
+        """Every line up to the end of the stream."""
+        found = []
+        while (line := self.next()) is not None:
+            found.append(line)
+        return found
+
+
+class Command:
+    """One ``hwpool ...`` process running in the background, its stdout read line by line."""
+
+    def __init__(self, state_dir: Path, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "hwpool", *args], stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=job_env(state_dir),
+        )  # fmt: skip
+        assert self.proc.stdout is not None
+        self.lines = Lines(self.proc.stdout)
+
+    def finish(self) -> tuple[int, str]:
+        """Its exit status and stderr, once it ended (bounded)."""
+        try:
+            _, err = self.proc.communicate(timeout=BOUND * 3)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            _, err = self.proc.communicate()
+            raise AssertionError(f"hwpool did not exit: {err}") from None
+        return self.proc.returncode, err
+
+    def interrupt(self) -> None:
+        self.proc.send_signal(signal.SIGINT)
+
+
+class Standin:
+    """The stand-in launcher running one job (see tests/jobs/standin_launcher.py)."""
+
+    def __init__(
+        self, state_dir: Path, job_id: str | None = None, *, add: str = "standin",
+        argv: Sequence[str] | None = None, env: dict[str, str] | None = None,
+    ) -> None:  # fmt: skip
+        """``argv``: the command that starts Python (another user's, say); ``env``: its
+        environment (default: this tree's, with ``state_dir``)."""
+        target = [job_id] if job_id is not None else ["--add", add]
+        python = list(argv) if argv is not None else [sys.executable]
+        self.proc = subprocess.Popen(
+            [*python, str(STANDIN), str(state_dir), *target], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=env if env is not None else job_env(state_dir),
+        )  # fmt: skip
+        assert self.proc.stdout is not None
+        self.lines = Lines(self.proc.stdout)
+        first = self.lines.next()
+        if first is None or not first.startswith("running "):
+            raise AssertionError(f"the stand-in launcher did not start: {self.stderr()}")
+        self.job_id = first.split()[1]
+
+    def send(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def stderr(self) -> str:
+        self.proc.wait(timeout=BOUND)
+        assert self.proc.stderr is not None
+        return self.proc.stderr.read()
+
+    def end(self, command: str) -> int:
+        """Send a last command (``exit 3``, ``die``, ...); the launcher's exit status."""
+        self.send(command)
+        return self.proc.wait(timeout=BOUND)
+
+    def wait(self) -> int:
+        return self.proc.wait(timeout=BOUND * 3)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=BOUND)
