@@ -66,25 +66,26 @@ class Lines:
 
 
 class Command:
-    """One ``hwpool ...`` process running in the background, its stdout read line by line."""
+    """One ``hwpool ...`` process running in the background, its stdout and stderr read line
+    by line."""
 
     def __init__(self, state_dir: Path, *args: str) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "hwpool", *args], stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=job_env(state_dir),
         )  # fmt: skip
-        assert self.proc.stdout is not None
+        assert self.proc.stdout is not None and self.proc.stderr is not None
         self.lines = Lines(self.proc.stdout)
+        self.errors = Lines(self.proc.stderr)
 
     def finish(self) -> tuple[int, str]:
-        """Its exit status and stderr, once it ended (bounded)."""
+        """Its exit status and what is left of its stderr, once it ended (bounded)."""
         try:
-            _, err = self.proc.communicate(timeout=BOUND * 3)
+            self.proc.wait(timeout=BOUND * 3)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            _, err = self.proc.communicate()
-            raise AssertionError(f"hwpool did not exit: {err}") from None
-        return self.proc.returncode, err
+            raise AssertionError(f"hwpool did not exit: {self.errors.rest()}") from None
+        return self.proc.returncode, "".join(line + "\n" for line in self.errors.rest())
 
     def interrupt(self) -> None:
         self.proc.send_signal(signal.SIGINT)
