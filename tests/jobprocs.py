@@ -97,13 +97,15 @@ class Standin:
     def __init__(
         self, state_dir: Path, job_id: str | None = None, *, add: str = "standin",
         argv: Sequence[str] | None = None, env: dict[str, str] | None = None,
+        script: Path = STANDIN,
     ) -> None:  # fmt: skip
         """``argv``: the command that starts Python (another user's, say); ``env``: its
-        environment (default: this tree's, with ``state_dir``)."""
+        environment (default: this tree's, with ``state_dir``); ``script``: the stand-in's
+        file (a copy another user may read)."""
         target = [job_id] if job_id is not None else ["--add", add]
         python = list(argv) if argv is not None else [sys.executable]
         self.proc = subprocess.Popen(
-            [*python, str(STANDIN), str(state_dir), *target], stdin=subprocess.PIPE,
+            [*python, str(script), str(state_dir), *target], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env=env if env is not None else job_env(state_dir),
         )  # fmt: skip

@@ -427,8 +427,8 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
     """Cancel each id named, and each request ``--name``/``--mine`` select; one line per id
     on what happened. Exit 2 if any was refused (unknown, or not the caller's)."""
     if not args.ids and args.name is None and not args.mine:
-        raise _Usage("cancel: give the ids to cancel (j12: a job; 12: a server request), "
-                     "--name NAME or --mine")  # fmt: skip
+        raise _Usage("cancel: give the ids to cancel, --name NAME or --mine (an id: j12 is "
+                     "a job's, 12 a server request's)")  # fmt: skip
     ids = list(dict.fromkeys(i for i in args.ids if isinstance(i, int)))
     jobs = list(dict.fromkeys(i for i in args.ids if isinstance(i, str)))
     unfinished = 0

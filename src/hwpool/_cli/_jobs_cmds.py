@@ -162,6 +162,10 @@ def _guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse
         except (_Broken, UnsafePathError, JobTableError) as exc:
             print(f"hwpool: error: {_message(exc)}", file=sys.stderr)
             return 1
+        except OSError as exc:  # a folder or file closed to this user, say
+            where = "" if exc.filename is None else f"{str(exc.filename)!r}: "
+            print(f"hwpool: error: cannot read {one_line(where)}{exc.strerror}", file=sys.stderr)
+            return 1
 
     return run
 
@@ -553,6 +557,8 @@ def cancel_jobs(job_ids: Sequence[str]) -> int:
         raise CancelRefused(_message(exc), 2) from None
     except (UnsafePathError, JobTableError) as exc:
         raise CancelRefused(_message(exc), 1) from None
+    except OSError as exc:  # a folder or file closed to this user, say
+        raise CancelRefused(f"cannot read {exc.filename!r}: {exc.strerror}", 1) from None
     _wake_supervisor(_directory())
     unconfirmed = 0
     for outcome in outcomes:

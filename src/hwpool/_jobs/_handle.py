@@ -17,7 +17,7 @@ from pathlib import Path
 from ._control import cancel_job, wait_for
 from ._logs import LogNotStartedError, read_log
 from ._model import JobRecord, JobState, check_job_id
-from ._state import TABLE_NAME, state_directory
+from ._state import TABLE_NAME, prepare_state_directory, state_directory
 from ._store import JobStore, UnknownJobError
 
 __all__ = ["Job", "open_table", "wake_supervisor"]
@@ -27,9 +27,22 @@ def open_table(directory: Path) -> JobStore | None:
     """The job table in ``directory``, or None when there is none yet (nothing was ever
     submitted there: it is not created just to be read). UnsafePathError and
     JobTableError as :meth:`JobStore.open` raises them."""
-    if not os.path.lexists(directory / TABLE_NAME) and not os.path.islink(directory):
+    if not _exists(directory):
+        return None
+    prepare_state_directory(directory)  # checked, so that a folder not ours is refused
+    if not _exists(directory / TABLE_NAME):
         return None
     return JobStore.open(directory)
+
+
+def _exists(path: Path) -> bool:
+    """Whether ``path`` exists (a link too); PermissionError when it cannot be known (a
+    folder above it is closed to this user: another's)."""
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def _table(directory: Path, job_id: str) -> JobStore:
