@@ -1,4 +1,4 @@
-"""The code example of docs/jobs.md runs, and prints what the page says it prints."""
+"""The code examples of docs/jobs.md run, and print what the page says they print."""
 
 from __future__ import annotations
 
@@ -10,12 +10,13 @@ from pathlib import Path
 DOC = Path(__file__).resolve().parents[2] / "docs" / "jobs.md"
 
 
-def test_the_pages_python_example_runs_as_shown() -> None:
+def test_the_pages_python_examples_run_as_shown() -> None:
     blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
-    assert len(blocks) == 1
-    shown = [line.strip().removeprefix("# ") for line in blocks[0].splitlines()
-             if line.strip().startswith("# ")]  # fmt: skip
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        exec(compile(blocks[0], f"{DOC}:python", "exec"), {})
-    assert printed.getvalue().splitlines() == shown
+    assert len(blocks) == 2  # the table, and hwpool.Job
+    for index, block in enumerate(blocks):
+        shown = [line.strip().removeprefix("# ") for line in block.splitlines()
+                 if line.strip().startswith("# ")]  # fmt: skip
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            exec(compile(block, f"{DOC}:python:{index}", "exec"), {})
+        assert printed.getvalue().splitlines() == shown
