@@ -5,7 +5,11 @@ with the stand-in launcher (tests/jobs/standin_launcher.py) as a running job's p
 from __future__ import annotations
 
 import json
+import os
+import pwd
 import sqlite3
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,9 +17,10 @@ from typing import Any
 
 import pytest
 
-from hostserver import running_server
+from hostserver import BOUND, running_server
+from hwpool._cli._jobs_cmds import _distinct_homes
 from hwpool._jobs._store import JobStore
-from jobprocs import Command, Standin, hwpool
+from jobprocs import Command, Standin, hwpool, job_env
 
 ENV = {"PATH": "/usr/bin", "TOKEN": "secret-token-value"}
 
@@ -434,3 +439,31 @@ def test_an_unsafe_state_directory_is_refused(tmp_path: Path) -> None:
     state_dir.chmod(0o755)
     for args in (("jobs",), ("wait", "j1"), ("logs", "j1"), ("retry", "j1"), ("cancel", "j1")):
         one_error(hwpool(state_dir, *args), 1, "may be read by others (mode 0755)")
+
+
+def test_a_reader_that_goes_away_ends_jobs_quietly(store: JobStore, state_dir: Path) -> None:
+    for _ in range(600):  # over the pipe's buffer, so that writing fails once it is closed
+        add(store)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hwpool", "jobs", "--json"], stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=job_env(state_dir),
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stdout.read(10) == b'[\n {\n  "id'
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=BOUND * 3)
+    assert (proc.returncode, err) == (0, b"")
+
+
+def test_all_users_reads_a_shared_home_once_as_its_owner(tmp_path: Path) -> None:
+    def entry(name: str, uid: int, home: Path) -> pwd.struct_passwd:
+        return pwd.struct_passwd((name, "x", uid, uid, "", str(home), "/bin/sh"))
+
+    shared = tmp_path / "shared"
+    (shared / ".local" / "state" / "hwpool").mkdir(parents=True)
+    owner = os.getuid()
+    entries = [
+        entry("a", 5001, tmp_path / "none"), entry("b", 5002, tmp_path / "none"),
+        entry("c", 5003, shared), entry("me", owner, shared), entry("me-again", owner, shared),
+        entry("d", 5004, tmp_path / "d"),
+    ]  # fmt: skip
+    assert [user.pw_name for user in _distinct_homes(entries)] == ["me", "d"]

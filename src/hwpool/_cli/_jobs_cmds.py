@@ -41,7 +41,7 @@ from .._jobs._control import (
 from .._jobs._handle import open_table, wake_supervisor
 from .._jobs._logs import CHUNK, LogNotStartedError, log_path, open_log
 from .._jobs._model import FINISHED, JobRecord, JobState, check_job_id
-from .._jobs._others import read_user_jobs
+from .._jobs._others import default_state_directory, read_user_jobs
 from .._jobs._schema import JobTableError
 from .._jobs._state import state_directory
 from .._jobs._store import JobStateError, JobStore, UnknownJobError
@@ -162,6 +162,8 @@ def _guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse
         except (_Broken, UnsafePathError, JobTableError) as exc:
             print(f"hwpool: error: {_message(exc)}", file=sys.stderr)
             return 1
+        except BrokenPipeError:  # our reader went away (`| head`): main() ends quietly
+            raise
         except OSError as exc:  # a folder or file closed to this user, say
             where = "" if exc.filename is None else f"{str(exc.filename)!r}: "
             print(f"hwpool: error: cannot read {one_line(where)}{exc.strerror}", file=sys.stderr)
@@ -245,7 +247,7 @@ def _gather(args: argparse.Namespace) -> tuple[list[tuple[str, JobRecord]], list
         except KeyError:
             raise _Usage(f"--user: no user named {args.user!r}") from None
     else:
-        users = list({user.pw_uid: user for user in pwd.getpwall()}.values())
+        users = _distinct_homes(pwd.getpwall())
     rows: list[tuple[str, JobRecord]] = []
     problems: list[str] = []
     for user in users:
@@ -256,6 +258,29 @@ def _gather(args: argparse.Namespace) -> tuple[list[tuple[str, JobRecord]], list
             continue
         rows += [(user.pw_name, job) for job in found]
     return rows, problems
+
+
+def _distinct_homes(entries: Sequence[pwd.struct_passwd]) -> list[pwd.struct_passwd]:
+    """The users to read for ``--all-users``: one per uid, and one per home (system users
+    often share ``/`` or ``/nonexistent``; of users who share a home with a job table, its
+    owner, the only one whose table it can be)."""
+    first: dict[int, pwd.struct_passwd] = {}
+    for user in entries:
+        first.setdefault(user.pw_uid, user)  # the first name of a uid, as getpwuid gives
+    by_home: dict[str, list[pwd.struct_passwd]] = {}
+    for user in first.values():
+        by_home.setdefault(user.pw_dir, []).append(user)
+    chosen = []
+    for sharing in by_home.values():
+        if len(sharing) == 1:
+            chosen += sharing
+            continue
+        try:
+            owner = os.lstat(default_state_directory(sharing[0])).st_uid
+        except OSError:
+            continue  # no state directory there: no jobs to show
+        chosen += [user for user in sharing if user.pw_uid == owner] or sharing[:1]
+    return chosen
 
 
 @contextmanager
