@@ -51,20 +51,21 @@ def main(argv: list[str]) -> int:
             job_id = store.add(["standin"], cwd="/", environment={}, name=argv[2]).id
         else:
             job_id = argv[1]
+
+        def cancel(signum: int, frame: FrameType | None) -> None:
+            with JobStore.open(directory) as own:
+                own.mark_cancelled(job_id, signal=signal.SIGTERM)
+            print("cancelled", flush=True)
+            os._exit(0)
+
+        # before the job is recorded running: from then on a cancel may come
+        signal.signal(CANCEL_SIGNAL, cancel)
         out, err = _logs(directory, job_id)
         pid = os.getpid()
         start = process_start(pid)
         assert start is not None
         store.mark_running(job_id, pid=pid, pid_start=start, gpu_ids=["GPU-standin-0"],
                            stdout_log=str(out), stderr_log=str(err))  # fmt: skip
-
-    def cancel(signum: int, frame: FrameType | None) -> None:
-        with JobStore.open(directory) as own:
-            own.mark_cancelled(job_id, signal=signal.SIGTERM)
-        print("cancelled", flush=True)
-        os._exit(0)
-
-    signal.signal(CANCEL_SIGNAL, cancel)
     print(f"running {job_id}", flush=True)
     for line in sys.stdin:
         command, _, rest = line.rstrip("\n").partition(" ")
