@@ -32,9 +32,9 @@ from .._check import duration_from_text
 from .._jobs._control import (
     POLL_S,
     CancelOutcome,
+    Watch,
     cancel_job,
     exit_status,
-    record_if_dead,
     signal_name,
     wait_for,
 )
@@ -462,14 +462,14 @@ def _follow(store: JobStore, record: JobRecord, stderr: bool) -> int:
     except LogNotStartedError as exc:
         print(f"hwpool: error: {one_line(str(exc))}", file=sys.stderr)
         return 1
-    watch = _Watch(store, record)
+    watch = Watch(store, [record])
     fd = None
     while fd is None:  # the launcher makes the file as it starts the job
         try:
             fd = open_log(path)
         except FileNotFoundError:
-            if watch.finished():
-                return _print_log(watch.record, stderr)
+            if _finished(watch):
+                return _print_log(watch.records[record.id], stderr)
             time.sleep(POLL_S)
     with os.fdopen(fd, "rb") as log:
         out = sys.stdout.buffer
@@ -482,7 +482,7 @@ def _follow(store: JobStore, record: JobRecord, stderr: bool) -> int:
                 continue
             if finished:  # drained after the end was recorded: all of it is shown
                 return 0
-            finished = watch.finished()
+            finished = _finished(watch)
             if not finished:
                 time.sleep(POLL_S)
 
@@ -493,33 +493,17 @@ def _until_started(store: JobStore, record: JobRecord) -> JobRecord:
         return record
     print(f"hwpool logs: {record.id} is {record.state.value}: waiting for it to start",
           file=sys.stderr)  # fmt: skip
-    watch = _Watch(store, record)
-    while watch.record.state in (JobState.QUEUED, JobState.WAITING):
+    watch = Watch(store, [record])
+    while watch.records[record.id].state in (JobState.QUEUED, JobState.WAITING):
         time.sleep(POLL_S)
-        watch.finished()
-    return watch.record
+        watch.refresh()
+    return watch.records[record.id]
 
 
-class _Watch:
-    """The job's record, read again when the table changed; a running job whose launcher
-    died is recorded lost (checked once a second)."""
-
-    def __init__(self, store: JobStore, record: JobRecord) -> None:
-        self.store = store
-        self.record = record
-        self._version = store.data_version()
-        self._checked = time.monotonic()
-
-    def finished(self) -> bool:
-        """Whether the job has finished (its record refreshed first)."""
-        version = self.store.data_version()
-        if version != self._version:
-            self._version = version
-            self.record = self.store.get(self.record.id)
-        if time.monotonic() - self._checked >= 1.0:
-            self._checked = time.monotonic()
-            self.record = record_if_dead(self.store, self.record)
-        return self.record.state.finished
+def _finished(watch: Watch) -> bool:
+    """Whether the one job ``watch`` watches has finished (read again first)."""
+    watch.refresh()
+    return not watch.pending()
 
 
 # ----------------------------------------------------------------- wait

@@ -30,10 +30,12 @@ from ._store import JobStateError, JobStore
 __all__ = [
     "CANCELLED_STATUS",
     "CANCEL_WAIT_S",
+    "LAUNCHER_CHECK_S",
     "LOST_STATUS",
     "POLL_S",
     "TIMED_OUT_STATUS",
     "CancelOutcome",
+    "Watch",
     "cancel_job",
     "exit_status",
     "record_if_dead",
@@ -42,6 +44,7 @@ __all__ = [
 ]
 
 POLL_S = 0.05  # how often a waiter looks at the table
+LAUNCHER_CHECK_S = 1.0  # how often it checks that the running jobs' launchers live
 CANCEL_WAIT_S = 20.0  # how long cancelling a running job waits for its end to be recorded
 TIMED_OUT_STATUS = 124  # as timeout(1), and `hwpool run --time`
 LOST_STATUS = 125  # the job's end is unknown: nothing watched it
@@ -83,6 +86,42 @@ def record_if_dead(store: JobStore, record: JobRecord, reason: str = LAUNCHER_GO
         return store.get(record.id)
 
 
+class Watch:
+    """The records of some jobs, kept current: read again when another process committed a
+    change to the table (``PRAGMA data_version``), and, once every :data:`LAUNCHER_CHECK_S`,
+    a running job whose launcher died without recording its end is recorded lost (see
+    :func:`record_if_dead`). Shared by ``wait`` and ``logs -f``."""
+
+    def __init__(
+        self,
+        store: JobStore,
+        records: Sequence[JobRecord],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.records = {record.id: record for record in records}
+        self._clock = clock
+        self._version = store.data_version()
+        self._checked = clock()
+
+    def pending(self) -> list[str]:
+        """The ids of the jobs not finished yet, in the order given."""
+        return [job_id for job_id, record in self.records.items() if not record.state.finished]
+
+    def refresh(self) -> None:
+        """Read the unfinished jobs again if the table changed; check their launchers when
+        that is due."""
+        version = self.store.data_version()
+        if version != self._version:
+            self._version = version
+            for job_id in self.pending():
+                self.records[job_id] = self.store.get(job_id)
+        if self._clock() - self._checked >= LAUNCHER_CHECK_S:
+            self._checked = self._clock()
+            for job_id in self.pending():
+                self.records[job_id] = record_if_dead(self.store, self.records[job_id])
+
+
 def wait_for(
     store: JobStore,
     job_ids: Sequence[str],
@@ -94,28 +133,14 @@ def wait_for(
     """The jobs ``job_ids`` once every one has finished, by id. UnknownJobError (before any
     wait) for an id the table lacks; TimeoutError naming those not finished when ``timeout``
     seconds pass first."""
-    records = {job_id: store.get(job_id) for job_id in job_ids}
+    watch = Watch(store, [store.get(job_id) for job_id in job_ids], clock)
     deadline = None if timeout is None else clock() + timeout
-    version = store.data_version()
-    checked_launchers = clock()
-    while True:
-        pending = [job_id for job_id, record in records.items() if not record.state.finished]
-        if not pending:
-            return records
+    while pending := watch.pending():
         if deadline is not None and clock() >= deadline:
-            raise TimeoutError(_not_finished(records, pending, timeout))
+            raise TimeoutError(_not_finished(watch.records, pending, timeout))
         time.sleep(poll if deadline is None else max(0.0, min(poll, deadline - clock())))
-        now_version = store.data_version()
-        launchers_due = clock() - checked_launchers >= 1.0
-        if now_version == version and not launchers_due:
-            continue
-        version = now_version
-        for job_id in pending:
-            records[job_id] = store.get(job_id)
-        if launchers_due:
-            checked_launchers = clock()
-            for job_id in pending:
-                records[job_id] = record_if_dead(store, records[job_id])
+        watch.refresh()
+    return watch.records
 
 
 def _not_finished(records: dict[str, JobRecord], pending: Sequence[str], timeout: object) -> str:
