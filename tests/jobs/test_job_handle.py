@@ -15,7 +15,7 @@ from jobtables import add, dump
 
 import hwpool
 from hostserver import BOUND
-from hwpool._jobs._control import exit_status, wait_for
+from hwpool._jobs._control import exit_status, record_if_dead, wait_for
 from hwpool._jobs._model import JobRecord, JobState
 from hwpool._jobs._store import JobStateError, JobStore, UnknownJobError
 from hwpool._wire._safety import UnsafePathError
@@ -245,3 +245,13 @@ def test_retry_makes_a_new_job(store: JobStore, state_dir: Path) -> None:
     assert (again.state, again.record().retry_of) == (JobState.QUEUED, "j1")
     with pytest.raises(JobStateError, match="'j2' is queued: retry needs a finished job"):
         again.retry()
+
+
+def test_an_end_recorded_meanwhile_wins_over_lost(store: JobStore) -> None:
+    job = add(store)
+    # this process's pid with another start time: a launcher that is no longer running
+    stale = store.mark_running(job.id, pid=os.getpid(), pid_start=1)
+    store.mark_finished(job.id, exit_code=0)  # its last write, before it exited
+    assert record_if_dead(store, stale).state is JobState.SUCCEEDED
+    running = store.mark_running(add(store).id, pid=os.getpid(), pid_start=1)
+    assert record_if_dead(store, running).state is JobState.LOST
