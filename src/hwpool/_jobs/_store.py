@@ -63,13 +63,18 @@ from ._model import (
     format_job_id,
 )
 from ._schema import SCHEMA_VERSION, JobTableError, connect, job_from_row
-from ._state import TABLE_NAME, open_table_file, prepare_state_directory, state_directory
+from ._state import (
+    DEFAULT_KEEP_COUNT,
+    DEFAULT_KEEP_SECONDS,
+    TABLE_NAME,
+    open_table_file,
+    prepare_state_directory,
+    state_directory,
+)
 
 __all__ = ["DEFAULT_KEEP_COUNT", "DEFAULT_KEEP_SECONDS", "SCHEMA_VERSION", "JobStateError",
            "JobStore", "JobTableError", "UnknownJobError"]  # fmt: skip
 
-DEFAULT_KEEP_SECONDS = 7 * 86400
-DEFAULT_KEEP_COUNT = 1000
 _MAX_PID_START = 2**63 - 1
 
 _DEPENDENCY_ENDS = {
@@ -150,6 +155,12 @@ class JobStore:
             yield
         finally:
             self._db.execute("COMMIT")
+
+    def data_version(self) -> int:
+        """A number that changes when another connection commits a change to the table
+        (sqlite's ``PRAGMA data_version``): a cheap way to see whether to read it again."""
+        with self._read():
+            return int(self._db.execute("PRAGMA data_version").fetchone()[0])
 
     # --------------------------------------------------------------- adding
     def add(
