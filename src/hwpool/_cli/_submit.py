@@ -4,12 +4,14 @@ terminal (see docs/jobs.md)."""
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import os
 import sys
 from typing import Any
 
 from .._jobs._model import check_job_id
+from .._jobs._start import logout_warning
 from .._jobs._submit import submit_job
 from .._wire._protocol import MAX_PRIORITY
 from .._wire._safety import UnsafePathError
@@ -88,6 +90,9 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     except (TypeError, ValueError, LookupError, UnsafePathError) as exc:
         say(f"hwpool: error: submit: {one_line(str(exc))}")
         return 2
+    warning = logout_warning(getpass.getuser())
+    if warning is not None:
+        say(f"hwpool submit: warning: {warning}")
     if args.json:
         print(json.dumps({"id": job.id, "state": job.state.value, "name": job.name}))
     else:

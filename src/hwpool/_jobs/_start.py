@@ -22,7 +22,7 @@ from .._wire._safety import open_side_file
 from ._state import prepare_state_directory
 from ._supervisor import LOG_NAME, SOCKET_NAME
 
-__all__ = ["ensure_supervisor", "wake_supervisor"]
+__all__ = ["ensure_supervisor", "logout_warning", "wake_supervisor"]
 
 WAKE_TIMEOUT_S = 2.0
 _ENTRY = "from hwpool._cli._supervise import main; raise SystemExit(main())"
@@ -72,3 +72,27 @@ def ensure_supervisor(directory: Path) -> None:
         with contextlib.suppress(OSError):
             os.close(log)
     process.wait()  # it forks at once and exits: the supervisor is nobody's child here
+
+
+def logout_warning(user: str, root: Path = Path("/")) -> str | None:
+    """What to tell ``user`` when systemd-logind ends a user's processes at logout
+    (``KillUserProcesses=yes`` in ``logind.conf`` or a drop-in of ``logind.conf.d``) and the
+    user has no lingering (``loginctl enable-linger``): their jobs would end when they log
+    out. None when nothing says so (the default of systemd is ``no``)."""
+    if (root / "var/lib/systemd/linger" / user).exists():
+        return None
+    etc = root / "etc/systemd"
+    files = [etc / "logind.conf", *sorted((etc / "logind.conf.d").glob("*.conf"))]
+    kills = False
+    for path in files:  # later files override earlier ones, as logind reads them
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            for line in path.read_text().splitlines():
+                key, _, value = line.strip().partition("=")
+                if key.strip() == "KillUserProcesses":
+                    kills = value.strip().lower() in ("yes", "true", "1", "on")
+    if not kills:
+        return None
+    return (
+        "systemd-logind ends your processes when you log out (KillUserProcesses=yes): run "
+        "`loginctl enable-linger` once, or your jobs end with your session"
+    )

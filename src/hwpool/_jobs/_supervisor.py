@@ -61,6 +61,7 @@ LOG_NAME = "supervisor.log"
 GRACE_S = 10.0  # after SIGTERM at a job's time limit or cancel, SIGKILL this much later
 IDLE_S = 60.0  # with nothing to run or watch, the supervisor exits after this long
 POLL_S = 0.5  # how often the table is looked at for changes nobody woke it for
+MAX_REQUESTS = 128  # jobs waiting in the server's queue at once (the rest wait in the table)
 MAX_LAUNCH_FAILURES = 3  # launchers that ended without starting the job before it is given up
 
 
@@ -177,7 +178,11 @@ class Supervisor:
             if job_id not in wanted and not self._requests[job_id].done():
                 self._requests[job_id].cancel()  # cancelled in the table: withdraw it
         launching = {launcher.job_id for launcher in self._launchers.values()}
+        # The first MAX_REQUESTS in the order the server would serve them (priority, then
+        # submit order) wait in its queue; the server refuses more from one connection.
+        room = MAX_REQUESTS - len(self._requests)
         new = [job for job in queued if job.id not in self._requests and job.id not in launching]
+        new = sorted(new, key=lambda job: (-job.priority, job.number))[: max(room, 0)]
         if new and not self._reachable():
             new = []
         for job in new:
