@@ -386,11 +386,7 @@ def test_an_in_process_pool_neither_hands_over_nor_takes_over() -> None:
     pool = hwpool.GPUPool(2)
     lease = pool.lease(0.5)
     with lease:
-        with pytest.raises(
-            TypeError,
-            match=r"in-process pool.*GPUPool\(num_gpus=2\)|"
-            r"GPUPool\(num_gpus=2\) is an in-process pool",
-        ):
+        with pytest.raises(TypeError, match=r"GPUPool\(num_gpus=2\) is an in-process pool"):
             lease.hand_over()
         assert lease.id is None and lease.gpus == [0]
     assert pool.snapshot().free == (1.0, 1.0)

@@ -676,7 +676,7 @@ class HostState:
                 "(unknown or ended, taken already, its giver gone, or a wrong ticket)",
                 msg.req,
             )
-        mine = len(client.entries)
+        mine = len(client.entries) - (entry.client is client)  # its own moves, adds nothing
         if mine >= self.max_per_connection:
             raise ProtocolError(
                 ErrorCode.LIMIT,
