@@ -116,8 +116,9 @@ def test_after_runs_b_only_once_a_succeeded(box: Box) -> None:
 
 
 def test_after_a_failure_the_dependent_job_is_cancelled_and_never_runs(box: Box) -> None:
-    a = box.submit(job=["a", "exit=1"])
+    a = box.submit(job=["a", "wait=a.go", "exit=1"])
     b = box.submit("--after", a, job=["b"])
+    box.file("a.go").touch()
     job = box.finished(b)
     assert (job.state, job.reason) == (JobState.CANCELLED, f"dependency {a} failed")
     assert box.job(a).state is JobState.FAILED
