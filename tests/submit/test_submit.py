@@ -17,6 +17,7 @@ from hostserver import Server, status_of
 from hwpool._jobs._model import JobState
 from hwpool._jobs._procs import CANCEL_SIGNAL, signal_if_running
 from hwpool._jobs._store import JobStore
+from hwpool._jobs._submit import default_name
 from jobbox import JOB, Box, wait_gone
 
 
@@ -239,3 +240,17 @@ def test_a_command_that_cannot_be_found_is_refused_at_submit(box: Box) -> None:
     done = box.hwpool("submit", "--", "no-such-command-hwpool")
     assert done.returncode == 2
     assert "no-such-command-hwpool" in done.stderr and "not found" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "name"),
+    [
+        (["python", "train.py", "--lr", "1"], "python train.py"),
+        (["/usr/bin/python3", "/srv/exp/train.py"], "python3 train.py"),
+        (["sleep", "30"], "sleep 30"),
+        (["./run.sh", "--fast"], "run.sh"),
+        (["true"], "true"),
+    ],
+)
+def test_a_job_is_named_after_its_first_two_words(argv: list[str], name: str) -> None:
+    assert default_name(argv) == name

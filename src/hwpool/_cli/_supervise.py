@@ -80,7 +80,10 @@ def _supervise(directory: Path) -> int:
     with JobStore.open(directory) as store:
         _prune(store, directory, keep_seconds, keep_count)
         _log(f"supervising the jobs of {str(directory)!r} (pid {os.getpid()})")
-        supervisor = Supervisor(store, directory, _connect, LAUNCHER, log=_log)
+        supervisor = Supervisor(
+            store, directory, _connect, LAUNCHER, log=_log,
+            prune=lambda: _prune(store, directory, keep_seconds, keep_count),
+        )  # fmt: skip
         asyncio.run(supervisor.run())
     return 0
 

@@ -16,9 +16,10 @@ from ._start import ensure_supervisor
 from ._state import state_directory
 from ._store import JobStore
 
-__all__ = ["submit_job"]
+__all__ = ["default_name", "submit_job"]
 
 MAX_TIME_S = 2**53
+MAX_DEFAULT_NAME = 60
 
 
 def submit_job(
@@ -54,6 +55,8 @@ def submit_job(
     dependencies = list(after) if not isinstance(after, str) else [after]
     if not dependencies:  # a dependency may be what makes the program (a build, say)
         _check_program(command[0], folder, environment)
+    if name is None:
+        name = default_name(command)
     directory = state_directory() if state_dir is None else Path(os.fspath(state_dir))
     with JobStore.open(directory) as store:
         job = store.add(
@@ -63,6 +66,16 @@ def submit_job(
         )  # fmt: skip
     ensure_supervisor(directory)
     return job
+
+
+def default_name(argv: Sequence[str]) -> str:
+    """A job's name when none is given: its command's first two words, as file names
+    (``python train.py``, ``sleep 30``): the command's name alone says too little when it is
+    an interpreter."""
+    words = [os.path.basename(argv[0]) or argv[0]]
+    if len(argv) > 1 and not argv[1].startswith("-"):
+        words.append(os.path.basename(argv[1].rstrip("/")) or argv[1])
+    return " ".join(words)[:MAX_DEFAULT_NAME]
 
 
 def _time_limit(value: float | str | None) -> int | None:

@@ -60,6 +60,7 @@ SOCKET_NAME = "supervisor.sock"
 LOG_NAME = "supervisor.log"
 GRACE_S = 10.0  # after SIGTERM at a job's time limit or cancel, SIGKILL this much later
 IDLE_S = 60.0  # with nothing to run or watch, the supervisor exits after this long
+PRUNE_EVERY_S = 3600.0  # how often the history is pruned while the supervisor runs
 POLL_S = 0.5  # how often the table is looked at for changes nobody woke it for
 MAX_REQUESTS = 128  # jobs waiting in the server's queue at once (the rest wait in the table)
 MAX_LAUNCH_FAILURES = 3  # launchers that ended without starting the job before it is given up
@@ -105,8 +106,10 @@ class Supervisor:
         idle_s: float = IDLE_S,
         grace_s: float = GRACE_S,
         log: Callable[[str], None] = print,
+        prune: Callable[[], None] | None = None,
     ) -> None:
         self._store, self._directory = store, directory
+        self._prune, self._pruned_at = prune, time.monotonic()
         self._connect, self._launcher_argv = connect, list(launcher)
         self._idle_s, self._grace_s, self._log = idle_s, grace_s, log
         self._backend: UnixBackend | None = None
@@ -130,6 +133,9 @@ class Supervisor:
                 self._wake.clear()
                 busy = self._settle(woken)
                 now = time.monotonic()
+                if self._prune is not None and now - self._pruned_at >= PRUNE_EVERY_S:
+                    self._prune()  # the history past its retention, with its logs
+                    self._pruned_at = now
                 if busy:
                     idle_since = None
                 elif idle_since is None:
