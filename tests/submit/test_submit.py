@@ -254,3 +254,34 @@ def test_a_command_that_cannot_be_found_is_refused_at_submit(box: Box) -> None:
 )
 def test_a_job_is_named_after_its_first_two_words(argv: list[str], name: str) -> None:
     assert default_name(argv) == name
+
+
+def test_the_supervisor_prunes_finished_jobs_and_their_logs_past_the_retention(box: Box) -> None:
+    old = box.finished(box.submit(job=["a"]))
+    assert old.stdout_log is not None and Path(old.stdout_log).exists()
+    supervisor = box.supervisor_pid()
+    assert supervisor is not None
+    os.kill(supervisor, signal.SIGKILL)
+    wait_gone(supervisor)
+    box.env["HWPOOL_JOBS_KEEP_COUNT"] = "1"  # the newest finished job only
+    new = box.submit(job=["b", "wait=b.go"])
+    box.running(new)  # the new supervisor has started, and pruned first
+    with JobStore.open(box.state) as store:
+        assert [job.id for job in store.list(include_finished=True)] == [new, old.id]
+    box.file("b.go").touch()
+    box.finished(new)
+    os.kill(box.supervisor_pid() or 0, signal.SIGKILL)
+    box.submit(job=["c"])
+    box.finished(f"j{int(new[1:]) + 1}")
+    with JobStore.open(box.state) as store:
+        kept = [job.id for job in store.list(include_finished=True)]
+    assert old.id not in kept
+    assert not Path(old.stdout_log).exists()
+
+
+def test_a_bad_retention_setting_is_refused_before_anything_is_queued(box: Box) -> None:
+    env = {**box.env, "HWPOOL_JOBS_KEEP": "a fortnight"}
+    done = box.hwpool("submit", "--", "true", env=env)
+    assert done.returncode == 2
+    assert "HWPOOL_JOBS_KEEP" in done.stderr and "a fortnight" in done.stderr
+    assert not (box.state / "jobs.db").exists()
