@@ -285,3 +285,44 @@ def test_a_bad_retention_setting_is_refused_before_anything_is_queued(box: Box) 
     assert done.returncode == 2
     assert "HWPOOL_JOBS_KEEP" in done.stderr and "a fortnight" in done.stderr
     assert not (box.state / "jobs.db").exists()
+
+
+RUN_ONCE = """
+import os, sys, time
+name, folder = sys.argv[1], sys.argv[2]
+def note(word):
+    with open(os.path.join(folder, "runs"), "a") as runs:
+        runs.write(f"{word} {name}\\n")
+note("start")
+while not os.path.exists(os.path.join(folder, name + ".go")):
+    time.sleep(0.02)
+note("end")
+"""
+
+
+def test_killing_the_supervisor_and_the_server_together_loses_nothing_and_doubles_nothing(
+    box: Box,
+) -> None:
+    """One GPU, three jobs: SIGKILL the supervisor and the server while the first runs and
+    the others queue; restart the server, and let the next submit start a supervisor. Every
+    job runs exactly once, one at a time (the runs file shows each start and end, never two
+    jobs between one start and its end)."""
+    names = ["a", "b", "c"]
+    ids = [box.hwpool("submit", "--name", name, "--", sys.executable, "-c", RUN_ONCE, name,
+                      str(box.work)).stdout.strip() for name in names]  # fmt: skip
+    box.running(ids[0])
+    box.wait_file("runs")
+    supervisor = box.supervisor_pid()
+    assert supervisor is not None
+    os.kill(supervisor, signal.SIGKILL)
+    box.server.kill()
+    wait_gone(supervisor)
+    box.server = Server(box.server.socket, "--gpus", "1").ready()
+    last = box.hwpool("submit", "--name", "d", "--", sys.executable, "-c", RUN_ONCE, "d",
+                      str(box.work)).stdout.strip()  # fmt: skip
+    for name, job_id in zip([*names, "d"], [*ids, last], strict=True):
+        box.running(job_id)
+        box.file(f"{name}.go").touch()
+        assert box.finished(job_id).state is JobState.SUCCEEDED, box.supervisor_log()
+    runs = box.file("runs").read_text().split()
+    assert runs == [word for name in ["a", "b", "c", "d"] for word in ("start", name, "end", name)]
