@@ -326,3 +326,19 @@ def test_killing_the_supervisor_and_the_server_together_loses_nothing_and_double
         assert box.finished(job_id).state is JobState.SUCCEEDED, box.supervisor_log()
     runs = box.file("runs").read_text().split()
     assert runs == [word for name in ["a", "b", "c", "d"] for word in ("start", name, "end", name)]
+
+
+@pytest.mark.parametrize(
+    ("options", "reason"),
+    [
+        (["--gpus", "2"], "the server refused its request"),
+        (["--mem", "1GiB"], "the server refused its request"),
+    ],
+)
+def test_a_request_the_server_can_never_grant_cancels_the_job_with_why(
+    box: Box, options: list[str], reason: str
+) -> None:
+    job = box.finished(box.submit(*options, job=["a"]))
+    assert job.state is JobState.CANCELLED
+    assert job.reason is not None and job.reason.startswith(reason), job.reason
+    assert not box.file("a.started").exists()

@@ -88,13 +88,13 @@ def _supervise(directory: Path) -> int:
     return 0
 
 
-def _connect() -> UnixBackend:
+def _connect(memory: bool) -> UnixBackend:
     chosen = client_socket()
     autostart = _autostart.autostart_from_env(os.environ) and chosen.per_user
     user = os.environ.get("USER") or str(os.getuid())
     return _autostart.connect(
         chosen.path, autostart=autostart, name="hwpool jobs", command=f"supervisor of {user}",
-        memory=False,
+        memory=memory,
     )  # fmt: skip
 
 

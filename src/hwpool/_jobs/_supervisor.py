@@ -92,15 +92,15 @@ def demand_of(pool: GPUPool, job: JobRecord, grace_s: float) -> Demand:
 
 
 class Supervisor:
-    """Runs one user's jobs (see the module). ``connect()`` opens the client of the host
-    server (called when the first job needs a share); ``launcher`` is the argv that starts
+    """Runs one user's jobs (see the module). ``connect(memory)`` opens the client of the
+    host server (called when the first job needs a share); ``launcher`` is the argv that starts
     a launcher, to which the state directory is appended."""
 
     def __init__(
         self,
         store: JobStore,
         directory: Path,
-        connect: Callable[[], UnixBackend],
+        connect: Callable[[bool], UnixBackend],
         launcher: Sequence[str],
         *,
         idle_s: float = IDLE_S,
@@ -189,7 +189,7 @@ class Supervisor:
         room = MAX_REQUESTS - len(self._requests)
         new = [job for job in queued if job.id not in self._requests and job.id not in launching]
         new = sorted(new, key=lambda job: (-job.priority, job.number))[: max(room, 0)]
-        if new and not self._reachable():
+        if new and not self._reachable(any(job.memory_mib is not None for job in new)):
             new = []
         for job in new:
             self._requests[job.id] = asyncio.create_task(self._serve(job))
@@ -220,15 +220,16 @@ class Supervisor:
             self._wake.set()
         self._start(job, backend, grant)
 
-    def _reachable(self) -> bool:
+    def _reachable(self, memory: bool) -> bool:
         """Whether a client of the host server is open (opening it now if none is, but
-        not more often than every few seconds while it cannot be reached)."""
+        not more often than every few seconds while it cannot be reached; ``memory``: a
+        server it starts is sized in memory, for the jobs that ask for memory)."""
         if self._backend is not None:
             return True
         if time.monotonic() < self._retry_at:
             return False
         try:
-            self._backend = self._connect()
+            self._backend = self._connect(memory)
         except (ConnectionError, OSError) as exc:
             self._log(f"cannot reach the hwpool server (trying again in 5 s): {exc}")
             self._retry_at = time.monotonic() + 5.0
