@@ -6,25 +6,69 @@ awaited from a reader thread, never slept for.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
 from hostserver import BOUND, SRC
+from hwpool._jobs._supervisor import LOCK_NAME, LOG_NAME
 
 STANDIN = Path(__file__).resolve().parent / "jobs" / "standin_launcher.py"
 
 
+NO_SERVER = {"HWPOOL_AUTOSTART": "0", "HWPOOL_SOCKET": "/nonexistent/hwpool.sock",
+             "HWPOOL_SYSTEM_SOCKET": ""}  # fmt: skip
+"""Where a supervisor that ``retry`` starts finds no server, and starts none (the test kills
+it: :func:`kill_supervisor`)."""
+
+
 def job_env(state_dir: Path, **extra: str) -> dict[str, str]:
-    """This environment with this tree's sources and ``state_dir`` as the state directory."""
-    return {**os.environ, "PYTHONPATH": SRC, "PYTHONUNBUFFERED": "1",
+    """This environment with this tree's sources and ``state_dir`` as the state directory
+    (and no server: see :data:`NO_SERVER`)."""
+    return {**os.environ, "PYTHONPATH": SRC, "PYTHONUNBUFFERED": "1", **NO_SERVER,
             "HWPOOL_STATE_DIR": str(state_dir), **extra}  # fmt: skip
+
+
+def supervisor_pid(state_dir: Path) -> int | None:
+    """The pid in ``state_dir``'s supervisor lock (None if no supervisor ever ran there)."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        return int((state_dir / LOCK_NAME).read_text().split()[0])
+    return None
+
+
+def kill_supervisor(state_dir: Path) -> None:
+    """SIGKILL the supervisors of ``state_dir`` that ``retry`` or ``submit`` started: the one
+    in the lock, and any other waiting for the lock to take over (two started at once)."""
+    deadline = time.monotonic() + BOUND
+    while supervisor_pid(state_dir) is None and (state_dir / LOG_NAME).exists():
+        if time.monotonic() > deadline:  # its log is made first, its lock once it forked
+            raise AssertionError(f"a supervisor was started in {state_dir} but never ran")
+        time.sleep(0.02)
+    for pid in _supervisors_of(state_dir):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _supervisors_of(state_dir: Path) -> list[int]:
+    """The pids of the supervisor processes started for ``state_dir`` (by their command)."""
+    found = []
+    wanted = [b"hwpool._cli._supervise", os.fsencode(state_dir)]
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            words = (proc / "cmdline").read_bytes().split(b"\0")
+            if any(wanted[0] in word for word in words) and wanted[1] in words:
+                found.append(int(proc.name))
+    return found
 
 
 def hwpool(

@@ -28,8 +28,8 @@ ALLOWED: dict[str, set[str]] = {
     "_backends": {"_core", "_host", "_wire"},
     "_gpu": {"_core", "_host", "_backends"},
     "_server": {"_core", "_host", "_wire"},
-    # The per-user job table and (to come) supervisor: a client of the server like any other.
-    "_jobs": {"_core", "_wire"},
+    # The per-user job table and supervisor: a client of the server like any other (a front).
+    "_jobs": {"_core", "_host", "_wire", "_backends", "_gpu"},
     "ray": {"_core", "_host", "_backends", "_gpu"},
     "_cli": EVERYTHING,
     "__init__": EVERYTHING,

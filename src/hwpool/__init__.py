@@ -10,7 +10,7 @@ from ._gpu._pool import GPUPool
 from ._host._detect import GPUDetection, GPUInfo, GPUSource, detect_gpus, gpu_memory_in_use
 from ._host._sizing import effective_threads, set_threads
 from ._host._topology import CPUTopology, NumaNode, cpu_topology
-from ._jobs._handle import Job
+from ._jobs._handle import Job, submit
 from ._numa._bind import NumaBinder
 from ._numa._pages import BindReason, page_nodes
 from ._numa._place import file_page_nodes
@@ -50,6 +50,7 @@ __all__ = [
     "gpu_memory_in_use",
     "page_nodes",
     "set_threads",
+    "submit",
 ]
 
 

@@ -1,5 +1,6 @@
-"""The job table benchmark runs end to end (a smoke run; its figures are not checked here:
-they are absolute aims, printed beside each figure)."""
+"""The jobs benchmark runs end to end (a smoke run of 30 jobs on a real server and
+supervisor; its figures are not checked here: they are absolute aims, printed beside each
+figure)."""
 
 from __future__ import annotations
 
@@ -19,8 +20,10 @@ def test_bench_prints_each_figure_beside_its_aim(capsys: pytest.CaptureFixture[s
     table = module.main(["--jobs", "30"])
     lines = table.splitlines()
     assert lines[1].split() == ["measure", "result", "aim"]
-    assert lines[2].startswith("add 30 jobs (total)") and lines[2].endswith("< 10 s for 500")
-    assert lines[3].startswith("open + list 30 jobs (best of 5)")
-    assert lines[3].endswith("< 200 ms for 500")
-    assert lines[4].endswith("MiB  < 50 MiB (the supervisor)")
+    assert lines[2].startswith("hwpool.submit x 30 (in all)")
+    assert lines[2].endswith("< 10 s for 500")
+    assert lines[4].startswith("hwpool jobs, 30 queued (in-process)")
+    assert lines[4].endswith("< 200 ms for 500")
+    assert lines[5].startswith("hwpool jobs as a process") and "python -c pass" in lines[5]
+    assert lines[-1].startswith("supervisor RSS, 30 queued") and lines[-1].endswith("< 50 MiB")
     assert table in capsys.readouterr().out

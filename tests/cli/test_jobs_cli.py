@@ -20,14 +20,16 @@ import pytest
 from hostserver import BOUND, running_server
 from hwpool._cli._jobs_cmds import _distinct_homes
 from hwpool._jobs._store import JobStore
-from jobprocs import Command, Standin, hwpool, job_env
+from jobprocs import Command, Standin, hwpool, job_env, kill_supervisor, supervisor_pid
 
 ENV = {"PATH": "/usr/bin", "TOKEN": "secret-token-value"}
 
 
 @pytest.fixture
-def state_dir(tmp_path: Path) -> Path:
-    return tmp_path / "state"
+def state_dir(tmp_path: Path) -> Iterator[Path]:
+    """The test's state directory; the supervisor that a retry starts there is killed after."""
+    yield tmp_path / "state"
+    kill_supervisor(tmp_path / "state")
 
 
 @pytest.fixture
@@ -392,6 +394,20 @@ def test_retry_prints_the_new_job(store: JobStore, state_dir: Path) -> None:
     proc = hwpool(state_dir, "retry", job_id, "--json")
     assert json.loads(proc.stdout) == {"id": "j3", "retry_of": "j1", "state": "queued"}
     assert [job["retry_of"] for job in listed(state_dir, "--all")] == ["j1", "j1", None]
+
+
+def test_retry_starts_the_supervisor_and_cancel_only_wakes_one(
+    store: JobStore, state_dir: Path
+) -> None:
+    first, second = add(store), ran(store, "exit 3")
+    assert hwpool(state_dir, "cancel", first).returncode == 0
+    assert supervisor_pid(state_dir) is None  # none ran: nothing held j1's request
+    assert hwpool(state_dir, "retry", second).returncode == 0
+    deadline = time.monotonic() + BOUND
+    while (pid := supervisor_pid(state_dir)) is None:  # it forks: the lock comes after
+        assert time.monotonic() < deadline, "no supervisor was started"
+        time.sleep(0.02)
+    assert Path(f"/proc/{pid}").exists()
 
 
 def test_retry_of_an_unfinished_job_is_refused(store: JobStore, state_dir: Path) -> None:

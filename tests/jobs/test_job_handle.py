@@ -19,7 +19,16 @@ from hwpool._jobs._control import exit_status, record_if_dead, wait_for
 from hwpool._jobs._model import JobRecord, JobState
 from hwpool._jobs._store import JobStateError, JobStore, UnknownJobError
 from hwpool._wire._safety import UnsafePathError
-from jobprocs import Standin
+from jobprocs import NO_SERVER, Standin, kill_supervisor
+
+
+@pytest.fixture(autouse=True)
+def no_server(state_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No server for a supervisor that ``retry`` starts; killed after the test."""
+    for name, value in NO_SERVER.items():
+        monkeypatch.setenv(name, value)
+    yield
+    kill_supervisor(state_dir)
 
 
 @pytest.fixture
@@ -255,3 +264,15 @@ def test_an_end_recorded_meanwhile_wins_over_lost(store: JobStore) -> None:
     assert record_if_dead(store, stale).state is JobState.SUCCEEDED
     running = store.mark_running(add(store).id, pid=os.getpid(), pid_start=1)
     assert record_if_dead(store, running).state is JobState.LOST
+
+
+def test_submit_returns_the_jobs_handle(state_dir: Path) -> None:
+    first = hwpool.submit(["true"], cwd="/", env={}, state_dir=state_dir)
+    second = hwpool.submit(["true"], cwd="/", env={}, after=first, state_dir=state_dir)
+    assert (first, second) == (
+        hwpool.Job("j1", state_dir=state_dir), hwpool.Job("j2", state_dir=state_dir),
+    )  # fmt: skip
+    assert second.record().after == ("j1",)
+    assert second.state is JobState.WAITING  # the supervisor finds no server: j1 waits
+    with pytest.raises(ValueError, match="gpus must be a fraction"):
+        hwpool.submit(["true"], gpus=3.5, cwd="/", env={}, state_dir=state_dir)

@@ -3,7 +3,8 @@
 ``python client_proc.py SOCKET``, then lines such as ``acquire a 0.5``, ``full b 2``,
 ``mem c 6144`` (MiB, on a server sized in memory), ``release a``, ``exit``. Each acquire
 runs in its own thread, so that the process can go on taking commands while it waits; it
-prints ``granted NAME [gpus]`` or ``error NAME TYPE``.
+prints ``granted NAME [gpus]`` or ``error NAME TYPE``. Hand-over: ``give a`` prints
+``given a ID TICKET``; ``take b ID TICKET`` prints ``granted b [gpus]`` (or ``error b TYPE``).
 """
 
 from __future__ import annotations
@@ -48,6 +49,19 @@ def main() -> None:
         elif words[0] == "release":
             backend.release(held.pop(words[1]))
             say(f"released {words[1]}")
+            continue
+        elif words[0] == "give":
+            grant = held.pop(words[1])
+            ident = backend.lease_id(grant.ticket)
+            say(f"given {words[1]} {ident} {backend.give(grant)}")
+            continue
+        elif words[0] == "take":
+            try:
+                held[words[1]] = backend.take(int(words[2]), words[3])
+            except Exception as exc:
+                say(f"error {words[1]} {type(exc).__name__}")
+                continue
+            say(f"granted {words[1]} {list(held[words[1]].gpus)}")
             continue
         else:
             break

@@ -843,3 +843,35 @@ def test_a_members_priority_passes_its_accounts_waiters_never_another_owners() -
     assert only(state.acquire(second, urgent, 1.0)) == p.Queued(1, 5)
     # uid 2000's #4 first (ml has used the GPU for 1 s), then ml's queue: #5 before #2, #3
     assert [w.id for w in state.status(1, 1.0, 0.0).waiting] == [4, 5, 2, 3]
+
+
+# ----------------------------------------------------------------- hand-over
+def test_a_lease_taken_on_its_own_connection_moves_to_the_takers_req() -> None:
+    state, a = HostState(1, max_per_connection=1), client()
+    ident = granted_id(acquire(state, a, 1))
+    given = only(state.give(a, p.Give(2, ident), 0.0))
+    assert isinstance(given, p.Given)
+    taken = only(state.take(a, p.Take(3, ident, given.ticket), 1.0))  # at its cap: a move adds none
+    assert isinstance(taken, p.Granted) and (taken.req, taken.id) == (3, ident)
+    assert list(a.entries) == [3] and state.journal().entries[0].pid == a.pid
+    with pytest.raises(ProtocolError) as info:
+        state.release(a, p.Release(4, 1), 2.0)  # the old req names nothing now
+    assert info.value.code is ErrorCode.NOT_FOUND
+    assert state.release(a, p.Release(5, 3), 2.0) == [] and state.core.free == (FULL,)
+
+
+def test_a_take_past_the_takers_cap_is_refused_and_the_offer_stays() -> None:
+    state = HostState(2, max_per_connection=1)
+    giver, taker = client(pid=1), client(pid=2, number=2)
+    ident = granted_id(acquire(state, giver, 1))
+    acquire(state, taker, 1)
+    given = only(state.give(giver, p.Give(2, ident), 0.0))
+    assert isinstance(given, p.Given)
+    with pytest.raises(ProtocolError) as info:
+        state.take(taker, p.Take(2, ident, given.ticket), 1.0)
+    assert info.value.code is ErrorCode.LIMIT
+    assert "max-requests-per-connection 1" in info.value.message
+    assert list(giver.entries) == [1]
+    state.release(taker, p.Release(3, 1), 1.0)
+    assert isinstance(only(state.take(taker, p.Take(4, ident, given.ticket), 1.0)), p.Granted)
+    assert state.disconnect(giver, 2.0) == [] and state.core.free == (0, FULL)  # the taker's now

@@ -35,6 +35,9 @@ CLIENT_MESSAGES: list[p.ClientMessage] = [
     p.Status(9, stream=True),
     p.Cancel(10, 17),
     p.Bye(11),
+    p.Give(12, 17),
+    p.Take(13, 17, "Ab0_-" * 6 + "xy"),
+    p.Take(13, 17, "t" * 16, name="j3 train.py", command="python train.py"),
 ]
 
 SERVER_MESSAGES: list[p.ServerMessage] = [
@@ -46,6 +49,12 @@ SERVER_MESSAGES: list[p.ServerMessage] = [
               False, (81920, 24576)),
     p.Granted(1, 5, (0, 1), 1_000_000),
     p.Granted(1, 5, (0, 1), 0),
+    p.Granted(1, 5, (0,), 500_000, p.TakenRequest(1, 500_000, 2.5)),
+    p.Granted(
+        1, 5, (0,), 6144,
+        p.TakenRequest(1, 6144, 0.0, "mib", 30.0, name="j3", command="python train.py"),
+    ),
+    p.Given(2, 5, "Ab0_-" * 6 + "xy"),
     p.Queued(2, 6),
     p.Busy(3),
     p.Done(4),
@@ -458,3 +467,56 @@ def test_a_revoked_reason_other_than_limit_reads_as_a_cancel() -> None:
     line = b'{"op":"revoked","req":1,"id":2,"by":0,"reason":"later"}\n'
     assert p.decode_server(line) == p.Revoked(1, 2, 0)
     assert "reason" not in p.Revoked(1, 2, 0).wire()
+
+
+TICKET = "a" * 32
+
+
+@pytest.mark.parametrize(
+    ("obj", "named"),
+    [
+        ({"op": "give", "req": 1}, "id"),
+        ({"op": "give", "req": 1, "id": 0}, "id"),
+        ({"op": "give", "req": 1, "id": "3"}, "id"),
+        ({"op": "give", "id": 3}, "req"),
+        ({"op": "take", "req": 1, "id": 3}, "ticket"),
+        ({"op": "take", "req": 1, "id": 3, "ticket": "a" * 15}, "ticket"),
+        ({"op": "take", "req": 1, "id": 3, "ticket": "a" * 65}, "ticket"),
+        ({"op": "take", "req": 1, "id": 3, "ticket": "a" * 31 + "="}, "ticket"),
+        ({"op": "take", "req": 1, "id": 3, "ticket": 12345678901234567}, "ticket"),
+        ({"op": "take", "req": 1, "id": 0, "ticket": TICKET}, "id"),
+        ({"op": "take", "req": 1, "id": 3, "ticket": TICKET, "name": 5}, "name"),
+        ({"op": "take", "req": 1, "id": 3, "ticket": TICKET, "command": "x" * 4097}, "command"),
+    ],
+)
+def test_bad_give_and_take_fields_are_named(obj: dict[str, object], named: str) -> None:
+    error = _refused(json.dumps(obj).encode())
+    assert error.code is ErrorCode.BAD_MESSAGE and named in error.message, error.message
+
+
+@pytest.mark.parametrize(
+    ("obj", "named"),
+    [
+        ({"op": "given", "req": 1, "id": 3, "ticket": "short"}, "ticket"),
+        ({"op": "given", "req": 1, "id": 3}, "ticket"),
+        ({"op": "granted", "req": 1, "id": 3, "gpus": [0], "units": 5, "request": 7}, "request"),
+        ({"op": "granted", "req": 1, "id": 3, "gpus": [0], "units": 5,
+          "request": {"count": 0, "units": 5, "age_s": 0}}, "count"),
+        ({"op": "granted", "req": 1, "id": 3, "gpus": [0], "units": 5,
+          "request": {"count": 1, "units": 5}}, "age_s"),
+        ({"op": "granted", "req": 1, "id": 3, "gpus": [0], "units": 5,
+          "request": {"count": 1, "units": 5, "age_s": 0, "limit_s": 0}}, "limit_s"),
+        ({"op": "granted", "req": 1, "id": 3, "gpus": [0], "units": 5,
+          "request": {"count": 1, "units": 5, "age_s": 0, "unit": "GiB"}}, "unit"),
+    ],
+)  # fmt: skip
+def test_bad_given_and_taken_fields_are_named(obj: dict[str, object], named: str) -> None:
+    with pytest.raises(ProtocolError) as info:
+        p.decode_server(json.dumps(obj).encode())
+    assert info.value.code is ErrorCode.BAD_MESSAGE and named in info.value.message
+
+
+def test_a_granted_without_request_reads_as_before() -> None:
+    line = b'{"op":"granted","req":1,"id":3,"gpus":[0],"units":5}'
+    assert p.decode_server(line) == p.Granted(1, 3, (0,), 5)
+    assert p.encode(p.Granted(1, 3, (0,), 5)) == line + b"\n"

@@ -20,6 +20,10 @@ through its own ``threading.Event``.
 - **Never dropped**: a request is registered and its message posted in one section; when
   there is no connection then, a connection thread is started (or one is running) and sends
   it once connected. So a request is always sent, or fails with an error.
+- **Hand-over**: ``give`` offers a lease to another connection of the same user and forgets it
+  at once (this backend never releases nor re-declares it again; the server keeps it on this
+  connection until it is taken, and frees it if this connection closes first); ``take``
+  makes a lease given elsewhere this backend's, like one it was granted.
 - **Fork**: the child forgets the parent's connection and requests (their releases become
   no-ops there) and opens its own connection on first use.
 - **Locking**: state is changed in *sections* (the lock, with its owner noted). What may run
@@ -60,6 +64,7 @@ from .._wire._paths import SOCKET_VAR, client_socket
 from .._wire._protocol import (
     MAX_PRIORITY,
     MAX_TEXT,
+    TICKET,
     Acquire,
     Busy,
     Bye,
@@ -67,6 +72,8 @@ from .._wire._protocol import (
     Done,
     ErrorCode,
     ErrorReply,
+    Give,
+    Given,
     Granted,
     Queued,
     Reclaim,
@@ -77,6 +84,8 @@ from .._wire._protocol import (
     Status,
     StatusPart,
     StatusReply,
+    Take,
+    TakenRequest,
     Unit,
     WaiterRecord,
     Withdraw,
@@ -108,8 +117,8 @@ class _Req:
     """One request of this process, from ``acquire`` until it is released or fails."""
 
     __slots__ = (
-        "answered", "demand", "error", "expected", "future", "gpus", "id", "key", "loop", "since",
-        "state", "units", "wait", "wake",
+        "answered", "asked", "command", "demand", "error", "expected", "future", "gpus", "id",
+        "key", "loop", "name", "since", "state", "units", "wait", "wake",
     )  # fmt: skip
 
     def __init__(
@@ -119,10 +128,16 @@ class _Req:
         wait: bool,
         loop: asyncio.AbstractEventLoop | None,
         expected: float | None = None,
+        *,
+        name: str | None = None,
+        command: str | None = None,
     ) -> None:
         self.key = key
         self.demand = demand
         self.expected = expected
+        self.name = name  # its labels in ``hwpool status`` (the backend's, or its own)
+        self.command = command
+        self.asked: tuple[int, int, Unit] | None = None  # a lease taken over: as it was asked
         self.wait = wait
         self.loop = loop
         self.future: asyncio.Future[None] | None = None if loop is None else loop.create_future()
@@ -149,12 +164,13 @@ class _Call:
     ``parts`` gathers the ``status_part`` lines of a streamed status before its last line.
     """
 
-    __slots__ = ("answered", "error", "message", "parts", "reply", "wake")
+    __slots__ = ("answered", "error", "giving", "message", "parts", "reply", "wake")
 
-    def __init__(self, message: ClientMessage | None = None) -> None:
+    def __init__(self, message: ClientMessage | None = None, giving: int | None = None) -> None:
         self.wake = _token()
         self.answered = False
         self.message = message
+        self.giving = giving  # a ``give``: the key of the request whose lease it offers
         self.reply: ServerMessage | None = None
         self.error: BaseException | None = None
         self.parts: list[StatusPart] = []
@@ -244,6 +260,7 @@ class UnixBackend:
         self._reqs: dict[int, _Req] = {}
         self._calls: dict[int, _Call] = {}
         self._orphans: set[int] = set()  # keys whose release is a no-op (revoked, lost, forked)
+        self._handed: dict[int, int] = {}  # keys of leases handed over (give) -> their ids
         self._later: collections.deque[Callable[[], None]] = collections.deque()
         self._outbox: collections.deque[bytes] = collections.deque()
         self._to_wake: list[_Req | _Call] = []
@@ -496,14 +513,16 @@ class UnixBackend:
             count, units, unit = self._asked(r.demand)
             if r.id is None:
                 out.append(
-                    Acquire(r.key, count, units, r.wait, self._name, self._command, r.expected,
+                    Acquire(r.key, count, units, r.wait, r.name, r.command, r.expected,
                             unit, r.demand.priority, r.demand.limit)
                 )  # fmt: skip
             else:
+                if r.asked is not None:  # taken over: re-declared as it was asked
+                    count, units, unit = r.asked
                 held = self._held(r) if r.state is _State.HELD else None
                 age = now - r.since
                 out.append(
-                    Reclaim(r.key, r.id, count, units, held, age, self._name, self._command, unit,
+                    Reclaim(r.key, r.id, count, units, held, age, r.name, r.command, unit,
                             r.demand.limit)
                 )  # fmt: skip
         out.append(Reclaimed(next(self._keys)))
@@ -557,8 +576,12 @@ class UnixBackend:
     def _dispatch(self, message: ServerMessage) -> None:
         with self._section():
             match message:
+                case Granted() if message.req in self._calls:  # the answer to a take
+                    self._on_taken(message)
                 case Granted():
                     self._on_granted(message)
+                case Given():
+                    self._on_given(message)
                 case Queued():
                     r = self._reqs.get(message.req)
                     if r is not None:
@@ -591,6 +614,8 @@ class UnixBackend:
     def _on_granted(self, message: Granted) -> None:
         r = self._reqs.get(message.req)
         if r is None:
+            if message.request is not None:  # a take whose caller stopped waiting: give it back
+                self._post(Release(next(self._keys), message.req))
             return  # withdrawn on the way: the withdraw gives it back
         r.id = message.id
         if r.state is _State.HELD:
@@ -600,13 +625,45 @@ class UnixBackend:
         self._granted += 1
         self._to_wake.append(r)
 
+    def _on_taken(self, message: Granted) -> None:
+        """A lease taken over (the answer to a ``take``): from now on it is this backend's,
+        held under the take's key, as if it had been granted here."""
+        call = self._calls.pop(message.req)
+        request = message.request or TakenRequest(len(message.gpus), message.units, 0.0)
+        demand = _taken_demand(request, self._totals)
+        r = _Req(message.req, demand, True, None, name=request.name, command=request.command)
+        r.asked = (request.count, request.units, request.unit)
+        r.state, r.id, r.gpus, r.units = _State.HELD, message.id, message.gpus, message.units
+        r.since = time.monotonic() - request.age_s
+        self._reqs[r.key] = r
+        self._granted += 1
+        call.reply = message
+        self._to_wake.append(call)
+
+    def _on_given(self, message: Given) -> None:
+        """The lease a ``give`` offered may now be taken: forget it at once (this backend
+        never releases or re-declares it again)."""
+        call = self._calls.pop(message.req, None)
+        if call is None:
+            return
+        r = None if call.giving is None else self._reqs.get(call.giving)
+        if r is not None and r.id == message.id:
+            del self._reqs[r.key]
+            self._handed[r.key] = message.id
+            self._released += 1  # no longer held here: granted - released stays what is held
+        call.reply = message
+        self._to_wake.append(call)
+
     def _on_error(self, message: ErrorReply) -> None:
         if message.req is None:
             _log.info("hwpool: the server on %s says: %s", self._path, message.message)
             return
         call = self._calls.pop(message.req, None)
         if call is not None:
-            call.error = ConnectionError(message.message)
+            if isinstance(call.message, Give | Take):
+                call.error = self._handover_error(call.message, message)
+            else:
+                call.error = ConnectionError(message.message)
             self._to_wake.append(call)
         r = self._reqs.pop(message.req, None)
         if r is None:
@@ -650,18 +707,25 @@ class UnixBackend:
         wait: bool,
         loop: asyncio.AbstractEventLoop | None,
         expected: float | None = None,
+        *,
+        name: str | None = None,
+        command: str | None = None,
     ) -> _Req:
+        """Register and send the request for ``demand``, labelled ``name`` and ``command``
+        (None: this backend's own labels)."""
         if demand.priority:  # ValueError naming it, before anything is sent
             check_int("priority", demand.priority, minimum=-MAX_PRIORITY, maximum=MAX_PRIORITY)
+        name = self._name if name is None else _label("name", name)
+        command = self._command if command is None else _label("command", command)
         self._connected()
         with self._section():
             if self._closed:
                 raise PoolClosedError("the GPU pool is closed")
-            r = _Req(next(self._keys), demand, wait, loop, expected)
+            r = _Req(next(self._keys), demand, wait, loop, expected, name=name, command=command)
             self._reqs[r.key] = r
             count, units, unit = self._asked(demand)
             self._send_or_connect(  # the owner is the uid the server sees; the priority is sent
-                Acquire(r.key, count, units, wait, self._name, self._command, expected, unit,
+                Acquire(r.key, count, units, wait, name, command, expected, unit,
                         demand.priority, demand.limit)
             )  # fmt: skip
         return r
@@ -677,16 +741,26 @@ class UnixBackend:
         return tuple((g, self._totals[g]) for g in r.gpus)
 
     async def acquire(
-        self, demand: Demand, timeout: float | None, expected: float | None = None
+        self,
+        demand: Demand,
+        timeout: float | None,
+        expected: float | None = None,
+        *,
+        name: str | None = None,
+        command: str | None = None,
     ) -> Grant:
         """Wait in the server's queue on the running loop; TimeoutError after ``timeout``.
+        ``name`` and ``command`` label this request in ``hwpool status`` instead of the
+        backend's own labels (here and in ``acquire_blocking``, ``acquire_now``; at most 4096
+        characters each: ValueError naming the argument otherwise).
 
         Nothing here blocks the loop: the request is posted (or left to the connection
         thread) and its answer awaited. ``timeout=0`` asks for a grant now (no queueing),
         awaited for at most REPLY_TIMEOUT_S.
         """
         now_only = timeout == 0
-        r = self._submit(demand, not now_only, asyncio.get_running_loop(), expected)
+        loop = asyncio.get_running_loop()
+        r = self._submit(demand, not now_only, loop, expected, name=name, command=command)
         assert r.future is not None
         try:
             if timeout is None:
@@ -705,18 +779,24 @@ class UnixBackend:
         return grant
 
     def acquire_blocking(
-        self, demand: Demand, timeout: float | None, expected: float | None = None
+        self,
+        demand: Demand,
+        timeout: float | None,
+        expected: float | None = None,
+        *,
+        name: str | None = None,
+        command: str | None = None,
     ) -> Grant:
         """Block this thread until the server grants; TimeoutError after ``timeout``
         (``timeout=0``: a grant now or TimeoutError, as ``acquire``)."""
         if timeout == 0:
-            grant = self.acquire_now(demand, expected)
+            grant = self.acquire_now(demand, expected, name=name, command=command)
             if grant is None:
                 with self._section():
                     self._timed_out += 1
                 raise TimeoutError(f"no GPU capacity granted within timeout={timeout}s")
             return grant
-        r = self._submit(demand, True, None, expected)
+        r = self._submit(demand, True, None, expected, name=name, command=command)
         try:
             if not _wait(r, timeout):
                 self._time_out(r, timeout)
@@ -737,10 +817,17 @@ class UnixBackend:
                 self._post(Withdraw(next(self._keys), r.key, timed_out=True))
         raise TimeoutError(f"no GPU capacity granted within timeout={timeout}s")
 
-    def acquire_now(self, demand: Demand, expected: float | None = None) -> Grant | None:
+    def acquire_now(
+        self,
+        demand: Demand,
+        expected: float | None = None,
+        *,
+        name: str | None = None,
+        command: str | None = None,
+    ) -> Grant | None:
         """Ask the server for a grant that jumps no waiter; None if it would have to wait
         (ConnectionError if no answer comes within REPLY_TIMEOUT_S)."""
-        r = self._submit(demand, False, None, expected)
+        r = self._submit(demand, False, None, expected, name=name, command=command)
         try:
             if not _wait(r, REPLY_TIMEOUT_S):
                 raise ConnectionError(f"no reply from the hwpool server on {str(self._path)!r}")
@@ -788,6 +875,12 @@ class UnixBackend:
         """
         r = self._reqs.get(grant.ticket)
         if r is None or r.state is not _State.HELD:
+            if grant.ticket in self._handed:
+                raise ValueError(
+                    f"grant {grant.ticket} (lease #{self._handed[grant.ticket]} on GPU(s) "
+                    f"{list(grant.gpus)}) was handed over (give): it is no longer this pool's "
+                    "to release"
+                )
             if grant.ticket in self._orphans or self._closed:
                 self._orphans.discard(grant.ticket)
                 self._timed_out_keys.discard(grant.ticket)
@@ -819,6 +912,106 @@ class UnixBackend:
         r.gpus = rest
         for gpu in gpus:
             self._post(Release(next(self._keys), r.key, gpu, held[gpu]))
+
+    # ----------------------------------------------------------------- hand-over
+    def give(self, grant: Grant) -> str:
+        """Offer ``grant``'s lease to another connection of this user; its ticket (a secret:
+        pass it only to the process that is to take the lease, with its id, ``lease_id``).
+
+        Once this returns, this backend has forgotten the grant: it never releases it (its
+        ``release`` raises ValueError naming it as handed over), nor re-declares it after a
+        reconnect. The server keeps the lease on this backend's connection until it is taken
+        (``take``), and frees it if that connection closes first (``close()``, exit), or a
+        restart of the server comes first (a ticket does not survive one). Giving it again
+        (before it was taken) is not possible here: it is forgotten.
+
+        ValueError, changing nothing, for a grant this backend does not hold whole (released,
+        revoked, partly released, handed over already) or that the server refuses;
+        ConnectionError if the server does not answer, or knows no hand-over (older).
+        """
+        r = self._reqs.get(grant.ticket)
+        if r is None or r.state is not _State.HELD or r.id is None:
+            if grant.ticket in self._handed:
+                raise ValueError(
+                    f"grant {grant.ticket} (lease #{self._handed[grant.ticket]}) was handed "
+                    "over already"
+                )
+            raise ValueError(
+                f"grant {grant.ticket} (GPU(s) {list(grant.gpus)}) is not held by this pool: "
+                "released, revoked or lost already, or never granted here"
+            )
+        if sorted(grant.gpus) != sorted(r.gpus) or grant.units != r.units:
+            raise ValueError(
+                f"grant {grant.ticket} names GPU(s) {list(grant.gpus)} of {grant.units} units, "
+                f"but lease #{r.id} holds GPU(s) {list(r.gpus)} of {r.units} units: only a "
+                "whole lease can be handed over"
+            )
+        reply = self._call(lambda key: Give(key, r.id or 0), giving=r.key)
+        assert isinstance(reply, Given)
+        return reply.ticket
+
+    def take(
+        self, lease_id: int, ticket: str, *, name: str | None = None, command: str | None = None
+    ) -> Grant:
+        """Become the holder of lease ``lease_id``, given (``give``) by a connection of this
+        user with ``ticket``: its grant, this backend's like any other from now on (released by
+        ``release``, re-declared after a reconnect, revoked at its time limit, which stays the
+        one it had). ``name`` and ``command`` relabel it in ``hwpool status`` (None: this
+        backend's labels, else the lease's own).
+
+        TypeError or ValueError naming the argument for a bad ``lease_id`` or ``ticket``;
+        ValueError when the server refuses (no such lease offered to this user with this
+        ticket: wrong, used, its giver gone); ConnectionError if the server does not answer.
+        """
+        ident = check_int("lease_id", lease_id, minimum=1)
+        if not isinstance(ticket, str) or not TICKET.fullmatch(ticket):
+            raise ValueError(
+                f"ticket must be what give() returned (16 to 64 letters, digits, '_' or '-'), "
+                f"got {ticket!r:.80}"
+            )
+        label = self._name if name is None else _label("name", name)
+        text = self._command if command is None else _label("command", command)
+        reply = self._call(lambda key: Take(key, ident, ticket, label, text))
+        assert isinstance(reply, Granted)
+        return Grant(reply.req, reply.gpus, reply.units)
+
+    def _call(
+        self, ask: Callable[[int], ClientMessage], *, giving: int | None = None
+    ) -> ServerMessage:
+        """One round trip for a hand-over: ``ask(key)`` sent, its answer awaited (bounded)."""
+        self._connected()
+        with self._section():
+            key = next(self._keys)
+            message = ask(key)
+            call = self._calls[key] = _Call(message, giving)
+            self._send_or_connect(message)
+        if not _wait(call, REPLY_TIMEOUT_S):
+            with self._section():
+                self._calls.pop(key, None)  # a take answered later is given back then
+            raise ConnectionError(
+                f"no answer to {message.op} from the hwpool server on {str(self._path)!r}"
+            )
+        if call.error is not None:
+            raise call.error
+        assert call.reply is not None
+        return call.reply
+
+    def _handover_error(self, asked: Give | Take, reply: ErrorReply) -> BaseException:
+        """The error a ``give`` or ``take`` refused with ``reply`` raises."""
+        if reply.code is ErrorCode.UNKNOWN_OP:
+            return ConnectionError(
+                f"the hwpool server on {str(self._path)!r} knows no lease hand-over ({asked.op}):"
+                " it is older than this hwpool; upgrade it"
+            )
+        if reply.code in (ErrorCode.NOT_FOUND, ErrorCode.FORBIDDEN, ErrorCode.BAD_MESSAGE):
+            return ValueError(f"the hwpool server refused the {asked.op}: {reply.message}")
+        return ConnectionError(f"the hwpool server refused the {asked.op}: {reply.message}")
+
+    def demand_of(self, ticket: int) -> Demand | None:
+        """The demand grant ``ticket`` was asked with (for a lease taken over: as its giver
+        asked), or None where this backend holds no such grant."""
+        r = self._reqs.get(ticket)
+        return None if r is None else r.demand
 
     # ----------------------------------------------------------------- the rest
     def snapshot(self) -> PoolSnapshot:
@@ -958,6 +1151,22 @@ def _label(what: str, text: str | None) -> str | None:
                 "lone surrogate, such as an undecodable byte of a file name)"
             ) from None
     return text
+
+
+def _taken_demand(request: TakenRequest, totals: tuple[int, ...] | None) -> Demand:
+    """The demand of a lease taken over, from what its ``acquire`` asked (``request``), as a
+    GPUPool of this server (``totals``: sized in memory) would have made it."""
+    if request.unit == "mib":
+        demand = Demand(1, request.units)
+    elif totals is None:
+        demand = Demand(request.count, request.units)
+    elif request.count > 1 or request.units >= UNITS_PER_GPU:
+        demand = Demand(request.count, max(totals), whole=True)
+    else:
+        demand = Demand(1, request.units, relative=True)
+    if request.limit_s is None:
+        return demand
+    return dataclasses.replace(demand, limit=request.limit_s)
 
 
 def _error_for(message: ErrorReply) -> BaseException:

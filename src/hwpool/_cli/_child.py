@@ -26,10 +26,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-__all__ = ["FORWARDED", "TIMED_OUT", "exit_status", "run_job", "say"]
+__all__ = ["FORWARDED", "TIMED_OUT", "JobEnd", "exit_status", "run_job", "run_job_to_end", "say"]
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 KILL_WAIT_S = 5.0  # after SIGKILL, how long the group may take to be gone
@@ -76,6 +77,24 @@ def exit_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
+@dataclass(frozen=True, slots=True)
+class JobEnd:
+    """How a job run by :func:`run_job_to_end` ended: its ``returncode`` (as
+    ``subprocess.Popen`` has it: ``-N`` for signal N), whether it ran past its deadline
+    (``timed_out``) and whether ``held()`` turned false and it was ended for that
+    (``ended``)."""
+
+    returncode: int
+    timed_out: bool
+    ended: bool
+
+    @property
+    def status(self) -> int:
+        """The exit status ``hwpool run`` gives: :data:`TIMED_OUT` once timed out, else the
+        job's status as a shell reports it."""
+        return TIMED_OUT if self.timed_out else exit_status(self.returncode)
+
+
 def run_job(
     argv: Sequence[str],
     env: Mapping[str, str],
@@ -96,13 +115,36 @@ def run_job(
     (``time.monotonic()``), if the job still runs, ``late`` is printed and the group is
     ended so too; the status is then :data:`TIMED_OUT` (124), whatever the job's own.
     """
-    tty = _foreground_tty()
+    end = run_job_to_end(argv, env, grace_s, held, lambda: lost, deadline=deadline, late=late)
+    return end.status
+
+
+def run_job_to_end(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    grace_s: float,
+    held: Callable[[], bool] | None = None,
+    lost: Callable[[], str] = str,
+    *,
+    deadline: float | None = None,
+    late: str = "",
+    cwd: str | None = None,
+    stdio: tuple[int, int, int] | None = None,
+) -> JobEnd:
+    """:func:`run_job`, saying how the job ended; ``lost()`` is the line printed when
+    ``held()`` turns false. ``cwd``: the job's working directory; ``stdio``: descriptors
+    for its stdin, stdout and stderr (default: this process's)."""
+    tty = _foreground_tty() if stdio is None else None
     command = list(argv)
     if sys.platform == "linux":
         mode = "fg" if tty is not None else "bg"
         command = [sys.executable, "-I", "-S", "-c", _WRAPPER, str(os.getpid()), mode, *argv]
+    stdin, stdout, stderr = (None, None, None) if stdio is None else stdio
     with _forwarding() as group:
-        child = subprocess.Popen(command, env=dict(env), process_group=0)
+        child = subprocess.Popen(
+            command, env=dict(env), process_group=0, cwd=cwd, stdin=stdin, stdout=stdout,
+            stderr=stderr,
+        )  # fmt: skip
         group.append(child.pid)
         if tty is not None:
             _give_terminal(tty, child.pid)
@@ -117,9 +159,9 @@ def run_job(
             if tty is not None:
                 _give_terminal(tty, os.getpgrp())
             end_group(child.pid, grace_s)
-    if watch is not None and watch.timed_out:
-        return TIMED_OUT
-    return exit_status(code)
+    if watch is None:
+        return JobEnd(code, False, False)
+    return JobEnd(code, watch.timed_out, watch.ended)
 
 
 class _Watch:
@@ -131,7 +173,7 @@ class _Watch:
         held: Callable[[], bool] | None,
         pgid: int,
         grace_s: float,
-        lost: str,
+        lost: Callable[[], str],
         *,
         deadline: float | None = None,
         late: str = "",
@@ -139,6 +181,7 @@ class _Watch:
         self._held, self._pgid, self._grace_s, self._lost = held, pgid, grace_s, lost
         self._deadline, self._late = deadline, late
         self.timed_out = False
+        self.ended = False  # held() turned false, and the group was ended for it
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="hwpool-run-watch", daemon=True)
         self._thread.start()
@@ -167,7 +210,8 @@ class _Watch:
                 say(self._late)
                 return True
             if self._held is not None and not self._held():
-                say(self._lost)
+                self.ended = True
+                say(self._lost())
                 return True
 
 

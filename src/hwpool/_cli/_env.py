@@ -13,6 +13,7 @@ from collections.abc import Mapping
 
 from .._host._detect import NUM_GPUS_VAR, detect_gpus
 from .._host._sizing import spin_from_env, threads_from_env
+from .._jobs._state import keep_from_env
 from .._numa._pages import numa_mode
 from ._autostart import autostart_from_env, reconnect_timeout_from_env
 
@@ -32,3 +33,4 @@ def check_environment(environ: Mapping[str, str]) -> None:
     numa_mode(environ)
     autostart_from_env(environ)
     reconnect_timeout_from_env(environ)
+    keep_from_env(environ)

@@ -38,7 +38,7 @@ from .._jobs._control import (
     signal_name,
     wait_for,
 )
-from .._jobs._handle import open_table, wake_supervisor
+from .._jobs._handle import open_table, start_supervisor, wake_supervisor
 from .._jobs._logs import CHUNK, LogNotStartedError, log_path, open_log
 from .._jobs._model import FINISHED, JobRecord, JobState, check_job_id
 from .._jobs._others import default_state_directory, read_user_jobs
@@ -202,15 +202,6 @@ def _table(job_ids: Sequence[str] = ()) -> Iterator[JobStore]:
         )
     with store:
         yield store
-
-
-def _wake_supervisor(directory: Path) -> None:
-    """Make sure the caller's supervisor runs (after a retry or a cancel).
-
-    TODO(lead): the brief named ``hwpool._cli._supervise.ensure_supervisor``; the handle's
-    :func:`~hwpool._jobs._handle.wake_supervisor` (one place for both) imports the starter
-    lazily and does nothing while it is missing: point it at the real one at merge."""
-    wake_supervisor(directory)
 
 
 # ----------------------------------------------------------------- jobs
@@ -544,7 +535,7 @@ def _outcome(record: JobRecord) -> str:
 def _cmd_retry(args: argparse.Namespace) -> int:
     with _table([args.id]) as store:
         again = store.retry(args.id)
-    _wake_supervisor(_directory())
+    start_supervisor(_directory())
     if args.json:
         print(json.dumps({"id": again.id, "retry_of": args.id, "state": again.state.value}))
     else:
@@ -568,7 +559,7 @@ def cancel_jobs(job_ids: Sequence[str]) -> int:
         raise CancelRefused(_message(exc), 1) from None
     except OSError as exc:  # a folder or file closed to this user, say
         raise CancelRefused(f"cannot read {exc.filename!r}: {exc.strerror}", 1) from None
-    _wake_supervisor(_directory())
+    wake_supervisor(_directory())
     unconfirmed = 0
     for outcome in outcomes:
         print(_cancel_line(outcome), file=sys.stdout if outcome.done else sys.stderr)

@@ -24,7 +24,7 @@ from .._core._memory import format_mib
 from .._sim import _simulate as _sim
 from .._sim import _trace
 from .._version import __version__
-from . import _bench, _demo, _env, _host_cmds, _info, _jobs_cmds, _plot, _report, _run
+from . import _bench, _demo, _env, _host_cmds, _info, _jobs_cmds, _plot, _report, _run, _submit
 from ._args import MAX_GPUS, gpu_memory_list
 from ._progress import ProgressBar
 from ._text import one_line, plural
@@ -146,6 +146,7 @@ def _parser() -> argparse.ArgumentParser:
     bench.set_defaults(run=_cmd_bench)
     _host_cmds.register(commands)
     _run.register(commands)
+    _submit.register(commands)
     _jobs_cmds.register(commands)
     return parser
 

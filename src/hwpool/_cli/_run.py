@@ -43,7 +43,13 @@ from ._child import say
 from ._text import one_line, plural
 from ._waitline import WaitLine
 
-__all__ = ["register"]
+__all__ = [
+    "demand_from_text",
+    "limit_from_text",
+    "memory_from_text",
+    "priority_from_text",
+    "register",
+]
 
 GRACE_S = 5.0
 CONNECT_TIMEOUT_S = 10.0  # how long connecting to the server (and its hello) may take
@@ -87,13 +93,13 @@ def register(commands: Any) -> None:
         help="a fraction in (0, 1] of one GPU, or an integer >= 2 of whole GPUs (default 1)",
     )  # fmt: skip
     run.add_argument(
-        "--mem", type=_memory, metavar="SIZE",
+        "--mem", type=memory_from_text, metavar="SIZE",
         help="SIZE of one GPU's memory instead (6GiB, 512MiB, 20G), on a server sized in memory "
         "(`hwpool serve --memory`; a server this starts is)",
     )  # fmt: skip
     run.add_argument("--timeout", type=_seconds, metavar="S", help="give up waiting after S s")
     run.add_argument(
-        "--time", type=_limit, metavar="LIMIT",
+        "--time", type=limit_from_text, metavar="LIMIT",
         help="a time limit for the job once it runs (90s, 30m, 2h, 1d, or seconds): past it "
         "the job's process group gets SIGTERM, SIGKILL --grace S later, and hwpool run exits "
         "124; the server counts on the limit (plus the grace), and may let the job start "
@@ -101,7 +107,7 @@ def register(commands: Any) -> None:
     )  # fmt: skip
     run.add_argument("--name", metavar="NAME", help="a name for the job in `hwpool status`")
     run.add_argument(
-        "--priority", type=_priority, default=0, metavar="P",
+        "--priority", type=priority_from_text, default=0, metavar="P",
         help=f"an int in -{MAX_PRIORITY}..{MAX_PRIORITY} (default 0): higher goes first among "
         "your own waiting jobs; it never passes another user's",
     )  # fmt: skip
@@ -139,7 +145,7 @@ def demand_from_text(text: str) -> Fraction | int:
     return value
 
 
-def _priority(text: str) -> int:
+def priority_from_text(text: str) -> int:
     """``--priority``: an int within the protocol's bounds (argparse names the option)."""
     try:
         return check_int("priority", int(text, 10), minimum=-MAX_PRIORITY, maximum=MAX_PRIORITY)
@@ -149,7 +155,7 @@ def _priority(text: str) -> int:
         ) from exc
 
 
-def _memory(text: str) -> int:
+def memory_from_text(text: str) -> int:
     """``--mem``: an amount of memory (see ``hwpool._core._memory``), in MiB."""
     try:
         return parse_memory(text, "SIZE")
@@ -157,7 +163,7 @@ def _memory(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _limit(text: str) -> float:
+def limit_from_text(text: str) -> float:
     """``--time``: a duration (``90s``, ``30m``, ``2h``, or seconds), > 0."""
     try:
         return duration_from_text(text)

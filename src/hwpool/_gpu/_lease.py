@@ -41,6 +41,10 @@ class GPULease:
 
     A lease asked for with ``limit_s`` is revoked once held that long: ``.revoked`` turns
     True, the GPUs go back to the pool, and the end of the block releases nothing.
+
+    A lease of the host server can change process: ``.hand_over()`` gives it up for another
+    process of the same user, which takes it with ``pool.take_over(lease.id, ticket)``; the
+    block of the giver then releases nothing, and the taker's lease releases it.
     """
 
     __slots__ = (
@@ -62,6 +66,46 @@ class GPULease:
         self._token: contextvars.Token[tuple[int, ...]] | None = None
         self._used = False
         self._revoked = False
+
+    @property
+    def id(self) -> int | None:
+        """The host server's id of this lease (as ``hwpool status`` shows it, and as
+        :meth:`GPUPool.take_over` takes it); None in an in-process pool, before the lease is
+        granted, and once it is released or handed over."""
+        grant = self._grant
+        lease_id = getattr(self._pool._backend, "lease_id", None)
+        if grant is None or lease_id is None:
+            return None
+        ident: int | None = lease_id(grant.ticket)
+        return ident
+
+    def hand_over(self) -> str:
+        """Give this lease up for another process of the same user to take: the ticket it
+        takes it with (a secret: pass it, with ``.id``, only to that process), which then
+        calls ``GPUPool.take_over(id, ticket)`` on its own connection to the host server.
+
+        From now on this lease holds nothing here (``.gpus`` is empty, the end of its block
+        releases nothing); the server keeps it for this pool's connection until it is taken,
+        and frees it if that connection closes first (``pool.close()``, this process's exit)
+        or the server restarts first. TypeError for a lease of an in-process pool (it cannot
+        leave its process); RuntimeError when it holds nothing (not entered, released, handed
+        over); ValueError when the server refuses (revoked meanwhile); nothing changes then.
+        """
+        give = getattr(self._pool._backend, "give", None)
+        if give is None:
+            raise TypeError(
+                f"hand_over() needs a lease of the host server (hwpool.connect()); "
+                f"{self._pool!r} is an in-process pool, whose leases cannot leave its process"
+            )
+        grant = self._grant
+        if grant is None:
+            raise RuntimeError(
+                "this GPULease holds no GPU (not entered yet, released, or handed over "
+                "already): nothing to hand over"
+            )
+        ticket: str = give(grant)
+        self._grant = None  # the end of the block releases nothing
+        return ticket
 
     @property
     def limit_s(self) -> float | None:
@@ -153,6 +197,11 @@ class GPULease:
         kwargs["env"] = self.env(kwargs.get("env"))
         return subprocess.run(args, **kwargs)  # noqa: PLW1510 (check= is the caller's)
 
+    def _taken(self, grant: Grant) -> None:
+        """Hold ``grant`` (a lease taken over) before any block: entering the lease then only
+        makes its GPUs current, and its end releases it."""
+        self._grant = grant
+
     def _start(self) -> None:
         if self._used:
             raise RuntimeError("a GPULease can be entered only once; ask the pool for a new one")
@@ -179,6 +228,8 @@ class GPULease:
         if self._used:
             self._start()  # raises
         self._used = True
+        if self._grant is not None:  # taken over: held already
+            return self._enter(self._grant)
         pool = self._pool
         expected = self._expected
         if expected is None:
@@ -201,6 +252,8 @@ class GPULease:
 
     def __enter__(self) -> list[int]:
         self._start()
+        if self._grant is not None:  # taken over: held already
+            return self._enter(self._grant)
         pool, what = self._pool, "with lease"
         return self._enter(pool._take_blocking(self._demand, self._timeout, what, self._expected))
 

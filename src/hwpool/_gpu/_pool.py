@@ -503,6 +503,38 @@ class GPUPool:
         demand = _limited(_owned(self._whole_demand(count), owner, priority), limit_s)
         return GPULease(self, demand, check_timeout(timeout), hint)
 
+    # ----------------------------------------------------------------- hand-over
+    def take_over(self, lease_id: int, ticket: str) -> GPULease:
+        """The lease ``lease_id`` that another process of this user gave up with
+        :meth:`GPULease.hand_over` (which returned ``ticket``), held by this pool from now on.
+
+        The lease is held already: ``.gpus``, ``.devices``, ``.env()``, ``.fraction``,
+        ``.memory_mib``, ``.revoked`` work at once; use it in a ``with`` (or ``async with``)
+        block, whose end releases it (its GPUs are current inside). It keeps its id, GPUs and
+        time limit (``limit_s`` counts from its first grant). A ticket is used once.
+
+        TypeError for an in-process pool (only the host server's leases change process);
+        TypeError or ValueError naming ``lease_id`` or ``ticket`` for a bad one; ValueError
+        when the server has no such lease offered to this user with this ticket (wrong,
+        used, its giver gone); ConnectionError if it does not answer.
+        """
+        backend = self._backend
+        take = getattr(backend, "take", None)
+        demand_of = getattr(backend, "demand_of", None)
+        if take is None or demand_of is None:
+            raise TypeError(
+                f"take_over(lease_id={lease_id!r}, ...) needs a pool of the host server "
+                f"(hwpool.connect()); {self!r} is an in-process pool, which takes no lease "
+                "from another process"
+            )
+        grant: Grant = take(lease_id, ticket)
+        demand: Demand | None = demand_of(grant.ticket)
+        if demand is None:  # revoked in the meantime: a lease of the GPUs it had
+            demand = Demand(len(grant.gpus), grant.units or UNITS_PER_GPU)
+        lease = GPULease(self, demand, None)
+        lease._taken(grant)
+        return lease
+
     # ----------------------------------------------------------------- introspection
     def snapshot(self) -> PoolSnapshot:
         """Free capacity per GPU, the waiting queue and the counters, taken atomically."""

@@ -10,17 +10,22 @@ same functions (``_control``, ``_logs``).
 
 from __future__ import annotations
 
-import importlib
+import contextlib
 import os
+from collections.abc import Iterable, Mapping, Sequence
+from fractions import Fraction
 from pathlib import Path
 
 from ._control import cancel_job, wait_for
 from ._logs import LogNotStartedError, read_log
 from ._model import JobRecord, JobState, check_job_id
+from ._start import ensure_supervisor
+from ._start import wake_supervisor as poke_supervisor
 from ._state import TABLE_NAME, prepare_state_directory, state_directory
 from ._store import JobStore, UnknownJobError
+from ._submit import submit_job
 
-__all__ = ["Job", "open_table", "wake_supervisor"]
+__all__ = ["Job", "open_table", "start_supervisor", "submit", "wake_supervisor"]
 
 
 def open_table(directory: Path) -> JobStore | None:
@@ -56,18 +61,18 @@ def _table(directory: Path, job_id: str) -> JobStore:
     return store
 
 
-def wake_supervisor(directory: Path) -> None:
-    """Make sure the user's supervisor runs, to start the jobs of ``directory``'s table
-    (after a retry, or a cancel: it withdraws the request of a cancelled queued job).
+def start_supervisor(directory: Path) -> None:
+    """Make sure the user's supervisor runs (woken, or started), to run the jobs of
+    ``directory``'s table: after a submit or a retry."""
+    ensure_supervisor(directory)
 
-    TODO(lead): the supervisor's starter, ``hwpool._jobs._start.ensure_supervisor``, is not
-    on this branch yet; it is imported by name so that this does nothing until it is (then
-    import it plainly)."""
-    try:
-        start = importlib.import_module("hwpool._jobs._start")
-    except ImportError:
-        return
-    start.ensure_supervisor(directory)
+
+def wake_supervisor(directory: Path) -> None:
+    """Wake the user's supervisor if one runs (none is started: with none running, nothing
+    holds a request for a job just cancelled); after a cancel, so that it withdraws the
+    cancelled job's request at once rather than at its next look at the table."""
+    with contextlib.suppress(OSError):
+        poke_supervisor(directory)
 
 
 class Job:
@@ -150,7 +155,7 @@ class Job:
         that has not finished."""
         with _table(self._directory, self._id) as store:
             again = store.retry(self._id)
-        wake_supervisor(self._directory)
+        start_supervisor(self._directory)
         return Job(again.id, state_dir=self._directory)
 
     def __repr__(self) -> str:
@@ -163,3 +168,40 @@ class Job:
 
     def __hash__(self) -> int:
         return hash((self._id, self._directory))
+
+
+def submit(
+    argv: Sequence[str],
+    *,
+    gpus: Fraction | int | float | None = None,
+    memory: int | str | None = None,
+    name: str | None = None,
+    priority: int = 0,
+    time: float | str | None = None,
+    after: Iterable[str | Job] = (),
+    cwd: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    state_dir: str | os.PathLike[str] | None = None,
+) -> Job:
+    """Queue ``argv`` as a job of this user, as ``hwpool submit`` does; its handle.
+
+    ``gpus``: a fraction in (0, 1] of one GPU or an int >= 2 of whole GPUs (default: one
+    GPU); or ``memory`` (MiB, or a size such as ``"20GiB"``) of one GPU instead. ``time``: a
+    limit (seconds, or ``"90s"``, ``"30m"``, ``"2h"``): past it the job is ended and recorded
+    timed-out. ``after``: jobs (ids or handles) that must succeed first. ``cwd`` and ``env``:
+    default this process's. The user's supervisor is started if none runs. Bad values raise
+    TypeError or ValueError naming the argument, and queue nothing."""
+    directory = state_directory() if state_dir is None else Path(state_dir)
+    dependencies = [job.id if isinstance(job, Job) else job for job in _listed(after)]
+    record = submit_job(
+        argv, gpus=gpus, memory=memory, name=name, priority=priority, time=time,
+        after=dependencies, cwd=cwd, env=env, state_dir=directory,
+    )  # fmt: skip
+    return Job(record.id, state_dir=directory)
+
+
+def _listed(after: Iterable[str | Job]) -> list[str | Job]:
+    """``after`` as a list (one id or handle given alone is a list of one)."""
+    if isinstance(after, str | Job):
+        return [after]
+    return list(after)

@@ -3,7 +3,7 @@
 The state directory is ``HWPOOL_STATE_DIR`` (for tests and unusual set-ups), else
 ``$XDG_STATE_HOME/hwpool`` (when it is an absolute path, as the XDG spec requires), else
 ``~/.local/state/hwpool``. It holds the job table (``jobs.db``, with sqlite's ``-wal`` and
-``-shm`` beside it) and, to come, the jobs' logs.
+``-shm`` beside it), the jobs' logs (``logs/``) and the supervisor's files.
 
 The table holds each job's environment, secrets included, so the directory and the table
 are the user's alone: the directory is created mode 0700, and is checked the way the host
@@ -23,12 +23,27 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path
 
+from .._check import duration_from_text, int_from_text
 from .._wire._safety import UnsafePathError, _side_file_problem, check_directory, open_side_file
 
-__all__ = ["STATE_DIR_VAR", "TABLE_NAME", "open_table_file", "prepare_state_directory",
-           "state_directory"]  # fmt: skip
+__all__ = [
+    "DEFAULT_KEEP_COUNT",
+    "DEFAULT_KEEP_SECONDS",
+    "KEEP_COUNT_VAR",
+    "KEEP_VAR",
+    "STATE_DIR_VAR",
+    "TABLE_NAME",
+    "keep_from_env",
+    "open_table_file",
+    "prepare_state_directory",
+    "state_directory",
+]
 
 STATE_DIR_VAR = "HWPOOL_STATE_DIR"
+KEEP_VAR = "HWPOOL_JOBS_KEEP"  # how long finished jobs are kept (a duration: 7d, 12h)
+KEEP_COUNT_VAR = "HWPOOL_JOBS_KEEP_COUNT"  # how many finished jobs are kept at most
+DEFAULT_KEEP_SECONDS = 7 * 86400.0
+DEFAULT_KEEP_COUNT = 1000
 TABLE_NAME = "jobs.db"
 _PRIVATE = stat.S_IRWXG | stat.S_IRWXO
 
@@ -72,13 +87,14 @@ def prepare_state_directory(directory: Path) -> Path:
 
 def open_table_file(path: Path) -> int:
     """Create or open the job table ``path`` and check it (see the module): a descriptor of
-    it, for the caller to close once sqlite has opened the same file.
+    it, which the store keeps as long as its connection and closes after it.
 
     Where the system has ``O_PATH`` (Linux) the descriptor is an ``O_PATH`` one, and only
-    such a descriptor may be closed while this process has another connection to the table:
-    closing any other descriptor of a file drops every POSIX lock the process holds on it,
-    sqlite's included, and a WAL table whose readers lost their lock may be checkpointed and
-    its log removed under them by another process ("database disk image is malformed")."""
+    such a descriptor may be closed while this process has another connection to the table
+    (a second store open in the same process: ``hwpool.Job``'s calls, a thread's): closing
+    any other descriptor of a file drops every POSIX lock the process holds on it, sqlite's
+    included, and a WAL table whose readers lost their lock may be checkpointed and its log
+    removed under them by another process ("database disk image is malformed")."""
     if not hasattr(os, "O_PATH"):
         return _checked_table(open_side_file(path, os.O_RDWR | os.O_CREAT, mode=0o600,
                                              what="job table"), path)  # fmt: skip
@@ -120,3 +136,20 @@ def _checked_table(fd: int, path: Path) -> int:
             f"alone (chmod 600 {str(path)!r})"
         )
     return fd
+
+
+def keep_from_env(environ: Mapping[str, str]) -> tuple[float, int]:
+    """The retention of finished jobs: ``HWPOOL_JOBS_KEEP`` (a duration, default a week) and
+    ``HWPOOL_JOBS_KEEP_COUNT`` (an int >= 0, default 1000); ValueError naming the variable
+    and its value when one is malformed."""
+    seconds, count = DEFAULT_KEEP_SECONDS, DEFAULT_KEEP_COUNT
+    raw = environ.get(KEEP_VAR)
+    if raw:
+        try:
+            seconds = duration_from_text(raw)
+        except ValueError as exc:
+            raise ValueError(f"{KEEP_VAR}: {exc}") from None
+    raw = environ.get(KEEP_COUNT_VAR)
+    if raw:
+        count = int_from_text(KEEP_COUNT_VAR, raw, minimum=0, maximum=2**31)
+    return seconds, count

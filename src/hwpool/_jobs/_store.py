@@ -63,13 +63,18 @@ from ._model import (
     format_job_id,
 )
 from ._schema import SCHEMA_VERSION, JobTableError, connect, job_from_row
-from ._state import TABLE_NAME, open_table_file, prepare_state_directory, state_directory
+from ._state import (
+    DEFAULT_KEEP_COUNT,
+    DEFAULT_KEEP_SECONDS,
+    TABLE_NAME,
+    open_table_file,
+    prepare_state_directory,
+    state_directory,
+)
 
 __all__ = ["DEFAULT_KEEP_COUNT", "DEFAULT_KEEP_SECONDS", "SCHEMA_VERSION", "JobStateError",
            "JobStore", "JobTableError", "UnknownJobError"]  # fmt: skip
 
-DEFAULT_KEEP_SECONDS = 7 * 86400
-DEFAULT_KEEP_COUNT = 1000
 _MAX_PID_START = 2**63 - 1
 
 _DEPENDENCY_ENDS = {
@@ -94,29 +99,42 @@ class JobStore:
     One instance belongs to one thread; any number of processes may open the same table.
     """
 
-    def __init__(self, connection: sqlite3.Connection, path: Path) -> None:
+    def __init__(self, connection: sqlite3.Connection, path: Path, checked: int = -1) -> None:
         self._db = connection
         self.path = path
+        # The descriptor the safety checks opened the table with stays open as long as the
+        # connection: closing any descriptor of a file drops every POSIX lock this process
+        # holds on it (fcntl(2)), sqlite's included, and a process that then saw the table
+        # unlocked would take itself for its last user and remove the write-ahead log from
+        # under this connection, whose commits nobody would see again.
+        self._checked = checked
 
     # --------------------------------------------------------------- opening
     @classmethod
     def open(
-        cls, directory: Path | None = None, environ: Mapping[str, str] | None = None
+        cls,
+        directory: str | os.PathLike[str] | None = None,
+        environ: Mapping[str, str] | None = None,
     ) -> JobStore:
         """The job table in ``directory`` (default: :func:`state_directory`), created with
         its directory if missing, after the safety checks of ``_state`` (UnsafePathError);
         JobTableError for a file that is not a job table of this version."""
-        folder = prepare_state_directory(directory or state_directory(environ))
+        chosen = state_directory(environ) if directory is None else Path(directory)
+        folder = prepare_state_directory(chosen)
         path = folder / TABLE_NAME
         fd = open_table_file(path)
         try:
-            return cls(connect(path), path)
-        finally:
+            return cls(connect(path), path, fd)
+        except BaseException:
             os.close(fd)
+            raise
 
     def close(self) -> None:
         """Close the table (what was committed stays)."""
         self._db.close()
+        if self._checked >= 0:
+            os.close(self._checked)
+            self._checked = -1
 
     def __enter__(self) -> JobStore:
         return self
@@ -150,6 +168,12 @@ class JobStore:
             yield
         finally:
             self._db.execute("COMMIT")
+
+    def data_version(self) -> int:
+        """A number that changes when another connection commits a change to the table
+        (sqlite's ``PRAGMA data_version``): a cheap way to see whether to read it again."""
+        with self._read():
+            return int(self._db.execute("PRAGMA data_version").fetchone()[0])
 
     # --------------------------------------------------------------- adding
     def add(
@@ -254,12 +278,6 @@ class JobStore:
             ).fetchall()
             after = self._dependencies_of(f"SELECT number FROM jobs WHERE {where}", wanted)
         return [job_from_row(row, after.get(row["number"], ())) for row in rows]
-
-    def data_version(self) -> int:
-        """A number that changes whenever another connection commits a change to the table
-        (``PRAGMA data_version``): a poller re-reads only when it moved."""
-        value: int = self._db.execute("PRAGMA data_version").fetchone()[0]
-        return value
 
     def _get(self, number: int) -> JobRecord:
         row = self._db.execute("SELECT * FROM jobs WHERE number = ?", (number,)).fetchone()

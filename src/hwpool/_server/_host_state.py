@@ -14,6 +14,11 @@ waiters then enter the core in their original id order. A journaled request belo
 client that made it (its uid, and its hello's token, or its pid where it sent none): only
 that client may reclaim it, and only as it was journaled.
 
+A lease may change hands between two connections of one uid (``give``, then ``take`` with
+the secret ticket ``give`` answered): it then belongs to the taker's connection as if the
+taker had made it (its release, its disconnection, its reclaim after a restart: the journal
+names the taker's pid and token), and its owner, id, GPUs and time limit stay the same.
+
 One client cannot flood the others: a connection holds at most ``max_per_connection``
 requests (leases and waiters), a uid at most ``max_per_user`` over all its connections.
 """
@@ -21,6 +26,8 @@ requests (leases and waiters), a uid at most ``max_per_user`` over all its conne
 from __future__ import annotations
 
 import heapq
+import hmac
+import secrets
 from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar, overload
@@ -39,6 +46,8 @@ from .._wire._protocol import (
     Done,
     ErrorCode,
     ErrorReply,
+    Give,
+    Given,
     Granted,
     LeaseRecord,
     OwnerRecord,
@@ -49,6 +58,8 @@ from .._wire._protocol import (
     Revoked,
     ServerMessage,
     StatusReply,
+    Take,
+    TakenRequest,
     Unit,
     WaiterRecord,
     Withdraw,
@@ -121,6 +132,9 @@ class Entry:
     granted_as: int | None = None  # the core's ticket of its grant, for learning hold times
     expected_s: float | None = None  # the client's hint of its hold time
     limit_end: float | None = None  # a lease with a time limit: when the server revokes it
+    units: int = 0  # a lease's units on each GPU, as its grant said (0: whole GPUs, mixed)
+    partial: bool = False  # a lease partly released: it cannot be handed over
+    handover: str | None = None  # the ticket that takes this lease over (``give``), or None
 
 
 Delivery = tuple[Client, ServerMessage]
@@ -437,6 +451,7 @@ class HostState:
         return entry
 
     def _drop(self, entry: Entry) -> None:
+        entry.handover = None  # a ticket dies with its lease
         uid = entry.client.uid
         del entry.client.entries[entry.req]
         del self._by_id[entry.id]
@@ -455,6 +470,7 @@ class HostState:
     def _granted(self, entry: Entry, grant: Grant, now: float) -> Delivery:
         waited = now - entry.since
         entry.held = dict(self.core.held(grant))
+        entry.units = grant.units
         entry.ticket = None
         entry.granted_as = grant.ticket
         entry.since = now
@@ -564,6 +580,8 @@ class HostState:
             self.released += 1
             self._drop(entry)
         else:
+            entry.partial = True
+            entry.handover = None
             self._touch(entry)
         return self._deliver(grants, now)
 
@@ -595,6 +613,97 @@ class HostState:
         was: Literal["lease", "waiter"] = "lease" if entry.held is not None else "waiter"
         grants = self._remove(entry, now)
         return [(actor, Done(msg.req, was)), (owner, notice), *grants]
+
+    # ----------------------------------------------------------------- hand-over
+    def give(self, client: Client, msg: Give, now: float) -> list[Delivery]:
+        """Offer lease ``msg.id`` of this connection for hand-over: answer ``given`` with a
+        fresh ticket (replacing any earlier one). The lease stays ``client``'s until taken.
+
+        Refused (ProtocolError, nothing changed): from a control connection (``forbidden``),
+        an id not known (``not_found``), another connection's request (``forbidden``), a
+        waiter or a lease partly released (``bad_message``).
+        """
+        self._data_only(client, msg.req)
+        entry = self._by_id.get(msg.id)
+        if entry is None:
+            raise ProtocolError(ErrorCode.NOT_FOUND, f"no lease #{msg.id}", msg.req)
+        if entry.client is not client:
+            raise ProtocolError(
+                ErrorCode.FORBIDDEN,
+                f"lease #{msg.id} is not this connection's: only its holder may hand it over",
+                msg.req,
+            )
+        if entry.held is None:
+            raise ProtocolError(
+                ErrorCode.BAD_MESSAGE,
+                f"#{msg.id} is waiting, not granted: only a lease can be handed over",
+                msg.req,
+            )
+        if entry.partial:
+            raise ProtocolError(
+                ErrorCode.BAD_MESSAGE,
+                f"lease #{msg.id} was partly released: only a whole lease can be handed over",
+                msg.req,
+            )
+        entry.handover = secrets.token_urlsafe(24)
+        self.log(f"offer {_job(entry)} of {client} for hand-over")
+        return [(client, Given(msg.req, entry.id, entry.handover))]
+
+    def take(self, client: Client, msg: Take, now: float) -> list[Delivery]:
+        """Make ``client`` the holder of lease ``msg.id``, given with ``msg.ticket`` by a
+        connection of the same uid: answer ``granted`` (with what it was asked as) under
+        ``msg.req``. The ticket is used up; the lease keeps its id, GPUs, owner and time limit.
+
+        Refused with one ``not_found`` message, nothing changed, whatever the reason (no such
+        lease, not offered, another uid's, a wrong or used ticket), so that a wrong ticket
+        tells nothing of the lease; ``forbidden`` from a control connection; ``limit`` past
+        the cap on this connection's requests.
+        """
+        self._data_only(client, msg.req)
+        self._fresh_req(client, msg.req)
+        entry = self._by_id.get(msg.id)
+        offered = None if entry is None else entry.handover
+        if (
+            entry is None
+            or offered is None
+            or entry.held is None
+            or entry.client.uid != client.uid
+            or not hmac.compare_digest(offered, msg.ticket)
+        ):
+            raise ProtocolError(
+                ErrorCode.NOT_FOUND,
+                f"cannot take lease #{msg.id}: no lease of yours is offered with this ticket "
+                "(unknown or ended, taken already, its giver gone, or a wrong ticket)",
+                msg.req,
+            )
+        mine = len(client.entries) - (entry.client is client)  # its own moves, adds nothing
+        if mine >= self.max_per_connection:
+            raise ProtocolError(
+                ErrorCode.LIMIT,
+                f"this connection already has {mine} requests (leases and waiters), the cap "
+                f"per connection (max-requests-per-connection {self.max_per_connection})",
+                msg.req,
+            )
+        giver = entry.client
+        del giver.entries[entry.req]
+        entry.client, entry.req, entry.handover = client, msg.req, None
+        if msg.name is not None:
+            entry.name = msg.name
+        if msg.command is not None:
+            entry.command = msg.command
+        client.entries[msg.req] = entry
+        self._touch(entry)  # journaled anew: its holder's pid and token
+        self.log(f"hand over {_job(entry)} from {giver} to {client}: {self._what(entry.held)}")
+        return [(client, Granted(msg.req, entry.id, tuple(entry.held), entry.units,
+                                 self._taken_request(entry, now)))]  # fmt: skip
+
+    def _taken_request(self, entry: Entry, now: float) -> TakenRequest:
+        """What lease ``entry`` was asked as, for its new holder (see :class:`TakenRequest`)."""
+        count, units, unit = self._wire_demand(entry.demand)
+        return TakenRequest(
+            count, units, max(0.0, now - entry.since), unit, entry.demand.limit, entry.name,
+            entry.command,
+        )  # fmt: skip
 
     def disconnect(self, client: Client, now: float) -> list[Delivery]:
         """The connection closed: withdraw every waiter of ``client``, then free its leases."""
@@ -680,6 +789,8 @@ class HostState:
         if msg.held is None or units is None:
             return [self._grant_or_queue(entry, now)]
         entry.held = dict(msg.held)
+        amounts = {units for _, units in msg.held}
+        entry.units = amounts.pop() if len(amounts) == 1 else 0  # as a grant says it
         end = journaled.limit_end if journaled is not None else None
         if end is None and msg.limit_s is not None:  # not journaled: as the client counts
             end = now - msg.age_s + msg.limit_s

@@ -53,6 +53,7 @@ from .._wire._protocol import (
     Done,
     ErrorCode,
     ErrorReply,
+    Give,
     Hello,
     LineBuffer,
     ProtocolError,
@@ -62,6 +63,7 @@ from .._wire._protocol import (
     ServerMessage,
     Status,
     StatusReply,
+    Take,
     Welcome,
     Withdraw,
     decode_client,
@@ -543,6 +545,10 @@ class _Server:
                 return state.reclaim(client, message, now)
             case Reclaimed():
                 return state.reclaimed(client, now)
+            case Give():
+                return state.give(client, message, now)
+            case Take():
+                return state.take(client, message, now)
         raise ProtocolError(ErrorCode.HELLO_FIRST, "hello comes first, and once")
 
     def status_answer(self, client: Client, message: Status) -> Iterator[bytes]:

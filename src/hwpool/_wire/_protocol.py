@@ -6,7 +6,9 @@ newline. Every object has an ``op``. The client speaks first (``hello``, carryin
 that every client request carries ``req``, an int the client picks and never reuses on one
 connection; the server answers each request once, with the same ``req`` (an ``acquire``
 that waits also gets a ``queued`` first), except ``release``, ``withdraw`` and ``reclaimed``,
-which are answered only when they fail; it may push ``revoked`` at any time. A ``status``
+which are answered only when they fail; it may push ``revoked`` at any time. A lease may be
+handed over to another connection of the same uid: ``give`` answers ``given`` with a secret
+ticket, and ``take`` with that ticket answers ``granted`` on the taker's connection. A ``status``
 that asks for ``stream`` may be answered in several lines: ``status_part`` lines, then the
 ``status`` line that ends it (see :func:`status_lines`), so that it fits any queue.
 Fields the receiver does not know are ignored, so later versions may add optional ones.
@@ -46,6 +48,7 @@ __all__ = [
     "MAX_PRIORITY",
     "MAX_TEXT",
     "PROTOCOL_VERSION",
+    "TICKET",
     "AccountRecord",
     "Acquire",
     "Busy",
@@ -55,6 +58,8 @@ __all__ = [
     "Done",
     "ErrorCode",
     "ErrorReply",
+    "Give",
+    "Given",
     "Granted",
     "Hello",
     "LeaseRecord",
@@ -71,6 +76,8 @@ __all__ = [
     "Status",
     "StatusPart",
     "StatusReply",
+    "Take",
+    "TakenRequest",
     "Unit",
     "WaiterRecord",
     "Welcome",
@@ -97,6 +104,10 @@ MAX_PRIORITY = 1000
 
 TOKEN = re.compile(r"[0-9A-Za-z_-]{1,64}")
 """What a hello's ``token`` may be: 1 to 64 letters, digits, ``_`` or ``-``."""
+
+TICKET = re.compile(r"[0-9A-Za-z_-]{16,64}")
+"""What a hand-over ticket (``given``, ``take``) may be: 16 to 64 letters, digits, ``_`` or
+``-`` (the server makes 32, ``secrets.token_urlsafe(24)``)."""
 
 Role = Literal["data", "control"]
 """What a connection is for (its hello's ``role``): requests (``data``, the default), or only
@@ -533,6 +544,42 @@ class Cancel:
         return {"op": self.op, "req": self.req, "id": self.id}
 
 
+@dataclass(frozen=True, slots=True)
+class Give:
+    """Offer lease ``id`` (held by this connection, whole) for hand-over: the server answers
+    ``given`` with a fresh secret ticket, which a ``take`` on another connection of the same
+    uid uses to become its holder. Until then the lease stays this connection's."""
+
+    req: int
+    id: int
+    op: ClassVar[str] = "give"
+
+    def wire(self) -> dict[str, object]:
+        return {"op": self.op, "req": self.req, "id": self.id}
+
+
+@dataclass(frozen=True, slots=True)
+class Take:
+    """Become the holder of lease ``id``, given with ``ticket`` by a connection of the same uid.
+
+    ``name`` and ``command`` (optional) label the lease anew in ``hwpool status``; left out,
+    it keeps its own. Answered ``granted`` (with ``request``) under this ``req``.
+    """
+
+    req: int
+    id: int
+    ticket: str
+    name: str | None = None
+    command: str | None = None
+    op: ClassVar[str] = "take"
+
+    def wire(self) -> dict[str, object]:
+        out: dict[str, object] = {"op": self.op, "req": self.req, "id": self.id,
+                                  "ticket": self.ticket}  # fmt: skip
+        _put_texts(out, self.name, self.command)
+        return out
+
+
 def _put_texts(out: dict[str, object], name: str | None, command: str | None) -> None:
     if name is not None:
         out["name"] = name
@@ -540,7 +587,9 @@ def _put_texts(out: dict[str, object], name: str | None, command: str | None) ->
         out["command"] = command
 
 
-ClientMessage = Hello | Acquire | Withdraw | Release | Reclaim | Reclaimed | Status | Cancel | Bye
+ClientMessage = (
+    Hello | Acquire | Withdraw | Release | Reclaim | Reclaimed | Status | Cancel | Bye | Give | Take
+)
 
 
 def _hello(f: _Fields) -> Hello:
@@ -612,7 +661,17 @@ _CLIENT: dict[str, Callable[[_Fields], ClientMessage]] = {
     "status": lambda f: Status(f.num("req"), f.opt_flag("stream")),
     "cancel": lambda f: Cancel(f.num("req"), f.num("id", 1)),
     "bye": lambda f: Bye(f.num("req")),
+    "give": lambda f: Give(f.num("req"), f.num("id", 1)),
+    "take": lambda f: Take(f.num("req"), f.num("id", 1), _ticket(f), **_texts(f)),
 }
+
+
+def _ticket(f: _Fields) -> str:
+    """The ``ticket`` of a ``take`` or ``given``: see :data:`TICKET`."""
+    value = f.get("ticket")
+    if not isinstance(value, str) or not TICKET.fullmatch(value):
+        raise f.fail(f"ticket must be 16 to 64 letters, digits, '_' or '-', got {value!r:.80}")
+    return value
 
 
 def decode_client(line: bytes) -> ClientMessage:
@@ -661,24 +720,71 @@ class Welcome:
 
 
 @dataclass(frozen=True, slots=True)
+class TakenRequest:
+    """What a lease taken over (``take``) was asked as, so that its new holder can re-declare
+    it after a restart (``reclaim``) and label it: ``count``, ``units`` and ``unit`` as its
+    ``acquire`` had them, its time limit (``limit_s``, from its grant), how long it has been
+    held (``age_s``), and its labels."""
+
+    count: int
+    units: int
+    age_s: float
+    unit: Unit = "gpu"
+    limit_s: float | None = None
+    name: str | None = None
+    command: str | None = None
+
+    def wire(self) -> dict[str, object]:
+        out: dict[str, object] = {
+            "count": self.count, "units": self.units, "age_s": round(self.age_s, 6),
+        }  # fmt: skip
+        if self.unit != "gpu":
+            out["unit"] = self.unit
+        if self.limit_s is not None:
+            out["limit_s"] = self.limit_s
+        _put_texts(out, self.name, self.command)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
 class Granted:
     """Request ``req`` holds ``units`` on each of ``gpus``; ``id`` names it host-wide.
 
     ``units`` is 0 for whole GPUs of different sizes on a server sized in memory: each GPU
-    is then held whole (its total, as the welcome's ``totals`` says).
+    is then held whole (its total, as the welcome's ``totals`` says). ``request`` is sent
+    only in answer to a ``take``: what the lease taken over was asked as.
     """
 
     req: int
     id: int
     gpus: tuple[int, ...]
     units: int
+    request: TakenRequest | None = None
     op: ClassVar[str] = "granted"
 
     def wire(self) -> dict[str, object]:
-        return {
+        out: dict[str, object] = {
             "op": self.op, "req": self.req, "id": self.id, "gpus": list(self.gpus),
             "units": self.units,
         }  # fmt: skip
+        if self.request is not None:
+            out["request"] = self.request.wire()
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Given:
+    """Lease ``id`` (of the ``give`` ``req``) may be taken with ``ticket`` (a secret: whoever
+    of the same uid holds it may take the lease), until it is taken, ends, or its giver's
+    connection closes, or a later ``give`` of it replaces the ticket."""
+
+    req: int
+    id: int
+    ticket: str
+    op: ClassVar[str] = "given"
+
+    def wire(self) -> dict[str, object]:
+        return {"op": self.op, "req": self.req, "id": self.id, "ticket": self.ticket}
 
 
 @dataclass(frozen=True, slots=True)
@@ -939,7 +1045,16 @@ class StatusPart:
 
 
 ServerMessage = (
-    Welcome | Granted | Queued | Busy | Done | Revoked | ErrorReply | StatusReply | StatusPart
+    Welcome
+    | Granted
+    | Queued
+    | Busy
+    | Done
+    | Revoked
+    | ErrorReply
+    | StatusReply
+    | StatusPart
+    | Given
 )
 
 
@@ -1093,6 +1208,20 @@ def _waiter_record(f: _Fields) -> WaiterRecord:
     )  # fmt: skip
 
 
+def _taken_request(f: _Fields) -> TakenRequest | None:
+    """The optional ``request`` of a ``granted`` (an answer to a ``take``)."""
+    if f.obj.get("request") is None:
+        return None
+    raw = f.get("request")
+    if not isinstance(raw, dict):
+        raise f.fail(f"request must be an object, got {raw!r:.80}")
+    r = _Fields(raw, f.op, f.req)
+    return TakenRequest(
+        r.num("count", 1, MAX_GPUS), r.num("units", 1), r.age("age_s"), _unit(r), _limit(r),
+        **_texts(r),
+    )  # fmt: skip
+
+
 def _opt_account(f: _Fields) -> str | None:
     return None if f.obj.get("account") is None else f.text("account", MAX_ACCOUNT_NAME)
 
@@ -1141,7 +1270,10 @@ def _status_part(f: _Fields) -> StatusPart:
 
 _SERVER: dict[str, Callable[[_Fields], ServerMessage]] = {
     "welcome": _welcome,
-    "granted": lambda f: Granted(f.num("req"), f.num("id", 1), f.ints("gpus"), f.num("units")),
+    "granted": lambda f: Granted(
+        f.num("req"), f.num("id", 1), f.ints("gpus"), f.num("units"), _taken_request(f)
+    ),
+    "given": lambda f: Given(f.num("req"), f.num("id", 1), _ticket(f)),
     "queued": lambda f: Queued(f.num("req"), f.num("id", 1)),
     "would_block": lambda f: Busy(f.num("req")),
     "ok": _done,

@@ -1,0 +1,201 @@
+"""A job's launcher: the process that holds one job's lease, runs the job and records its end.
+
+The supervisor starts it (in a session of its own) when the job's share is granted, and
+writes on its stdin one line of JSON: the job's id, the lease's id, the hand-over ticket and
+the server's socket. The launcher then:
+
+1. takes the lease over (``GPUPool.take_over``): from here the lease is this process's,
+   kept if the supervisor dies, reclaimed after a restart of the host server, and freed
+   by the server if this process dies;
+2. records the job ``running`` with its own pid and start time: the table's ``queued ->
+   running`` transition is the one place that decides who runs a job, so if the job was
+   cancelled meanwhile, or another launcher won, it gives the lease back and exits;
+3. runs the job as ``hwpool run`` does (its own process group, killed if this process is
+   killed) with the job's environment and working directory plus the lease's variables,
+   stdin from ``/dev/null``, stdout and stderr to ``logs/<id>.out`` and ``logs/<id>.err``;
+   ends it at its time limit (SIGTERM, SIGKILL after the grace), or when ``hwpool cancel``
+   sends :data:`~hwpool._jobs._procs.CANCEL_SIGNAL`, or when the lease is revoked;
+4. records the end (succeeded, failed, timed-out, cancelled) and releases the lease.
+
+Its own messages go to the job's stderr log, where the user looks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import stat
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from .._gpu._lease import GPULease
+from .._gpu._pool import GPUPool
+from .._jobs._model import JobRecord, JobState
+from .._jobs._procs import CANCEL_SIGNAL, process_start
+from .._jobs._store import JobStateError, JobStore
+from .._jobs._supervisor import GRACE_S
+from .._wire._safety import UnsafePathError, open_side_file
+from . import _autostart, _child
+
+__all__ = ["main"]
+
+LOGS = "logs"
+JOB_ID_VAR = "HWPOOL_JOB_ID"
+
+
+class _Cancel:
+    """Set by CANCEL_SIGNAL: the job is to be ended and recorded as cancelled."""
+
+    requested = False
+
+    @classmethod
+    def handle(cls, signum: int, frame: FrameType | None) -> None:
+        cls.requested = True
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``DIR`` (the state directory), with the hand-over on stdin (see the module)."""
+    signal.signal(CANCEL_SIGNAL, _Cancel.handle)  # first: the default action would kill us
+    args = sys.argv[1:] if argv is None else list(argv)
+    try:
+        handoff = json.loads(sys.stdin.readline())
+        _stdin_from_devnull()
+        return _launch(Path(args[0]), handoff)
+    except Exception as exc:
+        _child.say(f"hwpool launcher: cannot start the job: {type(exc).__name__}: {exc}")
+        return 3
+
+
+def _launch(directory: Path, handoff: dict[str, Any]) -> int:
+    with JobStore.open(directory) as store:
+        job = store.get(str(handoff["job"]))
+        backend = _autostart.connect(
+            Path(handoff["socket"]), autostart=False, name=f"{job.id} {job.name}",
+            command=f"launcher of {job.id}",
+        )  # fmt: skip
+        try:
+            pool = GPUPool(backend=backend)
+            lease = pool.take_over(int(handoff["lease"]), str(handoff["ticket"]))
+            try:
+                return _run(store, directory, job, pool, lease)
+            finally:
+                lease.__exit__(None, None, None)
+        finally:
+            backend.close()
+
+
+def _run(store: JobStore, directory: Path, job: JobRecord, pool: GPUPool, lease: GPULease) -> int:
+    out, err = _log_paths(directory, job)
+    fds = [_open_log(out), _open_log(err)]
+    try:
+        try:
+            store.mark_running(
+                job.id, pid=os.getpid(), pid_start=process_start(os.getpid()) or 0,
+                gpu_ids=lease.devices, lease=lease.id, stdout_log=str(out), stderr_log=str(err),
+            )  # fmt: skip
+        except JobStateError:
+            return 0  # cancelled meanwhile, or another launcher runs it: the lease goes back
+        os.dup2(fds[1], 2)  # our own lines go where the user reads the job's
+        return _record(store, job, _execute(job, lease, fds, pool))
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _execute(job: JobRecord, lease: GPULease, fds: list[int], pool: GPUPool) -> _child.JobEnd:
+    """Run the job until it ends (or is ended); how it ended."""
+    if _Cancel.requested:
+        return _child.JobEnd(0, False, True)
+    env = lease.env(dict(job.environment))
+    env[JOB_ID_VAR] = job.id
+    started = time.monotonic()
+    limit = job.time_limit
+    _child.say(f"hwpool: {job.id} runs on {', '.join(lease.devices) or 'no GPU'}")
+    stdin = os.open(os.devnull, os.O_RDONLY)
+    try:
+        return _child.run_job_to_end(
+            job.argv, env, GRACE_S, lambda: not _Cancel.requested and not lease.revoked,
+            lambda: _ending_why(job, lease),
+            deadline=None if limit is None else started + limit,
+            late=f"hwpool: {job.id} ran past its time limit ({limit} s): ending it (SIGTERM, "
+            f"then SIGKILL after {GRACE_S:g} s)",
+            cwd=job.cwd, stdio=(stdin, fds[0], fds[1]),
+        )  # fmt: skip
+    except OSError as exc:  # the working directory is gone, say
+        _child.say(f"hwpool: {job.id} could not start: {exc}")
+        return _child.JobEnd(127 if isinstance(exc, FileNotFoundError) else 126, False, False)
+    finally:
+        os.close(stdin)
+
+
+def _ending_why(job: JobRecord, lease: GPULease) -> str:
+    if _Cancel.requested:
+        return f"hwpool: {job.id} was cancelled: ending it (SIGTERM, then SIGKILL after " \
+               f"{GRACE_S:g} s)"  # fmt: skip
+    return (
+        f"hwpool: {job.id}'s lease #{lease.id} was revoked (`hwpool cancel {lease.id}` by an "
+        "admin, or lost with the server): ending it"
+    )
+
+
+def _record(store: JobStore, job: JobRecord, end: _child.JobEnd) -> int:
+    """Write how the job ended; 0 (the launcher did its work, whatever the job's status)."""
+    code: dict[str, Any] = (
+        {"signal": -end.returncode} if end.returncode < 0 else {"exit_code": end.returncode}
+    )
+    with contextlib.suppress(JobStateError):  # someone recorded it first (a lost job)
+        if end.timed_out:
+            store.mark_timed_out(job.id, signal=code.get("signal"))
+        elif end.ended and _Cancel.requested:
+            store.mark_cancelled(job.id, **code)
+        elif end.ended:
+            store.mark_cancelled(
+                job.id, reason="its lease was revoked (hwpool cancel, or lost with the server)",
+                **code,
+            )  # fmt: skip
+        else:
+            store.mark_finished(job.id, **code)
+    finished = store.get(job.id)
+    _child.say(f"hwpool: {job.id} {finished.state.value}" + _how(finished))
+    return 0
+
+
+def _how(job: JobRecord) -> str:
+    if job.signal is not None:
+        return f" (killed by {signal.Signals(job.signal).name})"
+    if job.exit_code is not None and job.state is not JobState.SUCCEEDED:
+        return f" (exit status {job.exit_code})"
+    return ""
+
+
+def _log_paths(directory: Path, job: JobRecord) -> tuple[Path, Path]:
+    logs = directory / LOGS
+    with contextlib.suppress(FileExistsError):
+        logs.mkdir(mode=0o700)
+    info = os.lstat(logs)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o077:
+        raise UnsafePathError(
+            f"the job log folder {str(logs)!r} is not a private folder of yours (a symbolic "
+            f"link, another's, or open to others): remove it, and it is made again"
+        )
+    return logs / f"{job.id}.out", logs / f"{job.id}.err"
+
+
+def _open_log(path: Path) -> int:
+    """Open a job's log for writing from its start (the user's own regular file, never
+    through a symbolic link); inheritable, for the job."""
+    fd = open_side_file(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, what="job log")
+    os.set_blocking(fd, True)
+    return fd
+
+
+def _stdin_from_devnull() -> None:
+    fd = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(fd, 0)
+    os.close(fd)

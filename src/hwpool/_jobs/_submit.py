@@ -1,0 +1,109 @@
+"""``hwpool.submit``: queue a job in the user's table and make sure the supervisor runs it."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+from collections.abc import Iterable, Mapping, Sequence
+from fractions import Fraction
+from pathlib import Path
+
+from .._check import check_real, duration_from_text
+from .._core._memory import parse_memory
+from ._model import JobRecord, check_argv
+from ._start import ensure_supervisor
+from ._state import state_directory
+from ._store import JobStore
+
+__all__ = ["default_name", "submit_job"]
+
+MAX_TIME_S = 2**53
+MAX_DEFAULT_NAME = 60
+
+
+def submit_job(
+    argv: Sequence[str],
+    *,
+    gpus: Fraction | int | float | None = None,
+    memory: int | str | None = None,
+    name: str | None = None,
+    priority: int = 0,
+    time: float | str | None = None,
+    after: Iterable[str] = (),
+    cwd: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    state_dir: str | os.PathLike[str] | None = None,
+) -> JobRecord:
+    """Queue ``argv`` as a job of this user; its record as queued.
+
+    ``gpus``: a fraction in (0, 1] of one GPU or an int >= 2 of whole GPUs (default: one
+    GPU); or ``memory`` (MiB, or a size such as ``"20GiB"``) of one GPU instead.
+    ``time``: a limit (seconds, or ``"90s"``, ``"30m"``, ``"2h"``): past it the job is ended
+    and recorded as timed-out. ``after``: job ids that must succeed first. ``cwd`` and
+    ``env``: default this process's. Bad values raise TypeError or ValueError naming the
+    argument, and queue nothing.
+    """
+    command = check_argv(argv)
+    if gpus is not None and memory is not None:
+        raise ValueError(f"give gpus or memory, not both (gpus={gpus!r}, memory={memory!r})")
+    memory_mib = None if memory is None else parse_memory(memory, "memory")
+    environment = dict(os.environ if env is None else env)
+    folder = os.path.abspath(os.getcwd() if cwd is None else os.fspath(cwd))
+    if not os.path.isdir(folder):
+        raise ValueError(f"cwd must be a directory, got {str(folder)!r}")
+    dependencies = list(after) if not isinstance(after, str) else [after]
+    if not dependencies:  # a dependency may be what makes the program (a build, say)
+        _check_program(command[0], folder, environment)
+    if name is None:
+        name = default_name(command)
+    directory = state_directory() if state_dir is None else Path(os.fspath(state_dir))
+    with JobStore.open(directory) as store:
+        job = store.add(
+            command, cwd=folder, environment=environment, name=name, gpus=gpus,
+            memory_mib=memory_mib, priority=priority, time_limit=_time_limit(time),
+            after=dependencies,
+        )  # fmt: skip
+    ensure_supervisor(directory)
+    return job
+
+
+def default_name(argv: Sequence[str]) -> str:
+    """A job's name when none is given: its command's first two words, as file names
+    (``python train.py``, ``sleep 30``): the command's name alone says too little when it is
+    an interpreter."""
+    words = [os.path.basename(argv[0]) or argv[0]]
+    if len(argv) > 1 and not argv[1].startswith("-"):
+        words.append(os.path.basename(argv[1].rstrip("/")) or argv[1])
+    return " ".join(words)[:MAX_DEFAULT_NAME]
+
+
+def _time_limit(value: float | str | None) -> int | None:
+    """``time`` in whole seconds (rounded up: a job is never ended before its limit)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            seconds = duration_from_text(value)
+        except ValueError as exc:
+            raise ValueError(f"time {exc}") from None
+    else:
+        seconds = check_real("time", value)
+    if not 0 < seconds < MAX_TIME_S:
+        raise ValueError(f"time must be a number of seconds > 0, got {value!r}")
+    return math.ceil(seconds)
+
+
+def _check_program(program: str, cwd: str, environment: Mapping[str, str]) -> None:
+    """ValueError unless ``program`` names an executable file, found as the job will find
+    it (on the job's PATH, or relative to its working directory)."""
+    if os.sep in program:
+        found: str | None = os.path.join(cwd, program)
+    else:
+        found = shutil.which(program, path=environment.get("PATH", os.defpath))
+    if found is None or not os.path.exists(found):
+        raise ValueError(
+            f"argv[0]: command {program!r} not found (on the job's PATH, from {cwd!r})"
+        )
+    if os.path.isdir(found) or not os.access(found, os.X_OK):
+        raise ValueError(f"argv[0]: {program!r} is not an executable file ({found!r})")
