@@ -22,7 +22,9 @@ from typing import Any
 import pytest
 
 from hostserver import BOUND, ENV, Server, run_cli, status_of
+from hwpool import connect as hwpool_connect
 from hwpool._backends._unix import UnixBackend
+from hwpool._cli._host_cmds import ID_NOTE
 from hwpool._core._capacity import UNITS_PER_GPU
 from hwpool._core._scheduler import Demand
 from hwpool._server._host_state import Client, HostState
@@ -557,3 +559,15 @@ def test_status_records_are_built_as_they_are_sent_from_one_moment() -> None:
     whole = p.join_status(parts, last)  # type: ignore[arg-type]
     assert [(x.id, x.name, x.age_s) for x in whole.leases] == [(1, "held", 2.0)]
     assert [(w.id, w.age_s) for w in whole.waiting] == [(2, 2.0), (3, 2.0), (4, 2.0)]
+
+
+def test_status_says_which_ids_are_the_servers_and_which_are_jobs_once_it_shows_any(
+    one_gpu: Server,
+) -> None:
+    """``#N`` are the server's ids, ``jN`` job ids (issue 24): said under a status that
+    lists leases or waiters, and only then."""
+    empty = run_cli("status", "--socket", str(one_gpu.socket))[1]
+    assert "hwpool cancel jN" not in empty
+    with hwpool_connect(one_gpu.socket) as pool, pool.lease(0.5):
+        shown = run_cli("status", "--socket", str(one_gpu.socket))[1]
+    assert shown.rstrip().splitlines()[-1] == ID_NOTE

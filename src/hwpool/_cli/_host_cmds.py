@@ -628,6 +628,12 @@ def _label(item: dict[str, Any]) -> str:
     return f"  [{' | '.join(parts)}]" if parts else ""
 
 
+ID_NOTE = (
+    "(#N: the server's lease and request ids, for `hwpool cancel N`; the jobs of `hwpool "
+    "submit` are jN: `hwpool jobs`, `hwpool cancel jN`)"
+)
+
+
 def _format(report: dict[str, Any]) -> str:
     """The status as text: every string another user could have chosen goes through
     ``printable`` (names, command lines, user names, device ids, the socket path)."""
@@ -669,6 +675,8 @@ def _format(report: dict[str, Any]) -> str:
         f"granted {c['granted']}, released {c['released']}, cancelled {c['cancelled']}, "
         f"timed out {c['timed_out']}"
     )
+    if report["leases"] or report["waiting"]:
+        lines.append(ID_NOTE)
     return "\n".join(lines)
 
 
