@@ -45,13 +45,18 @@ def _wake_via_folder(directory: Path) -> bool:
 
 
 def _wake(address: str) -> bool:
+    """Connect to the supervisor's socket: whether one listens there. Nothing is awaited
+    from it: a connection accepted by the kernel is a wake the supervisor sees when it next
+    turns (waiting for its answer would make every submit wait for its turn)."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(WAKE_TIMEOUT_S)
         try:
             sock.connect(address)
-            return sock.recv(16).startswith(b"ok")
         except OSError:
             return False
+        with contextlib.suppress(OSError):
+            sock.sendall(b"wake\n")
+        return True
 
 
 def ensure_supervisor(directory: Path) -> None:

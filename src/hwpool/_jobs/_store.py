@@ -447,9 +447,18 @@ class JobStore:
         reason ``dependency jN failed`` (or ``was cancelled``, ...), and so are the jobs
         waiting on it, in the same transaction."""
         ended_at = _now(now)
+        with self._read():  # most calls have nothing to resolve: no write lock for them
+            if not self._has_waiting():
+                return self._queued()
         with self._write():
             self._resolve_waiting(ended_at)
             return self._queued()
+
+    def _has_waiting(self) -> bool:
+        row = self._db.execute(
+            "SELECT 1 FROM jobs WHERE state = ? LIMIT 1", (JobState.WAITING.value,)
+        ).fetchone()
+        return row is not None
 
     def _resolve_waiting(self, ended_at: float) -> None:
         """Walk the waiting jobs in id order: a dependency has a smaller id than its

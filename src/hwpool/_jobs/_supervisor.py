@@ -358,8 +358,6 @@ class Supervisor:
         with contextlib.suppress(OSError):
             if _peer_uid(sock) == os.geteuid():
                 self._wake.set()
-                writer.write(b"ok\n")
-                await writer.drain()
         writer.close()
 
 
