@@ -342,3 +342,106 @@ def test_a_request_the_server_can_never_grant_cancels_the_job_with_why(
     assert job.state is JobState.CANCELLED
     assert job.reason is not None and job.reason.startswith(reason), job.reason
     assert not box.file("a.started").exists()
+
+
+# ---------------------------------------------------------------- the commands on real jobs
+@pytest.mark.parametrize(
+    ("options", "command", "status"),
+    [
+        ((), ["true"], 0),
+        ((), [sys.executable, "-c", "raise SystemExit(3)"], 3),
+        (
+            (),
+            [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"],
+            137,
+        ),
+        (("--time", "1"), ["sleep", "30"], 124),
+    ],
+)
+def test_wait_exits_with_the_status_of_the_real_job(
+    box: Box, options: tuple[str, ...], command: list[str], status: int
+) -> None:
+    job_id = box.hwpool("submit", *options, "--", *command).stdout.strip()
+    done = box.hwpool("wait", job_id)
+    assert done.returncode == status, (done.stderr, box.supervisor_log())
+
+
+def test_wait_chains_work_in_a_script(box: Box) -> None:
+    """The issue's use: a script submits, waits, and goes on only if the job succeeded."""
+    script = (
+        "set -e; id=$(hwpool submit -- sh -c 'echo built > artefact'); hwpool wait $id; "
+        "id=$(hwpool submit -- sh -c 'cat artefact > used; exit 4'); hwpool wait $id || "
+        "echo second=$? > outcome"
+    )
+    env = {**box.env, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    shim = box.root / "bin"
+    shim.mkdir()
+    (shim / "hwpool").write_text(f'#!/bin/sh\nexec {sys.executable} -m hwpool "$@"\n')
+    (shim / "hwpool").chmod(0o755)
+    env["PATH"] = f"{shim}:{env['PATH']}"
+    done = subprocess.run(["sh", "-c", script], env=env, cwd=box.work, capture_output=True,
+                          text=True, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert box.file("used").read_text() == "built\n"
+    assert box.file("outcome").read_text() == "second=4\n"
+
+
+FOLLOWED = """
+import os, sys, time
+folder = sys.argv[1]
+for n in range(3):
+    print(f"line {n}", flush=True)
+    while not os.path.exists(os.path.join(folder, f"next{n}")):
+        time.sleep(0.02)
+"""
+
+
+def test_logs_follow_shows_each_line_of_the_real_job_as_it_is_written(box: Box) -> None:
+    job_id = box.hwpool("submit", "--", sys.executable, "-c", FOLLOWED, str(box.work)).stdout
+    job_id = job_id.strip()
+    box.running(job_id)
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "hwpool", "logs", "-f", job_id], env=box.env,
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert follower.stdout is not None
+        for n in range(3):
+            assert follower.stdout.readline() == f"line {n}\n"  # before the next is written
+            box.file(f"next{n}").touch()
+        assert follower.wait(60) == 0  # it ends with the job
+        assert follower.stdout.read() == ""
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.wait()
+    assert box.job(job_id).state is JobState.SUCCEEDED
+
+
+def test_hwpool_cancel_of_a_real_running_job_records_it_cancelled(box: Box) -> None:
+    job_id = box.submit(job=["a", "wait=never"])
+    box.running(job_id)
+    box.wait_file("a.started")
+    done = box.hwpool("cancel", job_id)
+    assert done.returncode == 0, done.stderr
+    job = box.job(job_id)
+    assert (job.state, job.signal) == (JobState.CANCELLED, signal.SIGTERM)
+    assert status_of(box.server.socket)["leases"] == []
+    assert "was cancelled" in Path(job.stderr_log or "").read_text()
+
+
+def test_the_in_process_api_submits_waits_and_reads_logs(box: Box) -> None:
+    """``hwpool.submit`` in a real process of this user (the table and environment are
+    taken from HWPOOL_STATE_DIR and the process's own)."""
+    code = (
+        "import hwpool, sys\n"
+        "job = hwpool.submit([sys.executable, '-c', 'print(6 * 7)'], gpus=0.5, time='1m')\n"
+        "record = job.wait(60)\n"
+        "print(job.id, record.state.value, job.logs().strip())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=box.env, capture_output=True,
+                          text=True, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    job_id, state, output = done.stdout.split()
+    assert (state, output) == ("succeeded", "42")
+    assert box.job(job_id).time_limit == 60
