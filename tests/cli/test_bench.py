@@ -82,7 +82,7 @@ SHIPPED = {
     "cpu_pool": ("vs TPE", "ThreadPoolExecutor", "CPUPool.run_rows"),
     "fairness": ("one owner", "GPU-time per owner", "us per release"),
     "gpu_pool": ("uncontended acquire+release pair", "contended grants/s", "easy / reserve-all"),
-    "jobs": ("open + list 100 jobs", "< 200 ms for 500", "resident memory after"),
+    "jobs": ("hwpool jobs, 100 queued", "< 200 ms for 500", "supervisor RSS, 100 queued"),
     "memory_pool": ("GPUPool(gpu_memory=[80GiB] * 8), MiB", "the same, fractions"),
     "policy": ("== batch:", "(a) hwpool's makespan within", "(c) each stream's 4-GPU task"),
     "policy_realtime": ("first-fit toy", "aim: easy's mean at least"),
