@@ -13,7 +13,7 @@ from typing import Any
 from .._jobs._model import check_job_id
 from .._jobs._start import logout_warning
 from .._jobs._submit import submit_job
-from .._wire._protocol import MAX_PRIORITY
+from .._wire._bounds import MAX_PRIORITY
 from .._wire._safety import UnsafePathError
 from . import _run
 from ._child import say
