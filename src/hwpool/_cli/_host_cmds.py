@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from .._core._memory import format_mib
-from .._gpu._env import device_id
 from .._host._detect import GPUInfo, gpu_memory_in_use
+from .._host._devices import device_id
 from .._wire._connection import Wire
 from .._wire._paths import client_socket, socket_path
 from .._wire._protocol import (
@@ -32,7 +32,6 @@ from .._wire._protocol import (
     WaiterRecord,
     encode,
 )
-from ._jobs_cmds import CancelRefused, cancel_jobs
 from ._text import one_line, printable
 
 __all__ = ["ID_NOTE", "Usage", "cmd_cancel", "cmd_status", "guarded", "socket_of", "user_name"]
@@ -96,7 +95,9 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
     ids = list(dict.fromkeys(i for i in args.ids if isinstance(i, int)))
     jobs = list(dict.fromkeys(i for i in args.ids if isinstance(i, str)))
     unfinished = 0
-    if jobs:
+    if jobs:  # the job table only when job ids are given: status and cancel N never load it
+        from ._jobs_cmds import CancelRefused, cancel_jobs  # noqa: PLC0415
+
         try:
             unfinished = cancel_jobs(jobs)
         except CancelRefused as exc:
