@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from hwpool._cli import _main
+from hwpool._cli import _tools
 from hwpool._cli._progress import ProgressBar
 from hwpool._sim._trace import load_trace
 
@@ -52,15 +52,15 @@ def test_simulate_shows_progress_on_a_terminal_only(monkeypatch: pytest.MonkeyPa
             return True
 
     terminal = Terminal()
-    monkeypatch.setattr(_main, "PROGRESS_DELAY", 0.0)
+    monkeypatch.setattr(_tools, "PROGRESS_DELAY", 0.0)
     monkeypatch.setattr("sys.stderr", terminal)
     tasks = load_trace("embedding")
-    _main._simulate_all(tasks, 4, ["hwpool", "fifo"])
+    _tools.simulate_all(tasks, 4, ["hwpool", "fifo"])
     drawn = terminal.getvalue()
     assert drawn.count("\r") > 10  # redrawn as the simulation goes
     total = 2 * len(tasks)
     assert drawn.endswith(f"] {total}/{total} tasks simulated {drawn.split()[-2]} s\n")
     pipe = io.StringIO()
     monkeypatch.setattr("sys.stderr", pipe)
-    _main._simulate_all(tasks, 4, ["hwpool"])
+    _tools.simulate_all(tasks, 4, ["hwpool"])
     assert pipe.getvalue() == ""

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hostserver import Server, run_cli
-from hwpool._cli import _host_cmds
+from hwpool._cli import _serve
 from hwpool._core._limits import OwnerLimits
 from hwpool._server._config import ConfigError, parse_config, read_config
 from rawpeers import Pair
@@ -169,7 +169,7 @@ def test_the_default_file_is_read_only_by_the_machine_wide_server(
 ) -> None:
     path = write(tmp_path / "serve.toml", "gpus = 5\n")
     machine_wide = tmp_path / "run" / "hwpool.sock"
-    monkeypatch.setattr(_host_cmds, "DEFAULT_CONFIG", path)
+    monkeypatch.setattr(_serve, "DEFAULT_CONFIG", path)
     monkeypatch.setenv("HWPOOL_SYSTEM_SOCKET", str(machine_wide))
     code, out, _ = run_cli("serve", "--socket", str(machine_wide), "--check-config")
     assert code == 0 and f"# config file: {path}" in out and "gpus = 5" in out

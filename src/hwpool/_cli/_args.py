@@ -1,17 +1,57 @@
-"""Argument types that more than one subcommand reads."""
+"""The argument types of the ``hwpool`` command line, and the error of a bad argument.
+
+Each type is an argparse ``type=``: it returns the value parsed or raises
+``argparse.ArgumentTypeError`` with what is wrong (argparse names the option). They are here,
+apart from the commands, because the parser is built before every command and must load
+nothing that a command needs only when it runs.
+"""
 
 from __future__ import annotations
 
 import argparse
+import math
+from fractions import Fraction
 
+from .._check import check_int, duration_from_text, int_from_text
 from .._core._memory import parse_memory
+from .._jobs._model import JOB_ID_PREFIX, check_job_id
+from .._sim._names import POLICIES as SIMULATED_POLICIES
+from .._wire._bounds import MAX_PRIORITY
+from ._env import seconds_from_text
 
-__all__ = ["MAX_GPUS", "gpu_memory_list"]
+__all__ = [
+    "MAX_DEMO_SECONDS",
+    "MAX_GPUS",
+    "UserError",
+    "cancel_id",
+    "count",
+    "demand_from_text",
+    "gpu_count",
+    "gpu_memory_list",
+    "job_id_argument",
+    "job_ids_argument",
+    "limit_from_text",
+    "memory_from_text",
+    "policies",
+    "positive_seconds",
+    "priority_from_text",
+    "seconds_or_zero",
+    "seconds_within_an_hour",
+    "share",
+    "wait_timeout",
+]
 
 MAX_GPUS = 4096
 """The most GPUs a list of sizes may name (a bound, so that a typo cannot exhaust memory)."""
+MAX_DEMO_SECONDS = 3600.0
+"""The longest ``demo --seconds`` accepts."""
 
 
+class UserError(Exception):
+    """A mistake in the command line or its input: reported in one line, exit status 2."""
+
+
+# ----------------------------------------------------------------- shared by several commands
 def gpu_memory_list(text: str) -> tuple[int, ...]:
     """``--gpu-memory 80GiB,24GiB``: one memory size per GPU, in MiB."""
     parts = text.split(",")
@@ -23,3 +63,164 @@ def gpu_memory_list(text: str) -> tuple[int, ...]:
         )
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def demand_from_text(text: str) -> Fraction | int:
+    """``--gpus``: a fraction in (0, 1] (``0.25``, ``1/4``) or an integer >= 2 of whole GPUs."""
+    try:
+        value = Fraction(text.strip()) if len(text) <= 40 else None
+    except (ValueError, ZeroDivisionError):
+        value = None
+    if value is not None and value.denominator == 1 and value >= 2:
+        return int(value)
+    if value is None or not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(
+            f"must be a fraction in (0, 1] of one GPU or an integer >= 2 of whole GPUs, "
+            f"got {text[:40]!r}"
+        )
+    return value
+
+
+def priority_from_text(text: str) -> int:
+    """``--priority``: an int within the protocol's bounds (argparse names the option)."""
+    try:
+        return check_int("priority", int(text, 10), minimum=-MAX_PRIORITY, maximum=MAX_PRIORITY)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an integer in -{MAX_PRIORITY}..{MAX_PRIORITY}"
+        ) from exc
+
+
+def memory_from_text(text: str) -> int:
+    """``--mem``: an amount of memory (see ``hwpool._core._memory``), in MiB."""
+    try:
+        return parse_memory(text, "SIZE")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def limit_from_text(text: str) -> float:
+    """``--time``: a duration (``90s``, ``30m``, ``2h``, or seconds), > 0."""
+    try:
+        return duration_from_text(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def job_id_argument(text: str) -> str:
+    """A job id (``j12``), refused with the value named otherwise."""
+    try:
+        check_job_id("ID", text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("ID ")) from None
+    return text
+
+
+def job_ids_argument(text: str) -> list[str]:
+    """``--after j1,j2``: job ids, comma-separated."""
+    ids = [word.strip() for word in text.split(",")]
+    for word in ids:
+        try:
+            check_job_id("--after", word)
+        except (TypeError, ValueError) as exc:
+            raise argparse.ArgumentTypeError(str(exc).removeprefix("--after ")) from None
+    return ids
+
+
+def count(text: str) -> int:
+    """An int >= 1."""
+    try:
+        return int_from_text("the value", text, minimum=1)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("the value ")) from None
+
+
+def positive_seconds(text: str) -> float:
+    """A finite number of seconds > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
+    return value
+
+
+def seconds_or_zero(text: str) -> float:
+    """A finite number of seconds >= 0."""
+    try:
+        return seconds_from_text(text, "S")
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be a number of seconds >= 0, got {text[:40]!r}"
+        ) from None
+
+
+# ----------------------------------------------------------------- hwpool cancel, wait
+def cancel_id(text: str) -> int | str:
+    """``j12`` (a job id, kept as text) or ``12`` (a server request id, as an int)."""
+    if text.startswith(JOB_ID_PREFIX):
+        return job_id_argument(text)
+    if not text.isascii() or not text.isdigit():
+        raise argparse.ArgumentTypeError(
+            f"must be a job id such as 'j12' (`hwpool jobs`) or a server request id such as 12 "
+            f"(`hwpool status` shows #12), got {text!r}"
+        )
+    return count(text)
+
+
+def wait_timeout(text: str) -> float:
+    """``hwpool wait --timeout``: a duration, or 0 (look once)."""
+    if text.strip() in ("0", "0s"):
+        return 0.0
+    try:
+        return duration_from_text(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+# ----------------------------------------------------------------- hwpool simulate, demo
+def gpu_count(text: str) -> int:
+    """``simulate --gpus``: 1 to ``MAX_GPUS``."""
+    try:
+        return int_from_text("--gpus", text, minimum=1, maximum=MAX_GPUS)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--gpus ")) from None
+
+
+def seconds_within_an_hour(text: str) -> float:
+    """``demo --seconds``, ``simulate --half-life``: > 0 and <= ``MAX_DEMO_SECONDS``."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= MAX_DEMO_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"must be a number of seconds > 0 and <= {MAX_DEMO_SECONDS:g}, got {text[:40]!r}"
+        )
+    return value
+
+
+def share(text: str) -> tuple[str, float]:
+    """``simulate --share OWNER=N``."""
+    owner, sep, number = text.rpartition("=")
+    try:
+        value = float(number)
+    except ValueError:
+        value = math.nan
+    if not sep or not owner or not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(
+            f"must be OWNER=N with N a finite number > 0, got {text[:60]!r}"
+        )
+    return owner, value
+
+
+def policies(text: str) -> list[str]:
+    """``simulate --policy P[,P...]`` or ``all``."""
+    names = list(SIMULATED_POLICIES) if text == "all" else [p.strip() for p in text.split(",")]
+    for name in names:
+        if name not in SIMULATED_POLICIES:
+            raise argparse.ArgumentTypeError(
+                f"unknown policy {name!r}; choose from {', '.join(SIMULATED_POLICIES)} or 'all'"
+            )
+    return list(dict.fromkeys(names))

@@ -16,12 +16,11 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import functools
-import math
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from .._backends._unix import UnixBackend
@@ -29,49 +28,10 @@ from .._server._listen import ServeError, prepare_directory
 from .._wire._paths import SYSTEM_SOCKET_VAR, log_path, start_lock_path, system_server
 from .._wire._safety import UnsafePathError, UntrustedServerError, open_side_file
 
-__all__ = [
-    "AUTOSTART_VAR",
-    "IDLE_TIMEOUT_S",
-    "RECONNECT_VAR",
-    "autostart_from_env",
-    "connect",
-    "reconnect_timeout_from_env",
-]
+__all__ = ["IDLE_TIMEOUT_S", "connect"]
 
-AUTOSTART_VAR = "HWPOOL_AUTOSTART"
-RECONNECT_VAR = "HWPOOL_RECONNECT_TIMEOUT"
 IDLE_TIMEOUT_S = 600.0
 START_TIMEOUT_S = 20.0  # how long a server that was started may take to answer
-
-
-def autostart_from_env(environ: Mapping[str, str]) -> bool:
-    """``HWPOOL_AUTOSTART``: ``0`` turns autostart off, ``1`` (or unset, or empty) leaves it on;
-    anything else is a ValueError naming the variable."""
-    raw = environ.get(AUTOSTART_VAR, "")
-    if raw not in ("", "0", "1"):
-        raise ValueError(f"{AUTOSTART_VAR} must be 0 or 1, got {raw!r}")
-    return raw != "0"
-
-
-def reconnect_timeout_from_env(environ: Mapping[str, str]) -> float | None:
-    """``HWPOOL_RECONNECT_TIMEOUT``: how many seconds ``hwpool run`` waits for a server that
-    went away before it gives its lease up (and ends the job); unset or empty: until the
-    server is back. Anything but a finite number >= 0 is a ValueError naming the variable."""
-    raw = environ.get(RECONNECT_VAR, "")
-    if raw == "":
-        return None
-    return seconds_from_text(raw, RECONNECT_VAR)
-
-
-def seconds_from_text(text: str, name: str) -> float:
-    """A finite number of seconds >= 0 written in ``text``; ValueError naming ``name``."""
-    try:
-        value = float(text) if len(text) <= 40 else math.nan
-    except ValueError:
-        value = math.nan
-    if not 0 <= value < math.inf:
-        raise ValueError(f"{name} must be a number of seconds >= 0, got {text[:40]!r}")
-    return value
 
 
 def connect(

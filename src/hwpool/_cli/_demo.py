@@ -27,6 +27,7 @@ from .._gpu._lease import GPULease
 from .._gpu._pool import GPUPool
 from .._sim._simulate import TaskRun
 from .._sim._trace import Task
+from ._parser import DEMO_SECONDS
 
 __all__ = [
     "DEMO_GPUS",
@@ -38,7 +39,6 @@ __all__ = [
 ]
 
 DEMO_GPUS = 4
-DEMO_SECONDS = 8.0
 _SMALL = (0.1, 0.2, 0.25)
 _WIDE_AT = (1.0, 3.0, 4.6)  # arrivals of the 2-GPU calls, in unscaled seconds
 _CHUNK = bytes(range(256)) * 4096  # 1 MiB: one row of the CPU stage

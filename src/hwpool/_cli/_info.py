@@ -15,7 +15,7 @@ from .._host._sizing import effective_threads
 from .._host._topology import CPUTopology, cpu_topology
 from .._numa._place import file_page_nodes
 from .._wire._paths import SYSTEM_SOCKET_VAR, client_socket, system_socket
-from ._autostart import autostart_from_env
+from ._env import autostart_from_env
 from ._text import plural
 
 __all__ = ["format_info", "gather"]

@@ -28,7 +28,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .._check import duration_from_text
 from .._jobs._control import (
     POLL_S,
     CancelOutcome,
@@ -40,25 +39,22 @@ from .._jobs._control import (
 )
 from .._jobs._handle import open_table, start_supervisor, wake_supervisor
 from .._jobs._logs import CHUNK, LogNotStartedError, log_path, open_log
-from .._jobs._model import FINISHED, JobRecord, JobState, check_job_id
+from .._jobs._model import FINISHED, JobRecord, JobState
 from .._jobs._others import default_state_directory, read_user_jobs
 from .._jobs._schema import JobTableError
 from .._jobs._state import state_directory
 from .._jobs._store import JobStateError, JobStore, UnknownJobError
 from .._wire._safety import UnsafePathError
+from ._parser import JOB_ID_NOTE, WAIT_TIMED_OUT
 from ._text import one_line, plural, printable
 
-__all__ = ["RECENT_S", "WAIT_TIMED_OUT", "CancelRefused", "cancel_jobs", "duration", "format_jobs",
-           "job_id_argument", "job_json", "register"]  # fmt: skip
+__all__ = ["RECENT_S", "WAIT_TIMED_OUT", "CancelRefused", "cancel_jobs", "cmd_cancel", "cmd_jobs",
+           "cmd_logs", "cmd_retry", "cmd_wait", "duration", "format_jobs", "job_json"]  # fmt: skip
 
 RECENT_S = 24 * 3600.0
 """``hwpool jobs`` without ``--all`` shows the jobs that finished within this many seconds."""
-WAIT_TIMED_OUT = 75
-"""``hwpool wait --timeout``'s status when the time passed first (EX_TEMPFAIL: try again)."""
 NAME_WIDTH = 24
-ID_NOTE = (
-    "job ids look like j12; #12 in `hwpool status` is the host server's request id, not a job's"
-)
+ID_NOTE = JOB_ID_NOTE
 
 
 class _Usage(Exception):
@@ -67,87 +63,6 @@ class _Usage(Exception):
 
 class _Broken(Exception):
     """The table or a log cannot be used: one line on stderr, exit status 1."""
-
-
-def register(commands: Any) -> None:
-    """Add ``jobs``, ``logs``, ``wait`` and ``retry`` to the ``hwpool`` subcommands."""
-    jobs = commands.add_parser(
-        "jobs", help="your jobs (hwpool submit): queued, running, and finished lately",
-        description="Your jobs: queued, waiting on a dependency, running, and those that "
-        f"finished in the last 24 hours (--all: every job kept). {ID_NOTE}.",
-    )  # fmt: skip
-    jobs.add_argument("--all", action="store_true", help="every job kept, however old")
-    jobs.add_argument("--json", action="store_true", help="print a JSON list instead of text")
-    whose = jobs.add_mutually_exclusive_group()
-    whose.add_argument(
-        "--user", metavar="NAME", help="root only: NAME's jobs (read-only, from their "
-        "default state directory ~NAME/.local/state/hwpool)",
-    )  # fmt: skip
-    whose.add_argument(
-        "--all-users", action="store_true", help="root only: every user's jobs (read-only)"
-    )
-    jobs.set_defaults(run=_guarded(_cmd_jobs))
-
-    logs = commands.add_parser(
-        "logs", help="a job's output: its stdout, or --stderr; -f follows it",
-        description="Print the output job ID wrote so far (its stdout; --stderr: its "
-        "stderr). -f: keep printing what it writes until it finishes. Exit 1 if it has not "
-        "started (without -f) or never did.",
-    )  # fmt: skip
-    logs.add_argument(
-        "-f",
-        "--follow",
-        action="store_true",
-        help="follow the output as it is written, until the job finishes",
-    )
-    logs.add_argument("--stderr", action="store_true", help="the job's stderr, not its stdout")
-    logs.add_argument("id", type=job_id_argument, metavar="ID", help="a job id, such as j12")
-    logs.set_defaults(run=_guarded(_cmd_logs))
-
-    wait = commands.add_parser(
-        "wait", help="wait for jobs to finish; exit with their status",
-        description="Block until every job given has finished. Exit status: 0 if all "
-        "succeeded, else that of the first job given that did not (its exit code, 128 + "
-        "the signal that killed it, 124 timed out, 125 lost, 128 + signal or 143 "
-        f"cancelled); {WAIT_TIMED_OUT} if --timeout passed first; 2 for an unknown id.",
-    )  # fmt: skip
-    wait.add_argument(
-        "--timeout", type=_wait_timeout, metavar="S",
-        help=f"give up after S (seconds, or 90s, 30m, 2h): exit {WAIT_TIMED_OUT}; the jobs "
-        "go on",
-    )  # fmt: skip
-    wait.add_argument("ids", type=job_id_argument, nargs="+", metavar="ID",
-                      help="job ids, such as j12")  # fmt: skip
-    wait.set_defaults(run=_guarded(_cmd_wait))
-
-    retry = commands.add_parser(
-        "retry", help="queue a finished job again, as a new job",
-        description="Queue the finished job ID again as a new job (a new id; the old job "
-        "keeps its record and logs) with the same command, environment, working directory, "
-        "request and dependencies; print the new id.",
-    )  # fmt: skip
-    retry.add_argument("id", type=job_id_argument, metavar="ID", help="a job id, such as j12")
-    retry.add_argument("--json", action="store_true", help="print a JSON object instead")
-    retry.set_defaults(run=_guarded(_cmd_retry))
-
-
-# ----------------------------------------------------------------- arguments
-def job_id_argument(text: str) -> str:
-    """An argparse type: a job id (``j12``), refused with the value named otherwise."""
-    try:
-        check_job_id("ID", text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc).removeprefix("ID ")) from None
-    return text
-
-
-def _wait_timeout(text: str) -> float:
-    if text.strip() in ("0", "0s"):
-        return 0.0
-    try:
-        return duration_from_text(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
@@ -581,3 +496,21 @@ def _cancel_line(outcome: CancelOutcome) -> str:
         line += f"; with it {plural(len(outcome.dependents), 'job')} that depended on it: "
         line += ", ".join(outcome.dependents)
     return line if outcome.done else f"hwpool: error: {line}"
+
+
+def _cmd_cancel(args: argparse.Namespace) -> int:
+    """``hwpool cancel`` given job ids only (``_parser`` sends any other to ``_host_cmds``,
+    which cancels jobs through :func:`cancel_jobs` too): 1 if one was not confirmed."""
+    try:
+        unfinished = cancel_jobs(list(dict.fromkeys(args.ids)))
+    except CancelRefused as exc:
+        print(f"hwpool: error: {one_line(str(exc))}", file=sys.stderr)
+        return exc.status
+    return 1 if unfinished else 0
+
+
+cmd_jobs = _guarded(_cmd_jobs)
+cmd_logs = _guarded(_cmd_logs)
+cmd_wait = _guarded(_cmd_wait)
+cmd_retry = _guarded(_cmd_retry)
+cmd_cancel = _guarded(_cmd_cancel)

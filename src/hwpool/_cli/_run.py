@@ -31,27 +31,19 @@ from types import FrameType
 from typing import Any, TextIO
 
 from .._backends._unix import UnixBackend
-from .._check import check_int, duration_from_text
-from .._core._memory import format_mib, parse_memory
+from .._core._memory import format_mib
 from .._errors import PoolClosedError, RevokedError
 from .._gpu._lease import GPULease
 from .._gpu._pool import GPUPool
+from .._wire._bounds import MAX_TEXT
 from .._wire._paths import client_socket
-from .._wire._protocol import MAX_PRIORITY, MAX_TEXT
-from . import _autostart, _child
+from . import _autostart, _child, _env
 from ._child import say
 from ._text import one_line, plural
 from ._waitline import WaitLine
 
-__all__ = [
-    "demand_from_text",
-    "limit_from_text",
-    "memory_from_text",
-    "priority_from_text",
-    "register",
-]
+__all__ = ["cmd_run"]
 
-GRACE_S = 5.0
 CONNECT_TIMEOUT_S = 10.0  # how long connecting to the server (and its hello) may take
 MIN_CONNECT_S = 0.5  # ... at least, even with a shorter --timeout (0: only if free now)
 
@@ -72,115 +64,8 @@ class _Signalled(BaseException):
         self.signum = signum
 
 
-def register(commands: Any) -> None:
-    """Add ``run`` to the ``hwpool`` subcommands."""
-    run = commands.add_parser(
-        "run", help="wait for a share of the GPUs, then run a command on it",
-        usage="hwpool run [-h] [--gpus G | --mem SIZE] [--timeout S] [--time LIMIT] "
-        "[--name NAME] [--priority P] [--no-start] [--socket PATH] [--grace S] "
-        "[--reconnect-timeout S] -- CMD [ARGS...]",
-        description="Wait in the host-wide queue for G of the GPUs (or SIZE of one GPU's "
-        "memory), then run CMD with CUDA_VISIBLE_DEVICES set to them; exit with its status.",
-    )  # fmt: skip
-    run.add_argument(
-        "--socket", metavar="PATH",
-        help="the server's socket (default: $HWPOOL_SOCKET, else the machine-wide one "
-        "($HWPOOL_SYSTEM_SOCKET, else /run/hwpool/hwpool.sock) if it is there, else the "
-        "per-user one, where a server is started if none runs)",
-    )  # fmt: skip
-    run.add_argument(
-        "--gpus", type=demand_from_text, metavar="G",
-        help="a fraction in (0, 1] of one GPU, or an integer >= 2 of whole GPUs (default 1)",
-    )  # fmt: skip
-    run.add_argument(
-        "--mem", type=memory_from_text, metavar="SIZE",
-        help="SIZE of one GPU's memory instead (6GiB, 512MiB, 20G), on a server sized in memory "
-        "(`hwpool serve --memory`; a server this starts is)",
-    )  # fmt: skip
-    run.add_argument("--timeout", type=_seconds, metavar="S", help="give up waiting after S s")
-    run.add_argument(
-        "--time", type=limit_from_text, metavar="LIMIT",
-        help="a time limit for the job once it runs (90s, 30m, 2h, 1d, or seconds): past it "
-        "the job's process group gets SIGTERM, SIGKILL --grace S later, and hwpool run exits "
-        "124; the server counts on the limit (plus the grace), and may let the job start "
-        "ahead of a wide request that waits",
-    )  # fmt: skip
-    run.add_argument("--name", metavar="NAME", help="a name for the job in `hwpool status`")
-    run.add_argument(
-        "--priority", type=priority_from_text, default=0, metavar="P",
-        help=f"an int in -{MAX_PRIORITY}..{MAX_PRIORITY} (default 0): higher goes first among "
-        "your own waiting jobs; it never passes another user's",
-    )  # fmt: skip
-    run.add_argument(
-        "--no-start", action="store_true",
-        help="do not start a server when none runs (also: HWPOOL_AUTOSTART=0)",
-    )  # fmt: skip
-    run.add_argument(
-        "--grace", type=_seconds, default=GRACE_S, metavar="S",
-        help="after CMD exits, what is left of its process group gets SIGTERM, and SIGKILL "
-        f"S s later (default {GRACE_S:g})",
-    )  # fmt: skip
-    run.add_argument(
-        "--reconnect-timeout", type=_seconds, metavar="S",
-        help="if the server goes away, wait S s for it to come back before giving the lease "
-        "up and ending the job (default: $HWPOOL_RECONNECT_TIMEOUT, else until it is back)",
-    )  # fmt: skip
-    run.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]")
-    run.set_defaults(run=_cmd_run)
-
-
-def demand_from_text(text: str) -> Fraction | int:
-    """``--gpus``: a fraction in (0, 1] (``0.25``, ``1/4``) or an integer >= 2 of whole GPUs."""
-    try:
-        value = Fraction(text.strip()) if len(text) <= 40 else None
-    except (ValueError, ZeroDivisionError):
-        value = None
-    if value is not None and value.denominator == 1 and value >= 2:
-        return int(value)
-    if value is None or not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(
-            f"must be a fraction in (0, 1] of one GPU or an integer >= 2 of whole GPUs, "
-            f"got {text[:40]!r}"
-        )
-    return value
-
-
-def priority_from_text(text: str) -> int:
-    """``--priority``: an int within the protocol's bounds (argparse names the option)."""
-    try:
-        return check_int("priority", int(text, 10), minimum=-MAX_PRIORITY, maximum=MAX_PRIORITY)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not an integer in -{MAX_PRIORITY}..{MAX_PRIORITY}"
-        ) from exc
-
-
-def memory_from_text(text: str) -> int:
-    """``--mem``: an amount of memory (see ``hwpool._core._memory``), in MiB."""
-    try:
-        return parse_memory(text, "SIZE")
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def limit_from_text(text: str) -> float:
-    """``--time``: a duration (``90s``, ``30m``, ``2h``, or seconds), > 0."""
-    try:
-        return duration_from_text(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _seconds(text: str) -> float:
-    try:
-        return _autostart.seconds_from_text(text, "S")
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"must be a number of seconds >= 0, got {text[:40]!r}"
-        ) from None
-
-
-def _cmd_run(args: argparse.Namespace) -> int:
+def cmd_run(args: argparse.Namespace) -> int:
+    """``hwpool run``: its exit status (see the module)."""
     try:
         return _run(args)
     except _Exit as exc:
@@ -201,14 +86,14 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise _Exit(2, str(exc).replace("socket:", "--socket:", 1)) from None
     path = chosen.path
-    autostart = not args.no_start and _autostart.autostart_from_env(os.environ) and chosen.per_user
+    autostart = not args.no_start and _env.autostart_from_env(os.environ) and chosen.per_user
     label = _carried(shlex.join(argv))
     if len(label) > MAX_TEXT:
         label = label[: MAX_TEXT - 3] + "..."
     reconnect = args.reconnect_timeout
     if reconnect is None:
         try:
-            reconnect = _autostart.reconnect_timeout_from_env(os.environ)
+            reconnect = _env.reconnect_timeout_from_env(os.environ)
         except ValueError as exc:
             raise _Exit(2, str(exc)) from None
     started = time.monotonic()

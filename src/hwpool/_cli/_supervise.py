@@ -24,7 +24,7 @@ from .._jobs._store import JobStore
 from .._jobs._supervisor import LOCK_NAME, Supervisor
 from .._wire._paths import client_socket
 from .._wire._safety import UnsafePathError, open_side_file
-from . import _autostart
+from . import _autostart, _env
 
 __all__ = ["LAUNCHER", "main"]
 
@@ -90,7 +90,7 @@ def _supervise(directory: Path) -> int:
 
 def _connect(memory: bool) -> UnixBackend:
     chosen = client_socket()
-    autostart = _autostart.autostart_from_env(os.environ) and chosen.per_user
+    autostart = _env.autostart_from_env(os.environ) and chosen.per_user
     user = os.environ.get("USER") or str(os.getuid())
     return _autostart.connect(
         chosen.path, autostart=autostart, name="hwpool jobs", command=f"supervisor of {user}",

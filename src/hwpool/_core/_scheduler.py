@@ -155,20 +155,10 @@ from ._capacity import UNITS_PER_GPU
 from ._durations import Durations
 from ._fairshare import DEFAULT_HALF_LIFE, OwnerQueue, Usage, check_half_life, check_shares
 from ._limits import EPSILON, LimitExceeded, LimitHold, OwnerLimits, check_limits
+from ._policies import BACKFILLS, POLICIES
 from ._sizes import SizeIndex
 
 __all__ = ["BACKFILLS", "POLICIES", "Demand", "Grant", "Head", "Scheduler", "Waiter"]
-
-BACKFILLS = ("limits", "estimates")
-"""What lets work onto the ``easy`` head's GPUs before its shadow (rule 4e): ``limits`` (the
-default: only enforced time limits, so the head's wait has a bound the core controls) or
-``estimates`` (hold times learned or hinted too: more backfill, but work that holds longer
-than expected delays the head by as much; for a pool whose work is one program's)."""
-
-POLICIES = ("easy", "reserve-all")
-"""The core's policies by name: ``easy`` (the default: only the head reserves, and others
-backfill around it by learned hold times) and ``reserve-all`` (every waiter reserves)."""
-
 
 GRAIN = 2.0
 """Rule 3e: GPUs expected to have room within this many of the head's expected holds of the

@@ -16,16 +16,12 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from .._backends._unix import SOCKET_VAR, UnixBackend
 from .._host._detect import VISIBLE_VAR, GPUInfo
+from .._host._devices import device_id
 
 __all__ = ["DEVICE_ORDER_VAR", "LEASE_VAR", "device_id", "lease_environment"]
 
 DEVICE_ORDER_VAR = "CUDA_DEVICE_ORDER"
 LEASE_VAR = "HWPOOL_LEASE"
-
-
-def device_id(info: GPUInfo) -> str:
-    """The id that selects ``info``'s device in ``CUDA_VISIBLE_DEVICES`` (UUID first)."""
-    return info.uuid or info.device_id
 
 
 def lease_devices(pool_gpus: Sequence[GPUInfo], gpus: Iterable[int]) -> list[str]:

@@ -9,7 +9,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-__all__ = ["GPUInfo", "match_visible", "parse_visible_devices"]
+__all__ = ["GPUInfo", "device_id", "match_visible", "parse_visible_devices"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +41,11 @@ class GPUInfo:
 
 
 _DEVICE = re.compile(r"[0-9]+|(GPU|MIG)-[0-9A-Za-z/-]+")
+
+
+def device_id(info: GPUInfo) -> str:
+    """The id that selects ``info``'s device in ``CUDA_VISIBLE_DEVICES`` (UUID first)."""
+    return info.uuid or info.device_id
 
 
 def parse_visible_devices(raw: str) -> list[str]:

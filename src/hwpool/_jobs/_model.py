@@ -23,7 +23,7 @@ from enum import StrEnum
 from fractions import Fraction
 
 from .._check import check_int
-from .._wire._protocol import MAX_ID, MAX_PRIORITY
+from .._wire._bounds import MAX_ID, MAX_PRIORITY
 
 __all__ = [
     "FINISHED",

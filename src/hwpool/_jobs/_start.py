@@ -19,8 +19,7 @@ import sys
 from pathlib import Path
 
 from .._wire._safety import open_side_file
-from ._state import prepare_state_directory
-from ._supervisor import LOG_NAME, SOCKET_NAME
+from ._state import LOG_NAME, SOCKET_NAME, prepare_state_directory
 
 __all__ = ["ensure_supervisor", "logout_warning", "wake_supervisor"]
 

@@ -31,6 +31,9 @@ __all__ = [
     "DEFAULT_KEEP_SECONDS",
     "KEEP_COUNT_VAR",
     "KEEP_VAR",
+    "LOCK_NAME",
+    "LOG_NAME",
+    "SOCKET_NAME",
     "STATE_DIR_VAR",
     "TABLE_NAME",
     "keep_from_env",
@@ -45,6 +48,9 @@ KEEP_COUNT_VAR = "HWPOOL_JOBS_KEEP_COUNT"  # how many finished jobs are kept at 
 DEFAULT_KEEP_SECONDS = 7 * 86400.0
 DEFAULT_KEEP_COUNT = 1000
 TABLE_NAME = "jobs.db"
+LOCK_NAME = "supervisor.lock"  # held by the running supervisor; its pid inside
+SOCKET_NAME = "supervisor.sock"  # a connection to it wakes the supervisor
+LOG_NAME = "supervisor.log"  # what the supervisor says
 _PRIVATE = stat.S_IRWXG | stat.S_IRWXO
 
 

@@ -40,9 +40,10 @@ from pathlib import Path
 from .._backends._unix import UnixBackend
 from .._core._scheduler import Demand, Grant
 from .._gpu._pool import GPUPool, _limited, _owned
-from .._wire._protocol import MAX_TEXT
+from .._wire._bounds import MAX_TEXT
 from ._model import JobRecord, JobState
 from ._procs import is_running, process_start
+from ._state import LOCK_NAME, LOG_NAME, SOCKET_NAME
 from ._store import JobStateError, JobStore
 
 __all__ = [
@@ -55,9 +56,6 @@ __all__ = [
     "demand_of",
 ]
 
-LOCK_NAME = "supervisor.lock"
-SOCKET_NAME = "supervisor.sock"
-LOG_NAME = "supervisor.log"
 GRACE_S = 10.0  # after SIGTERM at a job's time limit or cancel, SIGKILL this much later
 IDLE_S = 60.0  # with nothing to run or watch, the supervisor exits after this long
 PRUNE_EVERY_S = 3600.0  # how often the history is pruned while the supervisor runs

@@ -29,8 +29,9 @@ from pathlib import Path
 from .._check import duration_from_text as _duration
 from .._core._limits import LIMIT_MODES, OwnerLimits
 from .._core._memory import parse_memory
-from .._core._scheduler import POLICIES
+from .._core._policies import POLICIES
 from .._wire._safety import read_trusted_file
+from ._defaults import DEFAULT_CONFIG
 
 __all__ = [
     "DEFAULT_CONFIG",
@@ -42,7 +43,6 @@ __all__ = [
     "read_config",
 ]
 
-DEFAULT_CONFIG = Path("/etc/hwpool/serve.toml")
 """The machine-wide server's config file, read when it exists, no ``--config`` is given and
 the server listens on the machine-wide socket (a per-user server never reads it)."""
 

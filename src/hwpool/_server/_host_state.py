@@ -66,6 +66,7 @@ from .._wire._protocol import (
     request_for,
 )
 from ._config import Owner
+from ._defaults import MAX_REQUESTS_PER_CONNECTION, MAX_REQUESTS_PER_USER
 from ._journal import Counters, Journal, JournalEntry
 
 __all__ = [
@@ -85,10 +86,6 @@ _Record = TypeVar("_Record", LeaseRecord, WaiterRecord)
 
 ID_BLOCK = 1024
 """Ids are handed out in blocks whose end is journaled first, so none is reused after a crash."""
-MAX_REQUESTS_PER_CONNECTION = 1024
-"""The default cap on one connection's leases and waiters together."""
-MAX_REQUESTS_PER_USER = 4096
-"""The default cap on one uid's leases and waiters, over all its connections."""
 
 
 @dataclass(eq=False)

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from .._check import check_int, check_real
-from .._wire._protocol import MAX_ID
+from .._wire._bounds import MAX_ID
 from .._wire._safety import create_side_file, open_side_file
 
 __all__ = [

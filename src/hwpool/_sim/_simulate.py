@@ -20,6 +20,7 @@ from .._core._fairshare import DEFAULT_HALF_LIFE
 from .._core._scheduler import Demand, Grant, Scheduler
 from ._baselines import FifoPolicy, FirstFitPolicy, ShortestQueuePolicy, Start
 from ._machine import held_on, min_work, run_work, task_demand
+from ._names import POLICIES
 from ._trace import Task
 
 __all__ = [
@@ -37,14 +38,6 @@ __all__ = [
     "simulate",
 ]
 
-POLICIES = (
-    "hwpool",
-    "hwpool-limits",
-    "hwpool-reserve-all",
-    "fifo",
-    "first-fit",
-    "shortest-queue",
-)
 _COMPLETION, _ARRIVAL = 0, 1  # event order at one instant
 
 

@@ -36,6 +36,7 @@ from pathlib import Path
 from .._check import is_ascii_int
 from .._core._capacity import UNITS_PER_GPU, fraction_to_units
 from .._core._memory import format_mib, parse_memory
+from ._names import EXAMPLE_TRACES
 from ._rows import TraceError, csv_rows, json_rows, lines, show
 
 __all__ = [
@@ -53,12 +54,6 @@ MAX_SECONDS = 1e12
 """The largest arrival or duration, in seconds (about 31,700 years): it keeps every time and
 every sum of times the simulator computes finite and exact to well under a millisecond."""
 _CSV_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-EXAMPLE_TRACES = {
-    "embedding": "embedding-service.jsonl",
-    "batch": "bursty-batch.csv",
-    "serving": "model-serving.jsonl",
-}
-"""Bundled example traces: short name -> file under ``hwpool/traces``."""
 
 
 @dataclass(frozen=True, slots=True)

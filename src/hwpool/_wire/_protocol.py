@@ -40,6 +40,7 @@ from typing import ClassVar, Literal
 from .._check import check_bool, check_int, check_real
 from .._core._scheduler import Demand
 from .._host._detect import GPUInfo
+from ._bounds import MAX_ID, MAX_PRIORITY, MAX_TEXT
 
 __all__ = [
     "MAX_ACCOUNT_NAME",
@@ -93,14 +94,9 @@ __all__ = [
 PROTOCOL_VERSION = 1
 MAX_LINE = 64 * 1024
 """The longest line either side accepts, newline included; a longer one is a fatal error."""
-MAX_TEXT = 4096
-"""The longest ``name`` or ``command`` string a request may carry (in characters)."""
 MAX_MESSAGE = 1024
 """The longest ``message`` an ``error`` carries (in characters; a longer one is cut)."""
-MAX_ID = 2**53 - 1  # ids and counters stay exact in any JSON implementation
 MAX_GPUS = 4096
-MAX_PRIORITY = 1000
-"""An ``acquire``'s ``priority`` is an int in ``-MAX_PRIORITY..MAX_PRIORITY`` (default 0)."""
 
 TOKEN = re.compile(r"[0-9A-Za-z_-]{1,64}")
 """What a hello's ``token`` may be: 1 to 64 letters, digits, ``_`` or ``-``."""
