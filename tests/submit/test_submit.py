@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -445,3 +446,45 @@ def test_the_in_process_api_submits_waits_and_reads_logs(box: Box) -> None:
     job_id, state, output = done.stdout.split()
     assert (state, output) == ("succeeded", "42")
     assert box.job(job_id).time_limit == 60
+
+
+def test_from_a_file_queues_every_line_as_a_job_at_once(box: Box) -> None:
+    listing = box.root / "experiments.txt"
+    listing.write_text(
+        "# three runs\n"
+        f"{sys.executable} -c 'print(1)'\n\n"
+        f"{sys.executable} -c 'print(\"two words\")'\n"
+        f"{sys.executable} -c 'raise SystemExit(5)'\n"
+    )
+    done = box.hwpool("submit", "--gpus", "0.5", "--from", str(listing))
+    assert done.returncode == 0, done.stderr
+    ids = done.stdout.split()
+    assert ids == ["j1", "j2", "j3"]
+    ended = [box.finished(job_id) for job_id in ids]
+    assert [job.state for job in ended] == [JobState.SUCCEEDED, JobState.SUCCEEDED,
+                                            JobState.FAILED]  # fmt: skip
+    assert [Path(job.stdout_log or "").read_text() for job in ended[:2]] == ["1\n", "two words\n"]
+    assert all(job.gpus == Fraction(1, 2) for job in ended)
+
+
+@pytest.mark.parametrize(
+    ("lines", "options", "message"),
+    [
+        ("true\necho 'unclosed\n", (), "line 2"),
+        ("true\nno-such-command-hwpool\n", (), "command 2"),
+        ("# nothing\n\n", (), "no command"),
+        ("true\n", ("--name", "x"), "--name"),
+        ("true\n", ("--", "true"), "no -- CMD"),
+    ],
+)
+def test_from_a_bad_file_queues_none_of_it(
+    box: Box, lines: str, options: tuple[str, ...], message: str
+) -> None:
+    listing = box.root / "experiments.txt"
+    listing.write_text(lines)
+    done = box.hwpool("submit", "--from", str(listing), *options)
+    assert done.returncode == 2
+    assert message in done.stderr, done.stderr
+    if (box.state / "jobs.db").exists():
+        with JobStore.open(box.state) as store:
+            assert store.list(include_finished=True) == []

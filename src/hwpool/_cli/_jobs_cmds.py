@@ -145,7 +145,8 @@ def _gather(args: argparse.Namespace) -> tuple[list[tuple[str, JobRecord]], list
     if args.user is None and not args.all_users:
         with _own_table() as store:
             jobs = [] if store is None else store.list(include_finished=True)
-        return [(_me(), job) for job in jobs], []
+        me = _me()
+        return [(me, job) for job in jobs], []
     _need_root("--user" if args.user is not None else "--all-users")
     if args.user is not None:
         try:

@@ -303,7 +303,7 @@ def _add_submit(commands: Subcommands) -> None:
     submit = commands.add_parser(
         "submit", help="queue a command to run on a share of the GPUs, after you log out too",
         usage="hwpool submit [-h] [--gpus G | --mem SIZE] [--name NAME] [--priority P] "
-        "[--time LIMIT] [--after ID[,ID...]] [--cwd DIR] [--json] -- CMD [ARGS...]",
+        "[--time LIMIT] [--after ID[,ID...]] [--cwd DIR] [--json] (-- CMD [ARGS...] | --from FILE)",
         description="Queue CMD as a job of yours and print its id (j1, j2, ...) at once. Your "
         "supervisor (started if none runs, detached from the terminal) runs it when the jobs "
         "it comes --after have succeeded and its share is granted, with this shell's "
@@ -334,6 +334,12 @@ def _add_submit(commands: Subcommands) -> None:
         "cancelled, never run)",
     )  # fmt: skip
     submit.add_argument("--cwd", metavar="DIR", help="the working directory (default: this one)")
+    submit.add_argument(
+        "--from", dest="batch", metavar="FILE",
+        help="queue one job per line of FILE (- for stdin; words split as a shell splits them, "
+        "empty lines and # comments skipped), all with these options, at once: all or none; "
+        "prints one id per line",
+    )  # fmt: skip
     submit.add_argument("--json", action="store_true", help="print the job as JSON")
     submit.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]")
     submit.set_defaults(run=_submit)

@@ -7,11 +7,11 @@ import argparse
 import getpass
 import json
 import os
+import shlex
 import sys
 
 from .._jobs._start import logout_warning
-from .._jobs._submit import submit_job
-from .._wire._safety import UnsafePathError
+from .._jobs._submit import submit_jobs
 from ._child import say
 from ._text import one_line
 
@@ -19,29 +19,58 @@ __all__ = ["cmd_submit"]
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    """``hwpool submit``: 0 with the job's id printed, 2 for bad usage or input."""
+    """``hwpool submit``: 0 with the jobs' ids printed, 2 for bad usage or input."""
     argv = args.command[1:] if args.command[:1] == ["--"] else args.command
-    if not argv:
-        say("hwpool: error: submit: give the command: hwpool submit [OPTIONS] -- CMD [ARGS...]")
-        return 2
+    if args.batch is not None and (argv or args.name is not None):
+        return _usage("--from FILE takes the commands from FILE: give no -- CMD, nor --name "
+                      "(each job is named after its command)")  # fmt: skip
+    if args.batch is None and not argv:
+        return _usage("give the command: hwpool submit [OPTIONS] -- CMD [ARGS...]")
     if args.gpus is not None and args.mem is not None:
-        say(f"hwpool: error: submit: give --gpus or --mem, not both (--gpus {args.gpus}, "
-            f"--mem {args.mem} MiB)")  # fmt: skip
-        return 2
+        return _usage(f"give --gpus or --mem, not both (--gpus {args.gpus}, --mem {args.mem} MiB)")
     try:
-        job = submit_job(
-            argv, gpus=args.gpus, memory=args.mem, name=args.name, priority=args.priority,
-            time=args.time, after=args.after, cwd=args.cwd, env=os.environ,
+        commands = [argv] if args.batch is None else _commands_from(args.batch)
+        jobs = submit_jobs(
+            commands, gpus=args.gpus, memory=args.mem, names=[args.name] * len(commands),
+            priority=args.priority, time=args.time, after=args.after, cwd=args.cwd,
+            env=os.environ,
         )  # fmt: skip
-    except (TypeError, ValueError, LookupError, UnsafePathError) as exc:
-        say(f"hwpool: error: submit: {one_line(str(exc))}")
-        return 2
+    except (TypeError, ValueError, LookupError, OSError) as exc:
+        return _usage(str(exc))
     warning = logout_warning(getpass.getuser())
     if warning is not None:
         say(f"hwpool submit: warning: {warning}")
-    if args.json:
-        print(json.dumps({"id": job.id, "state": job.state.value, "name": job.name}))
-    else:
-        print(job.id)
+    for job in jobs:
+        if args.json:
+            print(json.dumps({"id": job.id, "state": job.state.value, "name": job.name}))
+        else:
+            print(job.id)
     sys.stdout.flush()
     return 0
+
+
+def _usage(message: str) -> int:
+    say(f"hwpool: error: submit: {one_line(message)}")
+    return 2
+
+
+def _commands_from(path: str) -> list[list[str]]:
+    """``--from FILE`` (``-``: stdin): one command per line, split as a shell splits words
+    (``shlex``: quotes, no expansion); empty lines and ``#`` comments skipped. ValueError
+    naming the line for one that cannot be split, or for a file without commands."""
+    if path == "-":
+        text = sys.stdin.read()
+    else:
+        with open(path, encoding="utf-8") as file:
+            text = file.read()
+    commands = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        try:
+            commands.append(shlex.split(line))
+        except ValueError as exc:
+            raise ValueError(f"--from {path}: line {number}: {exc}: {line[:80]!r}") from None
+    if not commands:
+        raise ValueError(f"--from {path}: no command in it")
+    return commands

@@ -196,10 +196,27 @@ class JobStore:
         ``after`` may name only jobs of this table (so never a later job: no cycle can
         form) that may still succeed; ValueError otherwise. See :class:`~._model.JobRecord`
         for the fields; bad values raise TypeError or ValueError and add nothing."""
-        command = check_argv(argv)
-        fields = {
-            "name": check_name(name, command),
-            "argv": json.dumps(command),
+        return self.add_all([(argv, name)], cwd=cwd, environment=environment, gpus=gpus,
+                            memory_mib=memory_mib, priority=priority, time_limit=time_limit,
+                            after=after, now=now)[0]  # fmt: skip
+
+    def add_all(
+        self,
+        commands: Sequence[tuple[Sequence[str], str | None]],
+        *,
+        cwd: str | os.PathLike[str],
+        environment: Mapping[str, str],
+        gpus: Fraction | int | float | None = None,
+        memory_mib: int | None = None,
+        priority: int = 0,
+        time_limit: int | None = None,
+        after: Iterable[str] = (),
+        now: float | None = None,
+    ) -> builtins.list[JobRecord]:
+        """Queue one job per ``(argv, name)`` of ``commands``, in that order, with the same
+        other fields (as :meth:`add`), in one transaction: all of them, or (on any bad
+        value) none; the jobs as recorded."""
+        shared = {
             "cwd": check_cwd(cwd),
             "environment": json.dumps(check_environment(environment)),
             "priority": check_priority(priority),
@@ -207,11 +224,16 @@ class JobStore:
             "queued_at": _now(now),
         }
         share, memory = check_request(gpus, memory_mib)
-        fields["gpus"] = None if share is None else str(share)
-        fields["memory_mib"] = memory
+        shared["gpus"] = None if share is None else str(share)
+        shared["memory_mib"] = memory
         dependencies = check_after(after)
+        rows = []
+        for argv, name in commands:
+            command = check_argv(argv)
+            rows.append({**shared, "name": check_name(name, command),
+                         "argv": json.dumps(command)})  # fmt: skip
         with self._write():
-            return self._insert(fields, dependencies)
+            return [self._insert(dict(fields), dependencies) for fields in rows]
 
     def _insert(self, fields: dict[str, Any], dependencies: Sequence[int]) -> JobRecord:
         """Insert one job (inside a write transaction) after checking its dependencies."""

@@ -16,7 +16,7 @@ from ._start import ensure_supervisor
 from ._state import state_directory
 from ._store import JobStore
 
-__all__ = ["default_name", "submit_job"]
+__all__ = ["default_name", "submit_job", "submit_jobs"]
 
 MAX_TIME_S = 2**53
 MAX_DEFAULT_NAME = 60
@@ -44,7 +44,28 @@ def submit_job(
     ``env``: default this process's. Bad values raise TypeError or ValueError naming the
     argument, and queue nothing.
     """
-    command = check_argv(argv)
+    return submit_jobs(
+        [check_argv(argv)], gpus=gpus, memory=memory, names=[name], priority=priority,
+        time=time, after=after, cwd=cwd, env=env, state_dir=state_dir,
+    )[0]  # fmt: skip
+
+
+def submit_jobs(
+    commands: Sequence[Sequence[str]],
+    *,
+    gpus: Fraction | int | float | None = None,
+    memory: int | str | None = None,
+    names: Sequence[str | None] | None = None,
+    priority: int = 0,
+    time: float | str | None = None,
+    after: Iterable[str] = (),
+    cwd: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    state_dir: str | os.PathLike[str] | None = None,
+) -> list[JobRecord]:
+    """Queue one job per command of ``commands`` (each an argv), all with the same other
+    fields (see :func:`submit_job`), in one transaction: all of them or, on any bad value,
+    none (the error names the command by its index); their records, in order."""
     if gpus is not None and memory is not None:
         raise ValueError(f"give gpus or memory, not both (gpus={gpus!r}, memory={memory!r})")
     memory_mib = None if memory is None else parse_memory(memory, "memory")
@@ -53,19 +74,27 @@ def submit_job(
     if not os.path.isdir(folder):
         raise ValueError(f"cwd must be a directory, got {str(folder)!r}")
     dependencies = list(after) if not isinstance(after, str) else [after]
-    if not dependencies:  # a dependency may be what makes the program (a build, say)
-        _check_program(command[0], folder, environment)
-    if name is None:
-        name = default_name(command)
+    chosen = [None] * len(commands) if names is None else list(names)
+    if len(chosen) != len(commands):
+        raise ValueError(f"names must name each of the {len(commands)} commands, got {names!r}")
+    batch: list[tuple[Sequence[str], str | None]] = []
+    for index, argv in enumerate(commands):
+        where = "" if len(commands) == 1 else f"command {index + 1}: "
+        try:
+            command = check_argv(argv)
+            if not dependencies:  # a dependency may be what makes the program (a build)
+                _check_program(command[0], folder, environment)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"{where}{exc}") from None
+        batch.append((command, chosen[index] or default_name(command)))
     directory = state_directory() if state_dir is None else Path(os.fspath(state_dir))
     with JobStore.open(directory) as store:
-        job = store.add(
-            command, cwd=folder, environment=environment, name=name, gpus=gpus,
-            memory_mib=memory_mib, priority=priority, time_limit=_time_limit(time),
-            after=dependencies,
+        jobs = store.add_all(
+            batch, cwd=folder, environment=environment, gpus=gpus, memory_mib=memory_mib,
+            priority=priority, time_limit=_time_limit(time), after=dependencies,
         )  # fmt: skip
     ensure_supervisor(directory)
-    return job
+    return jobs
 
 
 def default_name(argv: Sequence[str]) -> str:
