@@ -10,6 +10,8 @@ command runs (see tests/cli/test_startup.py).
 from __future__ import annotations
 
 import argparse
+import importlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -408,42 +410,24 @@ def _add_jobs(commands: Subcommands) -> None:
 
 
 # ----------------------------------------------------------------- the commands, as they run
-# Each imports its implementation when it runs (PLC0415 is off for this file), so that
-# building the parser loads none of them.
-def _info(args: argparse.Namespace) -> int:
-    from ._tools import cmd_info
+def _lazy(module: str, name: str) -> Callable[[argparse.Namespace], int]:
+    """The command ``name`` of ``module`` (relative to this package), imported when it
+    runs, so that building the parser loads none of the commands."""
 
-    return cmd_info(args)
+    def run(args: argparse.Namespace) -> int:
+        command = getattr(importlib.import_module(module, __package__), name)
+        return int(command(args))
 
-
-def _demo(args: argparse.Namespace) -> int:
-    from ._tools import cmd_demo
-
-    return cmd_demo(args)
+    run.__name__ = run.__qualname__ = name
+    return run
 
 
-def _simulate(args: argparse.Namespace) -> int:
-    from ._tools import cmd_simulate
-
-    return cmd_simulate(args)
-
-
-def _bench(args: argparse.Namespace) -> int:
-    from ._tools import cmd_bench
-
-    return cmd_bench(args)
-
-
-def _serve(args: argparse.Namespace) -> int:
-    from ._serve import cmd_serve
-
-    return cmd_serve(args)
-
-
-def _status(args: argparse.Namespace) -> int:
-    from ._host_cmds import cmd_status
-
-    return cmd_status(args)
+_info = _lazy("._tools", "cmd_info")
+_demo = _lazy("._tools", "cmd_demo")
+_simulate = _lazy("._tools", "cmd_simulate")
+_bench = _lazy("._tools", "cmd_bench")
+_serve = _lazy("._serve", "cmd_serve")
+_status = _lazy("._host_cmds", "cmd_status")
 
 
 def _cancel(args: argparse.Namespace) -> int:
@@ -458,37 +442,9 @@ def _cancel(args: argparse.Namespace) -> int:
     return cmd_cancel(args)
 
 
-def _run(args: argparse.Namespace) -> int:
-    from ._run import cmd_run
-
-    return cmd_run(args)
-
-
-def _submit(args: argparse.Namespace) -> int:
-    from ._submit import cmd_submit
-
-    return cmd_submit(args)
-
-
-def _jobs(args: argparse.Namespace) -> int:
-    from ._jobs_cmds import cmd_jobs
-
-    return cmd_jobs(args)
-
-
-def _logs(args: argparse.Namespace) -> int:
-    from ._jobs_cmds import cmd_logs
-
-    return cmd_logs(args)
-
-
-def _wait(args: argparse.Namespace) -> int:
-    from ._jobs_cmds import cmd_wait
-
-    return cmd_wait(args)
-
-
-def _retry(args: argparse.Namespace) -> int:
-    from ._jobs_cmds import cmd_retry
-
-    return cmd_retry(args)
+_run = _lazy("._run", "cmd_run")
+_submit = _lazy("._submit", "cmd_submit")
+_jobs = _lazy("._jobs_cmds", "cmd_jobs")
+_logs = _lazy("._jobs_cmds", "cmd_logs")
+_wait = _lazy("._jobs_cmds", "cmd_wait")
+_retry = _lazy("._jobs_cmds", "cmd_retry")
