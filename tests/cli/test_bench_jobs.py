@@ -25,5 +25,7 @@ def test_bench_prints_each_figure_beside_its_aim(capsys: pytest.CaptureFixture[s
     assert lines[4].startswith("hwpool jobs, 30 queued (in-process)")
     assert lines[4].endswith("< 200 ms for 500")
     assert lines[5].startswith("hwpool jobs as a process") and "python -c pass" in lines[5]
-    assert lines[-1].startswith("supervisor RSS, 30 queued") and lines[-1].endswith("< 50 MiB")
+    assert lines[-2].startswith("supervisor RSS, 30 queued") and lines[-2].endswith("< 50 MiB")
+    assert lines[-1].startswith("hwpool submit --from FILE, 30 lines")
+    assert lines[-1].endswith("< 10 s for 500")
     assert table in capsys.readouterr().out
