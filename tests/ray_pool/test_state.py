@@ -130,7 +130,9 @@ def test_cancelling_the_request_being_placed_gives_its_hoard_back() -> None:
 def test_a_request_larger_than_every_node_fails_at_once_and_changes_nothing() -> None:
     state = two_by_two()
     before = state.snapshot()
-    with pytest.raises(ValueError, match=r"gpus=3 is more than any node has \(the largest has 2\)"):
+    with pytest.raises(
+        ValueError, match=r"gpus=3 is more than any node of the cluster has \(the largest has 2\)"
+    ):
         state.request(("c", 1), whole(3))
     assert state.snapshot() == before
     with pytest.raises(ValueError, match="no GPUs"):
@@ -154,7 +156,9 @@ def test_removing_a_node_loses_its_leases_frees_nothing_twice_and_fails_what_can
     state.request(("big", 2), whole(3))  # waits; only C could ever hold it
     out = state.remove_node("C")
     assert [p.key for p in out.lost] == [("big", 1)]
-    assert out.failed == [(("big", 2), "gpus=3 is more than any node has (the largest has 2)")]
+    assert out.failed == [
+        (("big", 2), "gpus=3 is more than any node of the cluster has (the largest has 2)")
+    ]
     assert state.release(("big", 1)) == Outcome()  # lost with its node: nothing to free
     assert [key for key, _ in state.waiting()] == [("c", 9)]
     out = state.release(("c", 2))
@@ -251,3 +255,16 @@ def test_random_steps_keep_the_invariants_and_everything_is_served_in_the_end(
     assert state.waiting() == [] and state.hoarded() == []
     for node in state.snapshot().nodes:
         assert node.free == (1.0,) * len(node.gpus)
+
+
+def test_a_cluster_without_gpus_names_the_demand_asked_and_the_way_out() -> None:
+    for demand, asked in [
+        (frac(0.25), "fraction=0.25"),
+        (whole(1), "one GPU"),
+        (whole(2), "gpus=2"),
+    ]:
+        with pytest.raises(ValueError) as raised:
+            ClusterState().request(("c", 1), demand)
+        message = str(raised.value)
+        assert asked in message and "no GPUs" in message, message
+        assert "ray.init(num_gpus=" in message, message

@@ -25,7 +25,7 @@ from .._errors import PoolClosedError
 from . import _api
 from ._actor import CLIENT_PREFIX, SCHEDULER_NAME, SchedulerActor
 from ._client import RETRY_PAUSE_S, SCHEDULER_RETRY_S, Call, ClientActor, TaskOptions
-from ._state import ClusterSnapshot
+from ._state import ClusterSnapshot, infeasible
 
 __all__ = ["LeasedFunction", "RayGPUPool", "connect"]
 
@@ -275,13 +275,11 @@ class RayGPUPool:
     # ----------------------------------------------------------------- internals
     def _checked(self, fraction: object, gpus: object) -> Demand:
         demand = _demand(fraction, gpus)
-        if demand.count > self._largest:  # the cluster may have grown since we looked
+        if infeasible(demand, self._largest) is not None:  # it may have grown since we looked
             self._largest = _ask(self._scheduler.sync_nodes).largest_node
-            if demand.count > self._largest:
-                raise ValueError(
-                    f"gpus={demand.count} is more than any node of the cluster has "
-                    f"(the largest has {self._largest})"
-                )
+            reason = infeasible(demand, self._largest)
+            if reason is not None:
+                raise ValueError(reason)
         return demand
 
     def _check_open(self) -> None:

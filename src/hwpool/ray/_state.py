@@ -46,6 +46,8 @@ __all__ = [
     "Outcome",
     "Placement",
     "WaitingSnapshot",
+    "asked",
+    "infeasible",
 ]
 
 Key = tuple[str, int]
@@ -135,6 +137,32 @@ class ClusterSnapshot:
         return max((len(node.gpus) for node in self.nodes), default=0)
 
 
+def asked(demand: Demand) -> str:
+    """``demand`` as the user asked for it: ``fraction=0.25``, ``one GPU`` or ``gpus=2``."""
+    if demand.count > 1:
+        return f"gpus={demand.count}"
+    if demand.units < UNITS_PER_GPU:
+        return f"fraction={units_to_fraction(demand.units):g}"
+    return "one GPU"
+
+
+def infeasible(demand: Demand, largest: int) -> str | None:
+    """Why no node of a cluster whose largest node has ``largest`` GPUs could ever hold
+    ``demand`` (naming the demand and what to do), or None if one could."""
+    if largest == 0:
+        return (
+            f"{asked(demand)} cannot be granted: the Ray cluster has no GPUs; on a machine "
+            "without GPUs, start Ray with logical ones: ray.init(num_gpus=N) "
+            "(or ray start --num-gpus=N on each node)"
+        )
+    if demand.count > largest:
+        return (
+            f"gpus={demand.count} is more than any node of the cluster has "
+            f"(the largest has {largest})"
+        )
+    return None
+
+
 class ClusterState:
     """Requests, leases and nodes of one cluster over one scheduler core (see the module)."""
 
@@ -215,12 +243,7 @@ class ClusterState:
 
     def infeasible(self, demand: Demand) -> str | None:
         """Why no node of the cluster could ever hold ``demand``, or None if one could."""
-        largest = self.largest_node
-        if largest == 0:
-            return "the Ray cluster has no GPUs (start its nodes with --num-gpus)"
-        if demand.count > largest:
-            return f"gpus={demand.count} is more than any node has (the largest has {largest})"
-        return None
+        return infeasible(demand, self.largest_node)
 
     # ----------------------------------------------------------------- inputs
     def request(self, key: Key, demand: Demand, *, now: float | None = None) -> Outcome:
