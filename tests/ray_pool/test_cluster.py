@@ -167,6 +167,20 @@ def test_a_raising_task_and_a_killed_worker_release_their_lease(pool: RayGPUPool
     assert ray.get(pool.submit(record, UNITS_PER_GPU, gpus=2), timeout=60)["gpus"] == (0, 1)
 
 
+def boom() -> None:
+    raise ValueError("x")
+
+
+def test_a_failing_tasks_error_names_its_function_and_stays_catchable(pool: RayGPUPool) -> None:
+    with pytest.raises(ValueError, match="x") as raised:
+        ray.get(pool.submit(boom, fraction=0.5), timeout=60)
+    text = str(raised.value)
+    header = re.sub(r"\x1b\[[0-9;]*m", "", text.splitlines()[0])  # without its colours
+    assert header.startswith("ray::boom() "), text  # as plain Ray names a task: its function
+    assert "ClientActor" not in header and "ray::run_leased" not in text, text
+    eventually(lambda: free_everywhere(pool))
+
+
 def waiting_when_granted(pool: RayGPUPool, count: int) -> int:
     """Watch the queue until a lease of ``count`` GPUs appears; how many waited then."""
     deadline = time.monotonic() + 60

@@ -27,7 +27,7 @@ from .._core._scheduler import Demand
 from . import _api
 from ._state import Key, Placement
 from ._turns import Turns
-from ._worker import WATCH_GROUP, device_env, leased_class, run_leased
+from ._worker import WATCH_GROUP, device_env, leased_class, run_leased, task_name
 
 __all__ = ["Call", "ClientActor", "TaskOptions"]
 
@@ -79,6 +79,10 @@ class ClientActor:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._turns = Turns(ORDER_WAIT_S)
 
+    def __repr__(self) -> str:
+        # Ray shows it in the header of every error a task of this client raises.
+        return f"hwpool.ray client {self._name}"
+
     # ----------------------------------------------------------------- for the scheduler
     async def watch(self) -> None:
         """Never returns: the scheduler learns of this client's death when Ray fails it."""
@@ -112,6 +116,7 @@ class ClientActor:
             try:
                 remote = _run_reusing if options.reuse_worker else _run_fresh
                 ref = remote.options(
+                    name=task_name(fn),
                     num_cpus=options.num_cpus,
                     num_gpus=0,
                     max_retries=0,

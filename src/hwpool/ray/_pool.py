@@ -26,6 +26,7 @@ from . import _api
 from ._actor import CLIENT_PREFIX, SCHEDULER_NAME, SchedulerActor
 from ._client import RETRY_PAUSE_S, SCHEDULER_RETRY_S, Call, ClientActor, TaskOptions
 from ._state import ClusterSnapshot, infeasible
+from ._worker import task_name
 
 __all__ = ["LeasedFunction", "RayGPUPool", "connect"]
 
@@ -294,7 +295,8 @@ class RayGPUPool:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> Any:
-        return self._call(self._client.run, demand, options, fn, args, kwargs)
+        run = self._client.run.options(name=task_name(fn))
+        return self._call(run, demand, options, fn, args, kwargs)
 
     def _call(self, method: Any, demand: Demand, options: TaskOptions, *rest: Any) -> Any:
         """``method.remote(Call(...), *rest)``; a call that cannot be sent gives up its place

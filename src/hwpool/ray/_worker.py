@@ -23,7 +23,7 @@ from .._host._detect import GPUSource, detect_gpus
 from . import _api
 from ._state import NodeGPU
 
-__all__ = ["WATCH_GROUP", "device_env", "leased_class", "probe_node", "run_leased"]
+__all__ = ["WATCH_GROUP", "device_env", "leased_class", "probe_node", "run_leased", "task_name"]
 
 VISIBLE_VAR = "CUDA_VISIBLE_DEVICES"
 ORDER_VAR = "CUDA_DEVICE_ORDER"
@@ -60,6 +60,14 @@ def _leased_env(gpus: tuple[int, ...], devices: Sequence[str]) -> Iterator[None]
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+def task_name(fn: Callable[..., Any]) -> str:
+    """What Ray calls the task running ``fn``: the function's qualified name (as plain Ray
+    names a task after its function), so that its errors and the dashboard show the user's
+    function rather than hwpool's wrappers; the type's name for other callables."""
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+    return name if isinstance(name, str) and name else type(fn).__qualname__
 
 
 def run_leased(
