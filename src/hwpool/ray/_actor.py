@@ -27,6 +27,7 @@ from typing import Any
 from .._core._scheduler import Demand
 from . import _api
 from ._state import ClusterSnapshot, ClusterState, Key, NodeGPU, Outcome, Placement
+from ._turns import Turns
 from ._worker import probe_node
 
 __all__ = ["CLIENT_PREFIX", "SCHEDULER_NAME", "SchedulerActor"]
@@ -55,6 +56,7 @@ class SchedulerActor:
         self._failed: dict[Key, str] = {}
         self._cancelled: dict[Key, None] = {}
         self._watched: set[str] = set()
+        self._orders: dict[str, Turns] = {}  # per client: its requests in the order it sent them
         self._started: asyncio.Task[None] | None = None
         self._syncing: asyncio.Lock | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -64,13 +66,21 @@ class SchedulerActor:
         """Return once the nodes are known and the clients' leases reclaimed."""
         await self._ready()
 
-    async def request(self, client: str, number: int, count: int, units: int) -> Placement:
+    async def request(
+        self, client: str, number: int, count: int, units: int, sent: int | None = None
+    ) -> Placement:
         """Wait until request ``number`` of ``client`` is granted; return where.
 
-        Asking again for the same request (after a restart, say) waits for the same grant.
-        Raises ValueError if no node could ever hold ``count`` GPUs of ``units``.
+        ``sent`` numbers the client's sends (1, 2, ...): Ray may start this actor's calls in
+        another order, so each waits here for the sends before it, and a client's requests
+        join the queue in the order it sent them. Asking again for the same request (after a
+        restart, say) waits for the same grant. Raises ValueError if no node could ever hold
+        ``count`` GPUs of ``units``.
         """
         await self._ready()
+        if sent is not None:
+            await self._order_of(client).wait(sent)
+        # From here to the queue, nothing awaits: the next send's turn starts after this one.
         key = (client, number)
         self._watch(client)
         placement = self._state.lease(key)
@@ -93,6 +103,12 @@ class SchedulerActor:
             if out is not None:
                 self._apply(out)
         return await asyncio.shield(future)
+
+    def _order_of(self, client: str) -> Turns:
+        turns = self._orders.get(client)
+        if turns is None:
+            turns = self._orders[client] = Turns()
+        return turns
 
     async def cancel(self, client: str, number: int) -> None:
         """Withdraw a request (or release its lease if it was granted meanwhile)."""
@@ -154,8 +170,10 @@ class SchedulerActor:
         for name, answer in zip(names, answers, strict=True):
             if answer is None:
                 continue
-            leases += answer[0]
-            waiting += [(since, key, demand) for key, demand, since in answer[1]]
+            held, asked, sent = answer
+            leases += held
+            waiting += [(since, key, demand) for key, demand, since in asked]
+            self._orders[name] = Turns(first=sent + 1)  # sends up to there: restored or retried
             self._watch(name)
         waiting.sort(key=lambda item: item[0])
         if leases or waiting:
@@ -165,7 +183,7 @@ class SchedulerActor:
 
     async def _held(
         self, name: str
-    ) -> tuple[list[Placement], list[tuple[Key, Demand, float]]] | None:
+    ) -> tuple[list[Placement], list[tuple[Key, Demand, float]], int] | None:
         """What client ``name`` holds and waits for; None if it is gone.
 
         A client that is alive but does not answer (``RECLAIM_TRIES`` times) is ended: what it
@@ -177,7 +195,7 @@ class SchedulerActor:
             return None
         for _ in range(RECLAIM_TRIES):
             try:
-                held: tuple[list[Placement], list[tuple[Key, Demand, float]]]
+                held: tuple[list[Placement], list[tuple[Key, Demand, float]], int]
                 held = await asyncio.wait_for(handle.held.remote(), RECLAIM_TIMEOUT_S)
             except TimeoutError:
                 continue
@@ -244,6 +262,7 @@ class SchedulerActor:
         except Exception:
             pass
         self._watched.discard(client)
+        self._orders.pop(client, None)
         log.info("client %s is gone: withdrawing its requests and leases", client)
         for key in [k for k in self._futures if k[0] == client]:
             self._forget(key)

@@ -26,7 +26,7 @@ from ray.exceptions import NodeDiedError, RayActorError, RayError, TaskUnschedul
 from .._core._scheduler import Demand
 from . import _api
 from ._state import Key, Placement
-from ._turns import Turns
+from ._turns import PATIENCE_S, Turns
 from ._worker import WATCH_GROUP, device_env, leased_class, run_leased, task_name
 
 __all__ = ["Call", "ClientActor", "TaskOptions"]
@@ -35,10 +35,8 @@ SCHEDULER_RETRY_S = 120.0
 """How long a request keeps asking a scheduler that is restarting (or gone) before failing."""
 RETRY_PAUSE_S = 0.2
 CANCEL_WAIT_S = 30.0
-ORDER_WAIT_S = 60.0
-"""How long a call waits for an earlier one of the driver's to arrive (Ray delivers an async
-actor's calls out of order, by seconds on a loaded machine; one never sent is skipped at once,
-so this bounds only the unforeseen)."""
+ORDER_WAIT_S = PATIENCE_S
+"""How long a call waits for an earlier one of the driver's to arrive (see ``_turns``)."""
 LAUNCH_ATTEMPTS = 3
 """Grants a task may get on nodes that die before it starts there, before it fails."""
 
@@ -78,6 +76,7 @@ class ClientActor:
         self._waiting: dict[int, tuple[Demand, float]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._turns = Turns(ORDER_WAIT_S)
+        self._sent = 0  # requests sent to the scheduler: each is numbered in the order sent
 
     def __repr__(self) -> str:
         # Ray shows it in the header of every error a task of this client raises.
@@ -88,11 +87,12 @@ class ClientActor:
         """Never returns: the scheduler learns of this client's death when Ray fails it."""
         await asyncio.Event().wait()
 
-    async def held(self) -> tuple[list[Placement], list[tuple[Key, Demand, float]]]:
-        """The leases held and the requests waiting (with when they were made), for a
-        restarted scheduler to restore."""
+    async def held(self) -> tuple[list[Placement], list[tuple[Key, Demand, float]], int]:
+        """The leases held, the requests waiting (with when they were made) and how many
+        requests were sent, for a restarted scheduler to restore (and to order those sent
+        after)."""
         waiting = [((self._name, n), d, since) for n, (d, since) in self._waiting.items()]
-        return list(self._leases.values()), waiting
+        return list(self._leases.values()), waiting, self._sent
 
     # ----------------------------------------------------------------- for the driver
     async def run(
@@ -182,10 +182,17 @@ class ClientActor:
         return placement
 
     async def _request(self, number: int, demand: Demand) -> Placement:
-        """Ask the scheduler, again while it restarts (the request is idempotent there)."""
+        """Ask the scheduler, again while it restarts (the request is idempotent there).
+
+        Each send is numbered in the order sent, so that the scheduler (an async actor, which
+        Ray may start in another order) queues this client's requests in that order.
+        """
         deadline = time.monotonic() + SCHEDULER_RETRY_S
         while True:
-            ref = self._scheduler.request.remote(self._name, number, demand.count, demand.units)
+            self._sent += 1
+            ref = self._scheduler.request.remote(
+                self._name, number, demand.count, demand.units, self._sent
+            )
             try:
                 placement: Placement = await ref
             except asyncio.CancelledError:

@@ -11,16 +11,21 @@ from __future__ import annotations
 
 import asyncio
 
-__all__ = ["Turns"]
+__all__ = ["PATIENCE_S", "Turns"]
+
+PATIENCE_S = 60.0
+"""How long a call waits for an earlier one to arrive (Ray delivers an async actor's calls out
+of order, by seconds on a loaded machine; a number never sent is skipped at once, so this
+bounds only the unforeseen)."""
 
 
 class Turns:
     """The turn of each numbered call, for one event loop. Each waiting call has its own
     future, woken only when its turn comes (no thundering herd)."""
 
-    def __init__(self, patience_s: float) -> None:
+    def __init__(self, patience_s: float = PATIENCE_S, first: int = 1) -> None:
         self._patience_s = patience_s
-        self._next = 1  # the next number to let through
+        self._next = first  # the next number to let through (earlier ones pass at once)
         self._done: set[int] = set()  # later numbers through already
         self._waiting: dict[int, asyncio.Future[None]] = {}
 
