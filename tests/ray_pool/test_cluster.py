@@ -181,6 +181,19 @@ def test_a_failing_tasks_error_names_its_function_and_stays_catchable(pool: RayG
     eventually(lambda: free_everywhere(pool))
 
 
+def test_a_drivers_calls_join_the_queue_in_its_order(pool: RayGPUPool) -> None:
+    gate = signal_actor()
+    holders = [pool.submit(record, UNITS_PER_GPU, 0, gate, gpus=2) for _ in range(2)]
+    eventually(lambda: len(pool.snapshot().leases) == 2)  # every GPU held: the rest queue
+    shares = [(i + 1) / 100 for i in range(30)]  # one share per call, to tell them apart
+    refs = [pool.submit(record, 0, fraction=f) for f in shares]
+    eventually(lambda: len(pool.snapshot().waiting) == len(shares))
+    assert [round(w.fraction, 2) for w in pool.snapshot().waiting] == shares
+    ray.get(gate.send.remote())
+    ray.get([*holders, *refs], timeout=90)
+    eventually(lambda: free_everywhere(pool))
+
+
 def waiting_when_granted(pool: RayGPUPool, count: int) -> int:
     """Watch the queue until a lease of ``count`` GPUs appears; how many waited then."""
     deadline = time.monotonic() + 60
