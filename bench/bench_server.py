@@ -10,12 +10,17 @@ contenders interleaved and each figure the best of several rounds:
    client receives its replies (so that any number of threads and loops share one socket);
 3. ``acquire_blocking(0.5)`` + ``release`` on ``hwpool.connect()``, a GPUPool over ``hwpool
    serve`` (the release is not waited for), and the same with ``await acquire``;
-4. the same pair on the in-process ``GPUPool``;
-5. ``acquire_blocking(memory="40GiB")`` + ``release`` on a server sized in memory
+4. a request that must wait: on a one-GPU server whose GPU this client holds, ``await
+   acquire()`` is sent, then the held GPU released on the same connection (so the server
+   always reads the request first and queues it), timed from the send to the grant: one round
+   trip (``acquire``, answered ``queued``, then ``granted`` on the release), as an ``acquire``
+   granted at once costs;
+5. the same pair on the in-process ``GPUPool``;
+6. ``acquire_blocking(memory="40GiB")`` + ``release`` on a server sized in memory
    (``--gpu-memory 80GiB,...``): what asking in MiB costs against asking for a share.
 
-Aim: the server's grant round trip at most 2x the bare echo; the memory server's at most
-1.2x the fraction server's. Run:
+Aim: the server's grant round trip at most 2x the bare echo, whether granted at once or after
+a wait; the memory server's at most 1.2x the fraction server's. Run:
 ``python bench/bench_server.py [--quick]``.
 """
 
@@ -98,6 +103,29 @@ def async_pairs(pool: GPUPool, n: int) -> float:
     return asyncio.run(pairs())
 
 
+def waiting_pairs(pool: GPUPool, n: int) -> float:
+    """Seconds per request that waits in the queue of a one-GPU server for a release.
+
+    The GPU is held; each round sends ``acquire`` (its task runs up to its await: the request
+    is on the wire), then releases the held GPU on the same connection, so that the server
+    reads the request first and queues it, and the release grants it, to be held next round.
+    """
+
+    async def pairs() -> float:
+        gpu = await pool.acquire(1.0)
+        start = time.perf_counter()
+        for _ in range(n):
+            waiter = asyncio.ensure_future(pool.acquire(1.0))
+            await asyncio.sleep(0)  # the waiter's acquire is sent
+            pool.release(gpu)
+            gpu = await waiter
+        elapsed = time.perf_counter() - start
+        pool.release(gpu)
+        return elapsed / n
+
+    return asyncio.run(pairs())
+
+
 def measure(n: int, rounds: int) -> dict[str, float]:
     """Best-of-``rounds`` seconds per round trip for each contender, interleaved."""
     results: dict[str, list[float]] = {}
@@ -106,14 +134,17 @@ def measure(n: int, rounds: int) -> dict[str, float]:
         echo_server() as echo,
         host_server(GPUS) as (path, _),
         host_server(None, "--gpu-memory", sizes) as (sized_path, _),
+        host_server(1) as (one_path, _),
     ):
         shared, sized = hwpool.connect(path), hwpool.connect(sized_path)
+        one = hwpool.connect(one_path)
         pool = GPUPool(GPUS)
         cases: list[tuple[str, Callable[[], float]]] = [
             ("echo", lambda: echo_inline(echo, n)),
             ("echo_thread", lambda: echo_threaded(echo, n)),
             ("server", lambda: blocking_pairs(shared, n)),
             ("server_async", lambda: async_pairs(shared, n)),
+            ("server_wait", lambda: waiting_pairs(one, n)),
             ("server_memory", lambda: memory_pairs(sized, n)),
             ("local", lambda: blocking_pairs(pool, n * 10)),
         ]
@@ -124,6 +155,7 @@ def measure(n: int, rounds: int) -> dict[str, float]:
                 results.setdefault(name, []).append(case())
         shared.close()
         sized.close()
+        one.close()
     return {name: min(values) for name, values in results.items()}
 
 
@@ -142,6 +174,8 @@ def main(argv: list[str] | None = None) -> str:
          "<= 2.0"),
         ("hwpool serve: await acquire + release", us["server_async"],
          us["server_async"] / us["echo"], ""),
+        ("hwpool serve: await acquire that waits + release", us["server_wait"],
+         us["server_wait"] / us["echo"], "<= 2.0"),
         ("in-process GPUPool: acquire_blocking + release", us["local"], us["local"] / us["echo"],
          ""),
         ("hwpool serve --gpu-memory: 40GiB acquire + release", us["server_memory"],
@@ -154,6 +188,8 @@ def main(argv: list[str] | None = None) -> str:
         *(f"{name:<50}{value:>10.1f}{ratio:>9.2f}  {aim}" for name, value, ratio, aim in rows),
         f"server vs echo through a reader thread: {us['server'] / us['echo_thread']:.2f}x; "
         f"server vs in-process pool: {us['server'] / us['local']:.0f}x",
+        "a request that waits vs one granted at once (await): "
+        f"{us['server_wait'] / us['server_async']:.2f}x  (one round trip each: about 1)",
         f"memory server vs fraction server: {us['server_memory'] / us['server']:.2f}x  "
         "(aim <= 1.2)",
     ]

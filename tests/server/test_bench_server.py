@@ -29,7 +29,8 @@ def load(name: str) -> ModuleType:
 def test_round_trip_bench_prints_every_contender(capsys: pytest.CaptureFixture[str]) -> None:
     table = load("bench_server").main(["--quick"])
     labels = ("bare echo", "reader thread", "hwpool serve", "in-process GPUPool", "--gpu-memory")
-    for label in (*labels, "memory server vs fraction server"):
+    waiting = ("await acquire that waits", "a request that waits vs one granted at once")
+    for label in (*labels, *waiting, "memory server vs fraction server"):
         assert label in table
     assert table in capsys.readouterr().out
 
