@@ -1,4 +1,4 @@
-"""The README's example runs as printed, and its set-up commands are the ones CI runs."""
+"""The README's in-process example runs as printed, and its set-up commands are the ones CI runs."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from docblocks import blocks_tested_by
 from hwpool import GPUPool
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -18,10 +19,9 @@ def test_readme_example_runs_as_printed_in_this_environment() -> None:
     # Run as a user would, with the environment as it is: on a machine with no GPU that means
     # one logical GPU. (Before, the example asked for lease_full(2) and crashed there; its test
     # hid that by setting HWPOOL_NUM_GPUS=4.)
-    code = re.search(r"## Example\n\n```python\n(.*?)```", README, re.S)
-    assert code is not None
+    (code,) = (block.code for block in blocks_tested_by(__file__))
     result = subprocess.run(
-        [sys.executable, "-c", code.group(1)],
+        [sys.executable, "-c", code],
         capture_output=True,
         text=True,
         timeout=60,
