@@ -41,3 +41,22 @@ def test_ci_runs_the_readme_test_command() -> None:
     commands = re.findall(r"```sh\n(.*?)\n```", README)
     test_command = next(c for c in commands if "pytest" in c)
     assert test_command in (ROOT / ".ci" / "run").read_text().splitlines()
+
+
+FIGURE = re.compile(r"\d[\d,.]*\d|\d")
+"""A figure as the README writes it: 5.59, 2,200, 1.022 (a trailing unit or x aside)."""
+
+
+def test_the_readmes_figures_are_the_reference_pages() -> None:
+    # The README's short table quotes docs/performance.md (and the fairness figure of
+    # docs/scheduling.md); when a figure there changes, this says which one to update here.
+    section = README.split("## Figures that matter", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ")][1:]
+    assert len(rows) >= 8
+    pages = "".join(
+        (ROOT / "docs" / name).read_text() for name in ("performance.md", "scheduling.md")
+    )
+    for row in rows:
+        figures = row.split(" | ")[1]
+        for figure in FIGURE.findall(figures):
+            assert figure in pages, f"the README's {figure} ({figures}) is not in docs/"
