@@ -13,8 +13,8 @@ A code block shows such an output when an HTML comment right before it says whic
 The whole output must match (trailing spaces and blank lines aside). ``hwpool demo`` runs in
 real time, so only its ``simulated`` column is deterministic: a block marked
 ``<!-- simulated-column-of: hwpool demo -->`` has that column checked, its measured one not.
-The README's table of ``bench/bench_policy.py`` figures (virtual time too) is checked against
-the benchmark's own results. Before, the figures went stale although the simulator is
+docs/performance.md's table of ``bench/bench_policy.py`` figures (virtual time too) is checked
+against the benchmark's own results. Before, the figures went stale although the simulator is
 deterministic (issue 22).
 """
 
@@ -37,6 +37,7 @@ from hwpool._sim import _simulate
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BENCH_POLICY = ROOT / "bench" / "bench_policy.py"
+PERFORMANCE = ROOT / "docs" / "performance.md"
 MARKED = re.compile(r"<!-- (output-of|simulated-column-of): (.+?) -->\n```[a-z]*\n(.*?)```", re.S)
 
 
@@ -156,8 +157,8 @@ def test_every_shown_simulation_is_marked() -> None:
     assert len(OUTPUTS) >= 3
 
 
-# The README's table of the policy benchmark (`python bench/bench_policy.py`, seed 9: virtual
-# time, so the same figures everywhere): each row's label, and the traces it gives.
+# docs/performance.md's table of the policy benchmark (`python bench/bench_policy.py`, seed 9:
+# virtual time, so the same figures everywhere): each row's label, and the traces it gives.
 POLICY_ROWS = {
     "stream at 50% load + one 4-GPU task": ("stream-50",),
     "stream at 70%": ("stream-70",),
@@ -174,8 +175,8 @@ POLICY_HEADER = "| trace | `hwpool` (easy) | `hwpool-reserve-all` | `fifo` | `fi
 
 
 def _policy_table() -> dict[str, list[str]]:
-    """The README's policy table: row label -> its other cells."""
-    lines = (ROOT / "README.md").read_text().splitlines()
+    """docs/performance.md's policy table: row label -> its other cells."""
+    lines = PERFORMANCE.read_text().splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith(POLICY_HEADER))
     rows = {}
     for line in lines[start + 2 :]:
@@ -202,7 +203,7 @@ def _bench_policy_results() -> dict[str, Any]:
     return module.run_all(traces, TABLE_POLICIES)  # type: ignore[no-any-return]
 
 
-def test_the_readme_policy_table_is_what_the_policy_benchmark_gives() -> None:
+def test_the_performance_pages_policy_table_is_what_the_policy_benchmark_gives() -> None:
     table = _policy_table()
     assert set(table) == set(POLICY_ROWS)
     results = _bench_policy_results()

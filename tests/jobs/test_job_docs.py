@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import io
-import re
 from pathlib import Path
+
+from docblocks import blocks_tested_by
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "jobs.md"
 
 
 def test_the_pages_python_examples_run_as_shown() -> None:
-    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
+    blocks = [block.code for block in blocks_tested_by(__file__)]
     assert len(blocks) == 2  # the table, and hwpool.Job
     for index, block in enumerate(blocks):
         shown = [line.strip().removeprefix("# ") for line in block.splitlines()

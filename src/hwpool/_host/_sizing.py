@@ -21,7 +21,7 @@ __all__ = ["DEFAULT_SPIN", "effective_threads", "set_threads", "spin_from_env"]
 
 THREADS_VAR = "HWPOOL_THREADS"
 SPIN_VAR = "HWPOOL_SPIN"
-# Measured with bench/bench_cpu_pool.py (docs/readme-cpu.md): on a GIL build a polling worker
+# Measured with bench/bench_cpu_pool.py (docs/cpu.md, "Spin"): on a GIL build a polling worker
 # only takes the GIL away from the thread that is about to publish work, so it never pays.
 DEFAULT_SPIN = 0
 
