@@ -15,7 +15,10 @@ the memory outside the queue (``seen``, MiB; None when unknown):
   (a run neither grows nor ends: a failed poll is not evidence either way).
 
 So what is withheld is always 0 or an amount that was seen, never more than the memory
-outside the queue has been for a whole run. :func:`hold_step` is the pure transition;
+outside the queue has been for a whole run. An amount that stays the same is withheld exactly
+within two runs (the first may have begun before it, and settle in between); a run lasts the
+rule's count of samples, and one more where ``take_seconds`` must pass (its first sample
+starts the clock). :func:`hold_step` is the pure transition;
 :class:`OutsideHold` keeps one state per GPU.
 """
 

@@ -71,7 +71,7 @@ class LeaseShare:
             check_int("memory_mib", self.memory_mib, minimum=1)
         elif not 0 < check_real("fraction", self.fraction) <= 1:
             raise ValueError(f"fraction must be in (0, 1], got {self.fraction!r}")
-        parse_policy(self.policy, "policy")
+        object.__setattr__(self, "policy", parse_policy(self.policy, "policy"))  # "term" too
 
     def allowed_mib(self, total_mib: int | None) -> int | None:
         """The MiB allowed on a GPU of ``total_mib`` (rounded down); None if that is unknown
