@@ -9,10 +9,13 @@ never fails. :class:`ProcReader` is the interface, so that tests can feed their 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Protocol
 
 __all__ = ["ProcFS", "ProcReader", "ProcStat"]
+
+_READ_BYTES = 8192  # /proc/PID/stat is under 1 KiB, /proc/PID/status about 1.5 KiB
 
 
 @dataclass(frozen=True)
@@ -62,8 +65,15 @@ class ProcFS:
         return None
 
     def _read(self, pid: int, name: str) -> str | None:
+        """The file's text (one raw read: a procfs file this size comes whole, and a raw
+        read costs half what a text-mode open does, which matters at 100 processes a poll)."""
         try:
-            with open(f"{self.root}/{pid}/{name}", encoding="utf-8", errors="replace") as file:
-                return file.read()
+            fd = os.open(f"{self.root}/{pid}/{name}", os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
             return None
+        try:
+            return os.read(fd, _READ_BYTES).decode("utf-8", "replace")
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
