@@ -12,8 +12,9 @@ sample while it lasts; what follows depends on the policy (:class:`OverLeasePoli
   seconds: the server sends its process group SIGTERM and ends the lease for overuse;
 - ``off``: flagged in status only; nothing is said or done.
 
-A sample back within the allowance clears the flag and restarts the grace. A sample whose use
-(or, for a fraction, the GPU's total) is unknown keeps the flag as it was and decides nothing.
+A sample back within the allowance (or with none of the lease's processes left on the GPU)
+clears the flag and restarts the grace. A sample whose use (or, for a fraction, the GPU's
+total) is unknown keeps the flag as it was and decides nothing.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from .._check import check_int, check_real
+from ._sample import Sample
 
 __all__ = ["LeaseShare", "OverLeasePolicy", "OverLeaseWatch", "OverUse", "parse_policy"]
 
@@ -111,19 +113,24 @@ class OverLeaseWatch:
 
     def observe(
         self,
+        sample: Sample,
         use: Mapping[tuple[int, str], int | None],
         shares: Sequence[LeaseShare],
-        totals: Mapping[str, int | None],
         now: float,
     ) -> list[OverUse]:
-        """The flags after one sample: ``use`` per (lease, GPU UUID) in MiB (None: unknown),
-        the leases' ``shares`` and each GPU's total MiB. A lease with no share on a GPU it
-        uses may use nothing there; one absent from ``shares`` is gone and forgotten."""
+        """The flags after one ``sample``: ``use`` per (lease, GPU UUID) in MiB (None: some
+        of it unknown; absent: none of the lease's processes there), and the live leases'
+        ``shares``. On a GPU whose process list ``sample`` could not read (or does not list)
+        every lease's use is unknown. A lease with no share on a GPU it uses may use nothing
+        there; a lease absent from ``shares`` is gone and forgotten."""
+        totals = {gpu.uuid: gpu.total_mib for gpu in sample.gpus}
+        listed = {gpu.uuid for gpu in sample.gpus if gpu.processes is not None}
         by_key = {(s.lease, s.gpu): s for s in shares}
         live = {s.lease for s in shares}
         flags = []
         for key in sorted(set(use) | set(self._over)):
-            if key[0] in live and (flag := self._step(key, use.get(key), by_key, totals, now)):
+            used = use.get(key, 0) if key[1] in listed else None
+            if key[0] in live and (flag := self._step(key, used, by_key, totals, now)):
                 flags.append(flag)
         self._over = {key: flag for key, flag in self._over.items() if key[0] in live}
         self._ended &= live

@@ -58,8 +58,7 @@ class Watcher:
         sample = self.sampler.sample()
         found = attribute(sample.processes, leases, self._procs, self._name_of)
         withheld = self.hold.observe(outside_mib(sample, found), now)
-        totals = {gpu.uuid: gpu.total_mib for gpu in sample.gpus}
-        over = self.over.observe(lease_use_mib(found), shares, totals, now)
+        over = self.over.observe(sample, lease_use_mib(found), shares, now)
         return WatchReport(sample, tuple(found), withheld, tuple(over))
 
     def close(self) -> None:
