@@ -3,6 +3,8 @@ nvidia-smi (the fake script), and the choice between them."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import replace
@@ -167,3 +169,21 @@ def test_nvidia_smi_process_query_failing_leaves_the_gpus_known(
     sample = SmiSampler().sample()
     assert sample.gpus[0].used_mib == 9000 and sample.gpus[0].processes is None
     assert sample.problem == "processes unknown: nvidia-smi exited 2"
+
+
+@pytest.mark.parametrize("timeout", [0, -1.0, float("inf")])
+def test_a_bad_nvidia_smi_timeout_names_the_argument_and_value(timeout: float) -> None:
+    with pytest.raises(ValueError) as raised:
+        SmiSampler(timeout)
+    assert str(raised.value) == f"timeout must be > 0 and finite, got {timeout!r}"
+
+
+def test_the_watcher_imports_no_pynvml_until_asked(tmp_path: Path) -> None:
+    (tmp_path / "pynvml.py").write_text("raise RuntimeError('pynvml imported')\n")
+    code = "import sys, hwpool._watch; print('pynvml' in sys.modules)"
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    done = subprocess.run(
+        [sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": f"{src}:{tmp_path}"},
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout) == (0, "False\n"), done.stderr

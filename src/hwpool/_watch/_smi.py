@@ -12,6 +12,7 @@ process query did.
 
 from __future__ import annotations
 
+from .._check import check_real
 from .._host._smi import run_nvidia_smi, smi_number
 from ._sample import GPUProcess, GPUReading, Sample
 
@@ -30,7 +31,10 @@ class SmiSampler:
     source = "nvidia-smi"
 
     def __init__(self, timeout: float = 5.0) -> None:
-        self.timeout = timeout
+        seconds = check_real("timeout", timeout)
+        if not 0.0 < seconds < float("inf"):
+            raise ValueError(f"timeout must be > 0 and finite, got {timeout!r}")
+        self.timeout = seconds
 
     def sample(self) -> Sample:
         """Read every physical GPU and its compute processes; see the module docstring."""
