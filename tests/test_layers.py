@@ -27,7 +27,9 @@ ALLOWED: dict[str, set[str]] = {
     "_wire": {"_core", "_host"},
     "_backends": {"_core", "_host", "_wire"},
     "_gpu": {"_core", "_host", "_backends"},
-    "_server": {"_core", "_host", "_wire"},
+    # The GPU watcher (live sampling, pid-to-lease mapping): below the server, over _host.
+    "_watch": {"_host"},
+    "_server": {"_core", "_host", "_wire", "_watch"},
     # The per-user job table and supervisor: a client of the server like any other (a front).
     "_jobs": {"_core", "_host", "_wire", "_backends", "_gpu"},
     "ray": {"_core", "_host", "_backends", "_gpu"},
@@ -107,6 +109,7 @@ def test_imports_follow_the_layers(path: Path) -> None:
         ("from hwpool._cli import main\n", ("_gpu", "_x.py"), ["imports the CLI (_cli)"]),
         ("from ._cli import main\n", ("__init__.py",), ["imports the CLI (_cli)"]),
         ("from .._gpu import _pool\n", ("_sim", "_x.py"), ["_sim imports _gpu"]),
+        ("from .._core import _memory\n", ("_watch", "_x.py"), ["_watch imports _core"]),
         ("import ray\n", ("_backends", "_x.py"), ["_backends imports ray"]),
         ("from .._core._capacity import UNITS_PER_GPU\n", ("_gpu", "_x.py"), []),
         (

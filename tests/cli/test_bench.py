@@ -92,6 +92,7 @@ SHIPPED = {
     "server_flood": ("during the flood", "max round trip during the flood"),
     "server_load": ("grants/s", "checks: free == total, no lease or waiter left"),
     "sim_scale": ("us per task", "4k/1k"),
+    "watch": ("whole watcher step", "% of one core"),
 }
 
 

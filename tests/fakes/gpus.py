@@ -29,6 +29,10 @@ class FakeGPU:
     migs: list[FakeMIG | None] | None = field(default=None)
     """None: no MIG support; []: MIG-capable, disabled; None entries: empty NVML slots."""
     used_mib: int | None = None
+    utilization: int | None = None
+    """Percent busy, for the watcher's query; None: nvidia-smi prints ``[N/A]``."""
+    processes: tuple[tuple[int, int | None], ...] = ()
+    """Compute processes (pid, MiB in use; None: ``[N/A]``), for the watcher's query."""
 
 
 A100 = FakeGPU("GPU-a100aaaa-0000-0000-0000-000000000000", "NVIDIA A100-SXM4-80GB", 81920, [])
@@ -47,7 +51,8 @@ H100_MIG = FakeGPU(
 
 
 def smi_script(machine: list[FakeGPU], *, log: str | None = None) -> str:
-    """The body of a fake ``nvidia-smi`` for ``machine``: the CSV queries and ``-L``.
+    """The body of a fake ``nvidia-smi`` for ``machine``: the CSV queries (detection's and the
+    watcher's) and ``-L``.
 
     ``log``: a file each call appends its arguments to.
     """
@@ -56,6 +61,13 @@ def smi_script(machine: list[FakeGPU], *, log: str | None = None) -> str:
         for i, g in enumerate(machine)
     )
     in_use = "".join(f"{g.uuid}, {_smi_mib(g.used_mib)}\n" for g in machine)
+    watched = "".join(
+        f"{g.uuid}, {g.memory_mib}, {_smi_mib(g.used_mib)}, {_smi_mib(g.utilization)}\n"
+        for g in machine
+    )
+    apps = "".join(
+        f"{g.uuid}, {pid}, {_smi_mib(mib)}\n" for g in machine for pid, mib in g.processes
+    )
     listing = ""
     for i, gpu in enumerate(machine):
         listing += f"GPU {i}: {gpu.name} (UUID: {gpu.uuid})\n"
@@ -67,6 +79,9 @@ def smi_script(machine: list[FakeGPU], *, log: str | None = None) -> str:
         f'{logging}case "$1" in\n'
         f"  -L) cat <<'EOF'\n{listing}EOF\n  ;;\n"
         f"  --query-gpu=uuid,memory.used) cat <<'EOF'\n{in_use}EOF\n  ;;\n"
+        f"  --query-gpu=uuid,memory.total,memory.used,utilization.gpu) cat <<'EOF'\n"
+        f"{watched}EOF\n  ;;\n"
+        f"  --query-compute-apps=gpu_uuid,pid,used_memory) cat <<'EOF'\n{apps}EOF\n  ;;\n"
         f"  --query-gpu=*) cat <<'EOF'\n{query}EOF\n  ;;\n"
         "  *) exit 2 ;;\nesac\n"
     )

@@ -20,7 +20,7 @@ from typing import Any
 
 from ._devices import GPUInfo
 
-__all__ = ["nvml_memory_in_use", "query_nvml"]
+__all__ = ["nvml_devices", "nvml_memory_in_use", "nvml_text", "query_nvml"]
 
 _MIB = 2**20
 _MIG_ENABLED = 1  # NVML_DEVICE_MIG_ENABLE
@@ -83,8 +83,8 @@ def _devices(nvml: Any) -> tuple[int, tuple[GPUInfo, ...]]:
 
 
 def _info(nvml: Any, handle: object, index: str, parent: str | None) -> GPUInfo:
-    uuid = _text(nvml.nvmlDeviceGetUUID(handle))
-    name = _text(nvml.nvmlDeviceGetName(handle))
+    uuid = nvml_text(nvml.nvmlDeviceGetUUID(handle))
+    name = nvml_text(nvml.nvmlDeviceGetName(handle))
     memory = nvml.nvmlDeviceGetMemoryInfo(handle)
     total = int(memory.total) // _MIB  # rounded down: never more than the device has
     return GPUInfo(0, index or uuid, uuid, total, name, parent, _used_mib(memory))
@@ -121,7 +121,7 @@ def _in_use(nvml: Any) -> dict[str, int | None]:
     for i in range(int(nvml.nvmlDeviceGetCount())):
         handle = nvml.nvmlDeviceGetHandleByIndex(i)
         for device in [handle, *_mig_handles(nvml, handle)]:
-            used[_text(nvml.nvmlDeviceGetUUID(device))] = _read_used(nvml, device)
+            used[nvml_text(nvml.nvmlDeviceGetUUID(device))] = _read_used(nvml, device)
     return used
 
 
@@ -131,6 +131,19 @@ def _read_used(nvml: Any, handle: object) -> int | None:
         return _used_mib(nvml.nvmlDeviceGetMemoryInfo(handle))
     except Exception:
         return None
+
+
+def nvml_devices(nvml: Any) -> list[tuple[str, object, bool]]:
+    """Every device as CUDA sees it: its UUID, its NVML handle and whether it is a MIG
+    instance; a MIG-enabled GPU's instances stand in its place, as in detection. NVML must be
+    initialised; raises what NVML raises (the watcher turns that into an unknown sample)."""
+    devices: list[tuple[str, object, bool]] = []
+    for i in range(int(nvml.nvmlDeviceGetCount())):
+        handle = nvml.nvmlDeviceGetHandleByIndex(i)
+        migs = _mig_handles(nvml, handle)
+        for device in migs or [handle]:
+            devices.append((nvml_text(nvml.nvmlDeviceGetUUID(device)), device, bool(migs)))
+    return devices
 
 
 def _mig_handles(nvml: Any, handle: object) -> list[object]:
@@ -150,6 +163,6 @@ def _mig_handles(nvml: Any, handle: object) -> list[object]:
     return handles
 
 
-def _text(value: object) -> str:
+def nvml_text(value: object) -> str:
     """NVML strings are ``bytes`` in older nvidia-ml-py releases and ``str`` in newer ones."""
     return value.decode() if isinstance(value, bytes) else str(value)

@@ -28,7 +28,9 @@ __all__ = [
     "NVIDIA_SMI_LIST",
     "NVIDIA_SMI_QUERY",
     "query_nvidia_smi",
+    "run_nvidia_smi",
     "smi_memory_in_use",
+    "smi_number",
 ]
 
 NVIDIA_SMI_QUERY = (
@@ -89,6 +91,14 @@ def _gpus(n: int) -> str:
 def _mig_count(migs: dict[str, list[GPUInfo]]) -> str:
     n = sum(len(v) for v in migs.values())
     return f"{n} MIG instance{'s' if n != 1 else ''}"
+
+
+def run_nvidia_smi(args: tuple[str, ...], timeout: float) -> tuple[str | None, str]:
+    """nvidia-smi's stdout for ``args`` (uncached), or None and what went wrong, in words."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None, "nvidia-smi not found on PATH"
+    return _run(exe, args, timeout)
 
 
 def _run(exe: str, args: tuple[str, ...], timeout: float) -> tuple[str | None, str]:
@@ -160,6 +170,17 @@ def _mib(field: str) -> int | None:
     if _ASCII_INDEX.fullmatch(field):
         return int(field)
     return None if _NOT_AVAILABLE.fullmatch(field) else _MALFORMED
+
+
+def smi_number(field: str) -> int | None:
+    """A whole-number CSV field (MiB, a percentage): its value, None for a marker such as
+    ``[N/A]``; ValueError naming the field for anything else."""
+    value = _mib(field.strip())
+    if value == _MALFORMED:
+        raise ValueError(
+            f"nvidia-smi field must be a whole number or a marker such as [N/A], got {field!r}"
+        )
+    return value
 
 
 def smi_memory_in_use(timeout: float) -> dict[str, int | None] | None:

@@ -1,0 +1,64 @@
+"""Real processes for the watcher's tests: a job in a session of its own whose child moved to
+a session of its own too, and a bystander outside any lease."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+_JOB = """
+import subprocess, sys
+child = subprocess.Popen(["sleep", "120"], start_new_session=True)
+print(child.pid, flush=True)
+sys.stdin.read()
+child.kill()
+child.wait()
+"""
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job (``pid``: the leader of its own session and group) and its ``child``, which
+    started a session of its own: only the parent chain links it to the job."""
+
+    pid: int
+    child: int
+
+
+@contextlib.contextmanager
+def running_job() -> Iterator[Job]:
+    """Start a job; its child's pid is read from its stdout (the test's timeout bounds the
+    wait). Closing its stdin ends both."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _JOB],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        yield Job(proc.pid, int(proc.stdout.readline()))
+    finally:
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@contextlib.contextmanager
+def bystander() -> Iterator[int]:
+    """A process outside every lease (a child of the test itself): its pid."""
+    proc = subprocess.Popen(["sleep", "120"])
+    try:
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
