@@ -853,13 +853,14 @@ def serve(config: ServeConfig, out: TextIO | None = None) -> None:
     server: _Server | None = None
     metrics: MetricsEndpoint | None = None
     try:
-        sock = bind(config.socket, config.group)
-        server = _Server(config, sys.stderr if out is None else out)
-        if config.metrics_port is not None:
+        if config.metrics_port is not None:  # first: a port in use leaves no socket behind
             from ._metrics import MetricsEndpoint  # noqa: PLC0415  (prometheus-client)
 
-            metrics = server.metrics = MetricsEndpoint.start(config.metrics_host,
-                                                             config.metrics_port)  # fmt: skip
+            metrics = MetricsEndpoint.start(config.metrics_host, config.metrics_port)
+        sock = bind(config.socket, config.group)
+        server = _Server(config, sys.stderr if out is None else out)
+        if metrics is not None:
+            server.metrics = metrics
             server.say(f"metrics on {metrics.url}")
         asyncio.run(server.run(sock))
     finally:
