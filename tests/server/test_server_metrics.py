@@ -31,6 +31,7 @@ from hostserver import BOUND, Server, run_cli, status_of
 from hwpool._core._capacity import UNITS_PER_GPU
 from hwpool._host._detect import GPUInfo
 from hwpool._server._metrics import (
+    MetricsEndpoint,
     Snapshot,
     WaitCounts,
     families,
@@ -164,6 +165,7 @@ def test_the_metrics_say_what_status_says(
     assert value(found, "hwpool_revocations_total", reason="cancel") == 1
     assert value(found, "hwpool_revocations_total", reason="limit") == 0
     assert value(found, "hwpool_journal_ok") == 1
+    assert value(found, "hwpool_metrics_failures_total") == 0
     assert value(found, "hwpool_recovering_seconds") == 0
     oldest = value(found, "hwpool_queue_oldest_wait_seconds")
     assert oldest >= report["waiting"][0]["waited_s"]  # the scrape came after the status
@@ -311,3 +313,15 @@ def test_the_live_gpu_fields_are_exported_when_present() -> None:
     assert value(found, "hwpool_leases_ended_for_overuse_total") == 2
     assert value(found, "hwpool_revocations_total", reason="overuse") == 2
     assert value(found, "hwpool_wait_seconds_bucket", owner="root", size="1gpu", le="+Inf") == 1
+
+
+def test_a_failure_while_counting_never_reaches_the_grant() -> None:
+    """The hooks run in the server's loop, inside a grant: an error of theirs is counted,
+    not raised."""
+    endpoint = MetricsEndpoint()
+    endpoint.granted(0, (), 1.0)  # type: ignore[arg-type]  # a request it cannot size
+    endpoint.delivered([None])  # type: ignore[list-item]  # not a (client, message) pair
+    assert endpoint.failures == 2
+    assert endpoint.waits == {}
+    endpoint.granted(0, (1, 1, "mib"), 2.0)
+    assert endpoint.waits[("root", "memory")].count == 1

@@ -404,7 +404,9 @@ def report_of(wire: Wire, reply: StatusReply) -> dict[str, Any]:
         if key in sent and key not in report:
             report[key] = sent[key]
     by_id = {lease["id"]: lease for lease in report["leases"]}
-    for record in sent["leases"]:  # type: ignore[attr-defined]
+    records = sent["leases"]
+    assert isinstance(records, list)
+    for record in records:
         lease = by_id.get(record["id"])
         for key in LEASE_WATCH_FIELDS:
             if lease is not None and key in record and key not in lease:

@@ -131,6 +131,7 @@ class Snapshot:
     waits: Mapping[tuple[str, str], WaitCounts]
     revocations: Mapping[str, int]
     names: Mapping[int, str]
+    failures: int = 0
 
 
 class MetricsEndpoint:
@@ -142,6 +143,7 @@ class MetricsEndpoint:
         self.waits: dict[tuple[str, str], WaitCounts] = {}
         self.revocations: dict[str, int] = {}
         self.names: dict[int, str] = {}
+        self.failures = 0  # errors of ours while counting, in the loop (none expected)
         self.httpd: Any = None
         self.address: tuple[str, int] = ("", 0)
 
@@ -178,7 +180,15 @@ class MetricsEndpoint:
 
     # ------------------------------------------------------------- called in the loop
     def granted(self, owner: Owner, request: tuple[int, int, str], waited_s: float) -> None:
-        """A grant to ``owner`` of ``request`` (count, units, unit) after ``waited_s``."""
+        """A grant to ``owner`` of ``request`` (count, units, unit) after ``waited_s``. A
+        failure here is counted (``hwpool_metrics_failures_total``), never passed on to the
+        grant that called it."""
+        try:
+            self._count_grant(owner, request, waited_s)
+        except Exception:
+            self.failures += 1
+
+    def _count_grant(self, owner: Owner, request: tuple[int, int, str], waited_s: float) -> None:
         units_per_gpu = self.server.units_per_gpu if self.server is not None else 1
         label = owner_label(
             owner if isinstance(owner, int) else None,
@@ -191,10 +201,15 @@ class MetricsEndpoint:
         counts.observe(max(waited_s, 0.0))
 
     def delivered(self, deliveries: Iterable[tuple[object, ServerMessage]]) -> None:
-        """Count the revocations among what the loop sends, by reason."""
-        for _, message in deliveries:
-            if isinstance(message, Revoked):
-                self.revocations[message.reason] = self.revocations.get(message.reason, 0) + 1
+        """Count the revocations among what the loop sends, by reason (never failing the
+        sending: a failure is counted)."""
+        try:
+            for _, message in deliveries:
+                if isinstance(message, Revoked):
+                    reason = message.reason
+                    self.revocations[reason] = self.revocations.get(reason, 0) + 1
+        except Exception:
+            self.failures += 1
 
     def snapshot_in_loop(self) -> Snapshot:
         """The snapshot (in the loop thread: nothing changes while it is taken)."""
@@ -203,7 +218,7 @@ class MetricsEndpoint:
         return Snapshot(
             server.status_now().wire(), server.gpus, server.totals, server.units_per_gpu,
             {k: v.copy() for k, v in self.waits.items()}, dict(self.revocations),
-            dict(self.names),
+            dict(self.names), self.failures,
         )  # fmt: skip
 
     # ------------------------------------------------------------- called in the HTTP thread
@@ -270,7 +285,12 @@ def _server_families(snap: Snapshot) -> list[Metric]:
     )  # fmt: skip
     for reason in sorted({"cancel", "limit", *snap.revocations}):
         revoked.add_metric([reason], snap.revocations.get(reason, 0))
+    failures = CounterMetricFamily(
+        "hwpool_metrics_failures", "Errors of the metrics themselves while counting grants "
+        "and revocations (none expected; the server goes on).", value=snap.failures,
+    )  # fmt: skip
     return [
+        failures,
         _gauge("hwpool_uptime_seconds", "Seconds since this server started.", status["uptime_s"]),
         _gauge(
             "hwpool_journal_ok",
