@@ -241,6 +241,32 @@ def test_top_into_a_pipe_prints_one_snapshot_per_interval(busy_server: Server) -
     assert "\x1b" not in text.decode()  # no terminal control in a pipe
 
 
+def test_top_keeps_the_last_screen_and_says_why_when_the_server_goes(
+    busy_server: Server,
+) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hwpool", "top", "--socket", str(busy_server.socket),
+         "--interval", "0.05"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**ENV, "COLUMNS": "400"},
+    )  # fmt: skip
+    said = b"no answer now"
+    try:
+        assert proc.stdout is not None
+        _read_until(proc.stdout.fileno(), lambda t: b"[trainjob]" in t)
+        busy_server.kill()
+        text = _read_until(
+            proc.stdout.fileno(), lambda t: said in t and b"\n\n" in t[t.index(said) :]
+        )
+        assert proc.poll() is None  # it goes on asking
+    finally:
+        proc.kill()
+        proc.communicate(timeout=BOUND)
+    last = next(x for x in text.decode().split("\n\n") if "no answer now" in x)
+    assert "(no answer now, showing the last one: " in last
+    assert "[trainjob]" in last
+
+
 def test_top_with_no_server_says_so_and_exits_1(tmp_path: Path) -> None:
     directory = tmp_path / "run"
     directory.mkdir(mode=0o700)
