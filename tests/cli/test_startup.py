@@ -27,6 +27,7 @@ SERVER_SIDE = {
 """What no command but those that need it (run, serve, demo, simulate, ...) may load."""
 PROTOCOL = {"hwpool._wire._protocol", "hwpool._core._scheduler"}
 JOB_TABLE = {"sqlite3", "hwpool._jobs._store"}
+METRICS = {"prometheus_client", "hwpool._server._metrics"}
 
 RUN_MAIN = """
 import json, sys
@@ -58,7 +59,7 @@ def loaded_by(tmp_path: Path, *argv: str) -> tuple[int, set[str]]:
 def test_the_parser_loads_no_command(tmp_path: Path) -> None:
     code, modules = loaded_by(tmp_path, "--version")
     assert code == 0
-    assert modules & (SERVER_SIDE | PROTOCOL | JOB_TABLE) == set()
+    assert modules & (SERVER_SIDE | PROTOCOL | JOB_TABLE | METRICS | {"curses"}) == set()
     assert {m for m in modules if m.startswith("hwpool._cli.")} == {
         "hwpool._cli._args", "hwpool._cli._env", "hwpool._cli._main", "hwpool._cli._parser",
         "hwpool._cli._text",
@@ -101,14 +102,19 @@ def test_submit_loads_no_server_side(tmp_path: Path) -> None:
     assert modules & (SERVER_SIDE | PROTOCOL) == set()
 
 
-@pytest.mark.parametrize("argv", [["status"], ["cancel", "3"], ["cancel", "--mine"]], ids=" ".join)
-def test_status_and_cancel_load_the_protocol_but_not_the_server(
+@pytest.mark.parametrize(
+    "argv",
+    [["status"], ["cancel", "3"], ["cancel", "--mine"], ["top", "--once"], ["top"]],
+    ids=" ".join,
+)
+def test_status_cancel_and_top_load_the_protocol_but_not_the_server(
     tmp_path: Path, argv: list[str]
 ) -> None:
     code, modules = loaded_by(tmp_path, *argv)
     assert code == 1  # no server answers
     assert modules >= PROTOCOL
-    assert modules & (SERVER_SIDE | JOB_TABLE) == set()
+    assert modules & (SERVER_SIDE | JOB_TABLE | METRICS) == set()
+    assert "curses" not in modules  # only once a screen is drawn
 
 
 def test_the_environment_check_knows_each_variable_by_its_modules_name() -> None:
@@ -134,3 +140,13 @@ def test_the_environment_check_knows_each_variable_by_its_modules_name() -> None
 def test_each_bad_variable_is_named(variable: str, value: str) -> None:
     with pytest.raises(ValueError, match=variable):
         _env.check_environment({variable: value})
+
+
+def test_serve_loads_prometheus_client_only_for_metrics(tmp_path: Path) -> None:
+    """``hwpool serve`` imports the metrics (and prometheus-client) only when
+    ``--metrics-port`` is given; ``--check-config`` loads the server's modules without it."""
+    socket = tmp_path / "run" / "s.sock"
+    code, modules = loaded_by(tmp_path, "serve", "--socket", str(socket), "--check-config")
+    assert code == 0
+    assert "hwpool._cli._serve" in modules
+    assert modules & METRICS == set()

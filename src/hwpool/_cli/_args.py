@@ -33,6 +33,7 @@ __all__ = [
     "limit_from_text",
     "memory_from_text",
     "policies",
+    "port",
     "positive_seconds",
     "priority_from_text",
     "seconds_or_zero",
@@ -133,6 +134,17 @@ def count(text: str) -> int:
         return int_from_text("the value", text, minimum=1)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc).removeprefix("the value ")) from None
+
+
+def port(text: str) -> int:
+    """A TCP port number, 0 (any free one) to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number 0..65535, got {text!r}")
+    return value
 
 
 def positive_seconds(text: str) -> float:

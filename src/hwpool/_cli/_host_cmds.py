@@ -34,7 +34,16 @@ from .._wire._protocol import (
 )
 from ._text import one_line, printable
 
-__all__ = ["ID_NOTE", "Usage", "cmd_cancel", "cmd_status", "guarded", "socket_of", "user_name"]
+__all__ = [
+    "ID_NOTE",
+    "Usage",
+    "cmd_cancel",
+    "cmd_status",
+    "guarded",
+    "report_of",
+    "socket_of",
+    "user_name",
+]
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -377,3 +386,29 @@ def _owner_name(owner: dict[str, Any]) -> str:
 
 cmd_status = guarded(_cmd_status)
 cmd_cancel = guarded(_cmd_cancel)
+
+
+WATCH_FIELDS = ("watch", "gpu_state", "outside", "outside_left_out", "ended_for_overuse")
+"""The live GPU fields a watching server adds to its status reply (docs/observability.md)."""
+LEASE_WATCH_FIELDS = ("used_mib", "over_lease", "allowed_mib")
+"""The same, on each lease record."""
+
+
+def report_of(wire: Wire, reply: StatusReply) -> dict[str, Any]:
+    """The status as plain data (as ``--json`` prints it), with the live GPU fields the
+    server sent, where it sent them and the report does not carry them already: for
+    ``hwpool top``, which shows them when present."""
+    report = _report(wire, reply)
+    sent = reply.wire()
+    for key in WATCH_FIELDS:
+        if key in sent and key not in report:
+            report[key] = sent[key]
+    by_id = {lease["id"]: lease for lease in report["leases"]}
+    records = sent["leases"]
+    assert isinstance(records, list)
+    for record in records:
+        lease = by_id.get(record["id"])
+        for key in LEASE_WATCH_FIELDS:
+            if lease is not None and key in record and key not in lease:
+                lease[key] = record[key]
+    return report

@@ -189,6 +189,15 @@ def _add_host(commands: Subcommands) -> None:
         help="the scheduling policy (default easy; reserve-all: the one hwpool started from)",
     )  # fmt: skip
     srv.add_argument(
+        "--metrics-port", type=_args.port, metavar="PORT",
+        help="serve Prometheus metrics on http://HOST:PORT/metrics (0: any free port, said in "
+        "the log); needs prometheus-client (pip install 'hwpool[metrics]')",
+    )  # fmt: skip
+    srv.add_argument(
+        "--metrics-host", metavar="HOST",
+        help="the address the metrics listen on (default 127.0.0.1: this machine only)",
+    )  # fmt: skip
+    srv.add_argument(
         "--config", type=Path, metavar="PATH",
         help=f"read settings from this TOML file (default: {DEFAULT_CONFIG} if it exists and "
         "the server listens on the machine-wide socket); flags override it",
@@ -204,6 +213,19 @@ def _add_host(commands: Subcommands) -> None:
     _socket_option(status)
     status.add_argument("--json", action="store_true", help="print JSON instead of text")
     status.set_defaults(run=_status)
+
+    top = commands.add_parser(
+        "top", help="the host-wide queue live: GPU bars, leases, waiters and why they wait",
+        description="A full-screen view of the host server, redrawn every --interval seconds "
+        "(q quits). When stdout is not a terminal it prints one snapshot per interval.",
+    )  # fmt: skip
+    _socket_option(top)
+    top.add_argument(
+        "--interval", type=_args.positive_seconds, default=2.0, metavar="S",
+        help="seconds between refreshes (default 2)",
+    )  # fmt: skip
+    top.add_argument("--once", action="store_true", help="print one snapshot and exit")
+    top.set_defaults(run=_top)
 
     cancel = commands.add_parser(
         "cancel",
@@ -428,6 +450,7 @@ _simulate = _lazy("._tools", "cmd_simulate")
 _bench = _lazy("._tools", "cmd_bench")
 _serve = _lazy("._serve", "cmd_serve")
 _status = _lazy("._host_cmds", "cmd_status")
+_top = _lazy("._top", "cmd_top")
 
 
 def _cancel(args: argparse.Namespace) -> int:

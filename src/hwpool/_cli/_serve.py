@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import grp
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -34,7 +35,7 @@ _BUILT_IN: dict[str, object] = {
     "max_requests_per_connection": MAX_REQUESTS_PER_CONNECTION,
     "max_requests_per_user": MAX_REQUESTS_PER_USER, "hello_timeout": 10.0,
     "idle_timeout": None, "half_life": DEFAULT_HALF_LIFE, "shares": {}, "limits": {},
-    "default_limits": None, "accounts": {},
+    "default_limits": None, "accounts": {}, "metrics_port": None, "metrics_host": "127.0.0.1",
 }  # fmt: skip
 """Each setting's value when neither a flag nor the config file gives it."""
 
@@ -167,12 +168,24 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         idle_timeout_s=args.idle_timeout, policy=args.policy, totals=totals,
         shares=args.shares, half_life=args.half_life, limits=args.limits,
         default_limits=args.default_limits, accounts=args.accounts,
+        metrics_port=args.metrics_port, metrics_host=args.metrics_host,
     )  # fmt: skip
+    if config.metrics_port is not None:
+        _metrics_importable()
     try:
         serve(config)
     except _listen.ServeError as exc:
         raise Usage(str(exc)) from None
     return 0
+
+
+def _metrics_importable() -> None:
+    """Bad usage for metrics asked for without prometheus-client installed."""
+    if importlib.util.find_spec("prometheus_client") is None:
+        raise Usage(
+            "--metrics-port needs prometheus-client, which is not installed: pip install "
+            "'hwpool[metrics]' (or prometheus-client)"
+        )
 
 
 def _gpus(count: int | None) -> tuple[GPUInfo, ...]:

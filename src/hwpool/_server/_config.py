@@ -90,6 +90,20 @@ def _flag(value: object) -> bool:
     return value
 
 
+def _port(value: object) -> int:
+    """A TCP port, 0 (any free one) to 65535."""
+    if type(value) is not int or not 0 <= value <= 65535:
+        raise ValueError(f"must be a port number 0..65535, got {value!r}")
+    return value
+
+
+def _host(value: object) -> str:
+    """An address to listen on (a name or an IP address), not empty."""
+    if not isinstance(value, str) or not value.strip() or not value.isprintable():
+        raise ValueError(f"must be a host name or an IP address, got {value!r}")
+    return value
+
+
 def _policy(value: object) -> str:
     if not isinstance(value, str) or value not in POLICIES:
         raise ValueError(f"must be one of {', '.join(map(repr, POLICIES))}, got {value!r}")
@@ -136,6 +150,8 @@ KEYS: dict[str, Callable[[object], object]] = {
     "max_requests_per_user": _count,
     "hello_timeout": _seconds,
     "idle_timeout": _seconds,
+    "metrics_port": _port,
+    "metrics_host": _host,
 }
 """The plain keys and what checks each (a ValueError saying what is wrong); ``[shares]`` and
 ``[limits]`` are the tables."""

@@ -253,6 +253,8 @@ class HostState:
         # Leases with a time limit: (end, id), the earliest first (stale ones skipped).
         self._ends: list[tuple[float, int]] = []
         self.granted = self.released = self.cancelled = self.timed_out = 0
+        # Told of every grant: the owner, the request (count, units, unit), seconds waited.
+        self.on_grant: Callable[[Owner, tuple[int, int, Unit], float], None] | None = None
 
     # ----------------------------------------------------------------- ids and checks
     def owner_of(self, uid: int) -> Owner:
@@ -476,6 +478,8 @@ class HostState:
         if limit is not None:
             self._limit_at(entry, now + limit)
         self._touch(entry)
+        if self.on_grant is not None:
+            self.on_grant(self.owner_of(entry.client.uid), self._wire_demand(entry.demand), waited)
         self.log(
             f"grant {_job(entry)} to {entry.client}: {self._what(entry.held)}"
             + (f" after {waited:.3f} s" if waited > 0.0005 else "")

@@ -36,7 +36,7 @@ import traceback
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from .._core._fairshare import DEFAULT_HALF_LIFE
 from .._core._limits import OwnerLimits
@@ -83,6 +83,9 @@ from ._host_state import (
 from ._journal import JournalEntry
 from ._listen import Peer, ServeError, admitted, bind, hold_lock, peer_of, prepare_directory
 
+if TYPE_CHECKING:
+    from ._metrics import MetricsEndpoint
+
 __all__ = ["ServeConfig", "ServeError", "serve"]
 
 MAX_BUFFERED = 4 * 1024 * 1024  # bytes queued to a client that does not read: then it goes
@@ -112,6 +115,8 @@ class ServeConfig:
     limits: Mapping[Owner, OwnerLimits] = field(default_factory=dict)  # owner -> its limits
     default_limits: OwnerLimits | None = None  # every other owner's limits (None: none)
     accounts: Mapping[str, frozenset[int]] = field(default_factory=dict)  # name -> uids
+    metrics_port: int | None = None  # serve Prometheus metrics there (None: no; 0: any port)
+    metrics_host: str = "127.0.0.1"
 
 
 def _alive(pid: int) -> bool:
@@ -369,6 +374,7 @@ class _Server:
         self.stop: asyncio.Event | None = None
         self.start_lock: int | None = None  # held from an idle stop until the process exits
         self._names: dict[int, str] = {}  # uid -> "alice (uid 1000)", for the log
+        self.metrics: MetricsEndpoint | None = None  # --metrics-port: fed from the loop
 
     def who(self, uid: int) -> str:
         """``alice (uid 1000)``, or ``uid 1000`` when no user has that uid, for the log;
@@ -567,6 +573,8 @@ class _Server:
 
     def after(self, deliveries: list[Delivery]) -> None:
         """Send ``deliveries`` once this turn's changes are journaled (write-ahead)."""
+        if self.metrics is not None:
+            self.metrics.delivered(deliveries)
         by_client = self.by_client
         for client, message in deliveries:
             conn = by_client.get(client)
@@ -774,6 +782,8 @@ class _Server:
     async def run(self, sock: socket.socket) -> None:
         loop = self.loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
+        if self.metrics is not None:
+            self.attach_metrics(self.metrics, loop)
         stop = self.stop = asyncio.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
@@ -803,6 +813,19 @@ class _Server:
             self.loop = None
             self.say("stopped")
 
+    def attach_metrics(self, metrics: MetricsEndpoint, loop: asyncio.AbstractEventLoop) -> None:
+        """Let ``metrics`` count grants and revocations and take snapshots in ``loop``."""
+        from ._metrics import ServerView  # noqa: PLC0415  (only with --metrics-port)
+
+        def status_now() -> StatusReply:  # the whole state, as an admin sees it
+            reply = self.state.status(0, time.monotonic(), self.started)
+            return replace(reply, journal_error=self.journal_error)
+
+        view = ServerView(loop, status_now, self.config.gpus, self.config.totals,
+                          self.state.units_per_gpu)  # fmt: skip
+        metrics.attach(view)
+        self.state.on_grant = metrics.granted
+
     def stop_serving(self) -> None:
         """Journal and send what this turn decided, then close every connection. What the
         clients hold stays journaled (their disconnections now change nothing), so that a
@@ -828,11 +851,21 @@ def serve(config: ServeConfig, out: TextIO | None = None) -> None:
     prepare_directory(config.socket.parent, config.group)
     lock = hold_lock(config.socket)
     server: _Server | None = None
+    metrics: MetricsEndpoint | None = None
     try:
+        if config.metrics_port is not None:  # first: a port in use leaves no socket behind
+            from ._metrics import MetricsEndpoint  # noqa: PLC0415  (prometheus-client)
+
+            metrics = MetricsEndpoint.start(config.metrics_host, config.metrics_port)
         sock = bind(config.socket, config.group)
         server = _Server(config, sys.stderr if out is None else out)
+        if metrics is not None:
+            server.metrics = metrics
+            server.say(f"metrics on {metrics.url}")
         asyncio.run(server.run(sock))
     finally:
+        if metrics is not None:
+            metrics.stop()
         os.close(lock)
         if server is not None and server.start_lock is not None:
             os.close(server.start_lock)  # after the server lock: a new server can take that
