@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import heapq
+import random
+
 import pytest
 
 pytest.importorskip("ray")
@@ -40,22 +43,19 @@ def placed(out: Outcome) -> dict[Key, tuple[str, tuple[int, ...]]]:
 
 
 def check(state: ClusterState) -> None:
-    """Every GPU: lease units + free units (+ a whole GPU if hoarded) == one GPU; leases on
-    one node each; nothing both leased and waiting."""
+    """Every GPU: lease units + free units == one GPU; leases on one node each; the head's
+    reservation on one node; nothing both leased and waiting."""
     used: dict[tuple[str, int], int] = {}
     for lease in state.leases():
         assert lease.node_id in state.nodes
         assert len(set(lease.gpus)) == len(lease.gpus)
         for g in lease.gpus:
             used[lease.node_id, g] = used.get((lease.node_id, g), 0) + lease.units
-    hoarded = state.hoarded()
-    assert len(set(hoarded)) == len(hoarded)
     for node, node_gpus in state.nodes.items():
         for gpu in node_gpus:
             here = (node, gpu.index)
-            held = used.get(here, 0) + (FULL if here in hoarded else 0)
-            assert here not in hoarded or here not in used
-            assert held + state.free_units(node, gpu.index) == FULL
+            assert used.get(here, 0) + state.free_units(node, gpu.index) == FULL
+    assert len({node for node, _ in state.reserved()}) <= 1
     for key, _ in state.waiting():
         assert state.lease(key) is None
 
@@ -85,44 +85,46 @@ def busy_corners() -> ClusterState:
     return state
 
 
-def test_a_multi_gpu_grant_across_nodes_waits_for_one_node_and_is_never_split() -> None:
+def test_a_multi_gpu_request_waits_for_one_node_and_reserves_it() -> None:
+    """Two idle GPUs on two nodes make no 2-GPU lease: the request reserves one node (A, the
+    first of equals), and a small request uses the idle GPU of the other."""
     state = busy_corners()
     out = state.request(("big", 1), whole(2))
     assert out.placed == []
     assert state.is_waiting(("big", 1))
-    assert sorted(state.hoarded()) == [("A", 1), ("B", 0)]  # held idle, not used
     assert [key for key, _ in state.waiting()] == [("big", 1)]
+    assert state.reserved() == [("A", 0), ("A", 1)]
     check(state)
-    # A small request may not take the hoarded GPUs; it waits behind the hoard's head request.
     out = state.request(("small", 1), frac(0.25))
-    assert out.placed == []
-    out = state.release(("c", 0))  # A0 drains: node A now has two GPUs for the big request
-    # B0 went back with the rest of the hoard and served the small request.
-    assert placed(out) == {("big", 1): ("A", (0, 1)), ("small", 1): ("B", (0,))}
-    assert [p.key for p in out.placed] == [("big", 1), ("small", 1)]
+    assert placed(out) == {("small", 1): ("B", (0,))}
     assert state.lease(("small", 1)) == Placement(("small", 1), "B", (0,), ("GPU-b0",), FULL // 4)
-    assert state.hoarded() == []
+    out = state.request(("small", 2), frac(0.25))  # A1 is reserved: best fit on B0 again
+    assert placed(out) == {("small", 2): ("B", (0,))}
+    out = state.release(("c", 0))  # A0 drains: node A holds the big request
+    assert placed(out) == {("big", 1): ("A", (0, 1))}
+    assert state.reserved() == []
     check(state)
 
 
-def test_placing_swaps_an_idle_gpu_onto_the_node() -> None:
+def test_a_head_is_placed_on_the_first_node_to_drain() -> None:
     state = busy_corners()
-    state.request(("big", 1), whole(2))  # hoards A1 and B0
-    out = state.request(("big", 2), whole(2))  # waits behind: the head takes what drains
+    state.request(("big", 1), whole(2))  # reserves A
+    out = state.request(("big", 2), whole(2))  # waits behind it
     assert out.placed == []
-    out = state.release(("c", 3))  # B1 drains: B has B0 (hoarded) and B1 (idle)
+    out = state.release(("c", 3))  # B drains first: the head fits there, so it goes there
     assert placed(out) == {("big", 1): ("B", (0, 1))}
+    assert state.reserved() == [("A", 0), ("A", 1)]  # the next head's
     check(state)
     out = state.release(("c", 0))
     assert placed(out) == {("big", 2): ("A", (0, 1))}
     check(state)
 
 
-def test_cancelling_the_request_being_placed_gives_its_hoard_back() -> None:
+def test_cancelling_the_head_frees_its_reservation() -> None:
     state = busy_corners()
     state.request(("big", 1), whole(2))
     state.cancel(("big", 1))
-    assert state.hoarded() == [] and state.waiting() == []
+    assert state.reserved() == [] and state.waiting() == []
     assert state.snapshot().nodes[0].free == (0.0, 1.0)
     check(state)
 
@@ -252,7 +254,7 @@ def test_random_steps_keep_the_invariants_and_everything_is_served_in_the_end(
     while state.leases():  # releasing everything serves every request still waiting
         state.release(state.leases()[0].key)
         check(state)
-    assert state.waiting() == [] and state.hoarded() == []
+    assert state.waiting() == [] and state.reserved() == []
     for node in state.snapshot().nodes:
         assert node.free == (1.0,) * len(node.gpus)
 
@@ -268,3 +270,97 @@ def test_a_cluster_without_gpus_names_the_demand_asked_and_the_way_out() -> None
         message = str(raised.value)
         assert asked in message and "no GPUs" in message, message
         assert "ray.init(num_gpus=" in message, message
+
+
+# ----------------------------------------------------------------- a 2-GPU task in a stream
+TASK_S = (0.5, 1.5)  # the small tasks' lengths, uniform in this range
+
+
+def wide_task_in_a_stream(
+    seed: int,
+    tasks: int = 300,
+    rate: float = 9.0,
+    shares: tuple[float, ...] = (0.25, 0.5),
+    nodes: int = 2,
+) -> tuple[float, int]:
+    """The cluster state driven as the scheduler actor drives it, in virtual time: ``nodes``
+    nodes x 2 GPUs, ``tasks`` small tasks (of ``shares``) arriving at ``rate`` a second (by
+    default 300 quarter and half tasks at 9 a second, more than 2 nodes serve), and one
+    2-GPU task arriving among them.
+
+    Returns how long the 2-GPU task waited once everything queued before it was placed (it is
+    then the head of the queue), and how many small tasks that came after it were placed
+    before it.
+    """
+    rng = random.Random(seed)
+    state = ClusterState()
+    for node in range(nodes):
+        state.add_node(f"node{node}", gpus(2))
+    arrivals: list[tuple[float, Key, Demand, float]] = []
+    at = 0.0
+    for i in range(tasks):
+        at += rng.expovariate(rate)
+        arrivals.append((at, ("small", i), frac(rng.choice(shares)), rng.uniform(*TASK_S)))
+    wide_at = rng.uniform(2.0, 10.0)
+    arrivals.append((wide_at, ("wide", 0), whole(2), 1.0))
+    arrivals.sort()
+    length = {key: seconds for _, key, _, seconds in arrivals}
+    placed_at: dict[Key, float] = {}
+    ends: list[tuple[float, Key]] = []
+    now = 0.0
+
+    def started(out: Outcome) -> None:
+        for p in out.placed:
+            assert len(p.gpus) == len(set(p.gpus))
+            placed_at[p.key] = now
+            heapq.heappush(ends, (now + length[p.key], p.key))
+
+    pending = iter(arrivals)
+    upcoming = next(pending, None)
+    while upcoming is not None or ends:
+        if upcoming is not None and (not ends or upcoming[0] <= ends[0][0]):
+            now, key, demand, _ = upcoming
+            started(state.request(key, demand, now=now))
+            upcoming = next(pending, None)
+        else:
+            now, key = heapq.heappop(ends)
+            started(state.release(key, now=now))
+        check(state)
+    assert state.waiting() == [] and state.leases() == []
+    wide = placed_at["wide", 0]
+    ahead = [placed_at[k] for t, k, _, _ in arrivals if k[0] == "small" and t < wide_at]
+    passed = sum(
+        1 for t, k, _, _ in arrivals if k[0] == "small" and t > wide_at and placed_at[k] < wide
+    )
+    return wide - max([wide_at, *ahead]), passed
+
+
+def test_a_two_gpu_task_waits_at_most_about_one_task_length_as_head() -> None:
+    """docs/ray.md: once at the head, the 2-GPU task gets a node within about one task's
+    length (what runs on the node it reserves ends; nothing new goes there), while the rest
+    of the stream keeps every other GPU busy. Issue 25: before the core knew nodes, a grant
+    across nodes was hoarded idle, the hoard's whole-GPU placeholder at the head reserved a
+    hoarded GPU (which never frees) and small tasks filled the rest: 18 of these 60 seeds
+    waited longer, 14 of them 41 to 54 s (until the stream ran dry), passed by 220 to 279
+    later tasks. Now the longest wait is 1.44 s."""
+    waits = {seed: wide_task_in_a_stream(seed) for seed in range(60)}
+    late = {seed: w for seed, w in waits.items() if w[0] > TASK_S[1]}
+    assert not late, f"waited longer than one task ({TASK_S[1]} s) as head: {late}"
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    rate=st.floats(4.0, 16.0),
+    shares=st.sampled_from([(0.25,), (0.25, 0.5), (0.25, 0.5, 1.0), (0.5, 1.0), (0.3, 0.7)]),
+    nodes=st.integers(2, 3),
+)
+def test_a_two_gpu_task_as_head_waits_at_most_one_task_length_whatever_the_stream(
+    seed: int, rate: float, shares: tuple[float, ...], nodes: int
+) -> None:
+    """The bound of docs/ray.md over streams of other shapes, rates and cluster sizes (each
+    shorter: 120 tasks): what runs on the node the head reserves ends within one task's
+    length, and nothing new goes there. (A head may move once past its shadow; the bound
+    then counts from the move, but the move never took it past one task's length here.)"""
+    wait, _ = wide_task_in_a_stream(seed, 120, rate, shares, nodes)
+    assert wait <= TASK_S[1]

@@ -134,8 +134,30 @@ Limits per owner (both policies; issue 23), set by whoever builds the scheduler:
    rules), and under ``easy`` the head is found among held waiters per demand, not per
    waiter.
 
+Groups of GPUs (both policies; issue 25), set by whoever builds the scheduler:
+
+12. ``groups`` gives each GPU a group (any hashable; GPUs of one machine of a cluster, say,
+   where a process sees the GPUs of its own machine only). A demand of ``count > 1`` whole
+   GPUs is then placed, and reserves, within one group, and is refused with ValueError if
+   no group has ``count`` GPUs. Placement (rule 2): among the groups with ``count``
+   completely free GPUs, it takes rule 2's choice within the group whose choice has the
+   smallest totals, then the group with the fewest completely free GPUs (best fit: a group
+   left whole serves a wider demand), ties to the lowest index. Reservation under ``easy``
+   (rule 3e): within the group whose ``count``-th GPU is expected to have room soonest;
+   groups within ``GRAIN`` times the head's expected hold of that are a tie, broken by the
+   most units free on the GPUs it would reserve, then the lowest index; within the group as
+   rule 3e says. So rules 4e-6e hold as they are: nothing new goes onto a multi-GPU head's
+   GPUs unless its limit ends by the shadow, and its wait is bounded by the grants running
+   there, all on one group. Under ``reserve-all`` (rule 3) a multi-GPU waiter reserves
+   within the group whose ``count`` GPUs with the fewest units in use (among those no
+   earlier waiter reserves) have the fewest in all, ties to the lowest index; the first
+   that finds no such group stops reservations. Single-GPU demands ignore groups. With one
+   group (the default) every decision is exactly what it is without groups; with more, the
+   core takes the plain walk of GPUs of different sizes (the same rules).
+
 Invariants after every call: per GPU ``0 <= free <= total``; a ticket is waiting, granted or
-gone, never two; reservations are disjoint and held only by waiters.
+gone, never two; reservations are disjoint and held only by waiters; with groups, every
+grant and reservation of more than one GPU lies within one group.
 """
 
 from __future__ import annotations
@@ -247,6 +269,34 @@ def _check_rebuilt_ticket(ticket: object) -> int:
     if type(ticket) is not int:
         raise TypeError(f"ticket must be an int, got {ticket!r}")
     return ticket
+
+
+def _check_groups(groups: object, num_gpus: int) -> tuple[tuple[int, ...], ...] | None:
+    """The GPUs of each group (rule 12), groups in the order of their lowest GPU; None for
+    no groups or one group (where no decision changes). TypeError or ValueError naming
+    ``groups`` unless it is a sequence of ``num_gpus`` hashables."""
+    if groups is None:
+        return None
+    if isinstance(groups, (str, bytes)) or not isinstance(groups, Sequence):
+        raise TypeError(
+            f"groups must be a sequence with each GPU's group, got {groups!r} "
+            f"({type(groups).__name__})"
+        )
+    if len(groups) != num_gpus:
+        raise ValueError(
+            f"groups must name one group per GPU ({num_gpus}), got {len(groups)}: {groups!r}"
+        )
+    members: dict[Hashable, list[int]] = {}
+    for gpu, group in enumerate(groups):
+        try:
+            members.setdefault(group, []).append(gpu)
+        except TypeError:
+            raise TypeError(
+                f"groups[{gpu}] must be hashable, got {group!r} ({type(group).__name__})"
+            ) from None
+    if len(members) == 1:
+        return None
+    return tuple(tuple(gpus) for gpus in members.values())
 
 
 class Waiter(NamedTuple):
@@ -387,6 +437,7 @@ class Scheduler:
         backfill: str = "limits",
         limits: Mapping[Hashable, OwnerLimits] | None = None,
         default_limits: OwnerLimits | None = None,
+        groups: Sequence[Hashable] | None = None,
     ) -> None:
         """``gpus``: a count of GPUs of ``units_per_gpu`` units each (default a whole GPU's
         ``UNITS_PER_GPU``), or a sequence giving each GPU's total in units (any positive
@@ -397,7 +448,9 @@ class Scheduler:
         :data:`~hwpool._core._fairshare.DEFAULT_HALF_LIFE`, an hour). ``backfill``: one of
         :data:`BACKFILLS`, what may go onto the ``easy`` head's GPUs (rule 4e). ``limits``:
         owner -> :class:`~hwpool._core._limits.OwnerLimits`, and ``default_limits`` for every
-        owner not named there (rule 11; default: none).
+        owner not named there (rule 11; default: none). ``groups``: each GPU's group (a
+        sequence of hashables, one per GPU; default: one group), within which a multi-GPU
+        demand is placed and reserves (rule 12).
         """
         checked_limits, checked_default = check_limits(limits, default_limits)
         checked_shares = check_shares(shares)
@@ -438,8 +491,10 @@ class Scheduler:
         self._limited = any(lim.active for lim in checked_limits.values()) or (
             checked_default is not None and checked_default.active
         )
-        # The fast path (GPUs of one size, no limits); else the plain walk.
-        self._fast = self._uniform and not self._limited
+        # Rule 12: the GPUs of each group (None: one group, no rule to keep).
+        self._groups = _check_groups(groups, self.num_gpus)
+        # The fast path (GPUs of one size, no limits, one group); else the plain walk.
+        self._fast = self._uniform and not self._limited and self._groups is None
         self._tickets = itertools.count(1)
         # Under easy: the clock, and what was learned (with the grants running).
         self._now = 0.0
@@ -515,6 +570,12 @@ class Scheduler:
     def totals(self) -> tuple[int, ...]:
         """Each GPU's total units."""
         return tuple(self._totals)
+
+    @property
+    def groups(self) -> tuple[tuple[int, ...], ...]:
+        """The GPUs of each group (rule 12); one group of every GPU unless ``groups`` split
+        them."""
+        return self._groups if self._groups is not None else (tuple(range(self.num_gpus)),)
 
     def held(self, grant: Grant) -> tuple[tuple[int, int], ...]:
         """``(gpu, units)`` that ``grant`` holds on each of its GPUs (what to release)."""
@@ -787,6 +848,8 @@ class Scheduler:
                     f"count must be between 1 and num_gpus={self.num_gpus} (whole GPUs), "
                     f"got {count}"
                 )
+            if self._groups is not None and count > 1:
+                self._check_group_count(count)
             if self._uniform:
                 if units != self.units_per_gpu or demand.whole:
                     return Demand(
@@ -811,6 +874,15 @@ class Scheduler:
                 f"units must be between 1 and {self.units_per_gpu} (the largest GPU), got {units}"
             )
         return demand
+
+    def _check_group_count(self, count: int) -> None:
+        """ValueError unless some group has ``count`` GPUs (rule 12)."""
+        largest = max(len(gpus) for gpus in self._groups or ())
+        if count > largest:
+            raise ValueError(
+                f"count must be at most {largest} (whole GPUs within one group: the largest "
+                f"group has {largest}), got {count}"
+            )
 
     def _admit_relative(self, demand: Demand) -> Demand:
         """A relative demand checked: the equal absolute one on GPUs of one size."""
@@ -1275,6 +1347,8 @@ class Scheduler:
         """Best-fit GPUs for ``demand`` among ``open_gpus`` (None: all), taken if ``take``."""
         free, totals = self._free, self._totals
         gpus = range(self.num_gpus) if open_gpus is None else open_gpus
+        if demand.count > 1 and self._groups is not None:
+            return self._fit_grouped(demand.count, gpus, take)
         if demand.whole or demand.count > 1:
             idle = [gpu for gpu in gpus if free[gpu] == totals[gpu]]
             if len(idle) < demand.count:
@@ -1297,6 +1371,28 @@ class Scheduler:
             free[best] -= units
         return (best,)
 
+    def _fit_grouped(self, count: int, gpus: Iterable[int], take: bool) -> tuple[int, ...] | None:
+        """Rule 12's placement of ``count`` whole GPUs among ``gpus``: rule 2 within one
+        group, the group whose choice has the smallest totals, then the fewest completely
+        free GPUs, then the lowest index; taken if ``take``."""
+        free, totals = self._free, self._totals
+        idle = {gpu for gpu in gpus if free[gpu] == totals[gpu]}
+        best: tuple[tuple[int, int, int], tuple[int, ...]] | None = None
+        for members in self._groups or ():
+            here = [gpu for gpu in members if gpu in idle]
+            if len(here) < count:
+                continue
+            chosen = tuple(sorted(sorted(here, key=totals.__getitem__)[:count]))
+            rank = (sum(totals[gpu] for gpu in chosen), len(here), chosen[0])
+            if best is None or rank < best[0]:
+                best = (rank, chosen)
+        if best is None:
+            return None
+        if take:
+            for gpu in best[1]:
+                free[gpu] = 0
+        return best[1]
+
     def _fit_relative(
         self, needs: list[int], gpus: Iterable[int], take: bool
     ) -> tuple[int, ...] | None:
@@ -1316,6 +1412,8 @@ class Scheduler:
 
     def _reserve_general(self, demand: Demand, open_gpus: list[int]) -> tuple[int, ...] | None:
         """The GPUs ``demand`` reserves among ``open_gpus`` (rule 3), removed from it."""
+        if demand.count > 1 and self._groups is not None:
+            return self._reserve_grouped(demand.count, open_gpus)
         free, totals = self._free, self._totals
         if demand.whole or demand.count > 1:
             if len(open_gpus) < demand.count:
@@ -1339,6 +1437,29 @@ class Scheduler:
             return None
         open_gpus.remove(best)
         return (best,)
+
+    def _reserve_grouped(self, count: int, open_gpus: list[int]) -> tuple[int, ...] | None:
+        """Rule 12 under ``reserve-all``: the ``count`` GPUs of ``open_gpus`` with the fewest
+        units in use within one group, the group where those have the fewest in all (ties:
+        the lowest index), removed from ``open_gpus``; None if no group has ``count`` open
+        GPUs."""
+        free, totals = self._free, self._totals
+        open_set = set(open_gpus)
+        best: tuple[tuple[int, int], tuple[int, ...]] | None = None
+        for members in self._groups or ():
+            here = [gpu for gpu in members if gpu in open_set]
+            if len(here) < count:
+                continue
+            ranked = sorted(here, key=lambda gpu: (totals[gpu] - free[gpu], gpu))[:count]
+            chosen = tuple(sorted(ranked))
+            rank = (sum(totals[gpu] - free[gpu] for gpu in chosen), chosen[0])
+            if best is None or rank < best[0]:
+                best = (rank, chosen)
+        if best is None:
+            return None
+        for gpu in best[1]:
+            open_gpus.remove(gpu)
+        return best[1]
 
     def _submit_general(self, demand: Demand) -> tuple[int, Grant | None]:
         ticket = next(self._tickets)
@@ -1725,6 +1846,8 @@ class Scheduler:
         choice). GPUs too small never qualify. A relative head ranks by what is free beyond
         its need on each GPU, as rule 3 does (for an absolute one that is the most free).
         """
+        if demand.count > 1 and self._groups is not None:
+            return self._choose_head_grouped(ticket, demand, now, moved)
         free, durations = self._free, self._durations
         grain = GRAIN * (durations.mean(_class_of(demand)) or 0.0)
         timed = sorted(
@@ -1741,6 +1864,34 @@ class Scheduler:
         chosen = ranked[: demand.count]
         gpus = tuple(sorted(gpu for _, gpu, _ in chosen))
         return Head(ticket, gpus, max(at for _, _, at in chosen), now, moved)
+
+    def _choose_head_grouped(self, ticket: int, demand: Demand, now: float, moved: bool) -> Head:
+        """:meth:`_choose_head` for ``count > 1`` whole GPUs within one group (rule 12): the
+        group whose ``count``-th GPU is expected to have room soonest (groups within the
+        grain of that tie: the most units free on the GPUs it would reserve, then the lowest
+        index), and within it rule 3e's choice."""
+        free, totals, durations, count = self._free, self._totals, self._durations, demand.count
+        grain = GRAIN * (durations.mean(_class_of(demand)) or 0.0)
+        options: list[tuple[float, list[tuple[float, int]]]] = []
+        for members in self._groups or ():
+            if len(members) >= count:
+                timed = sorted(
+                    (durations.free_at(gpu, free[gpu], totals[gpu], now), gpu) for gpu in members
+                )
+                options.append((timed[count - 1][0], timed))
+        soonest = min(basis for basis, _ in options)
+        best: tuple[tuple[int, int], tuple[int, ...], float] | None = None
+        for basis, timed in options:
+            if basis > soonest + grain:
+                continue
+            cutoff = basis + grain
+            chosen = sorted((-free[gpu], gpu, at) for at, gpu in timed if at <= cutoff)[:count]
+            gpus = tuple(sorted(gpu for _, gpu, _ in chosen))
+            rank = (-sum(free[gpu] for gpu in gpus), gpus[0])
+            if best is None or rank < best[0]:
+                best = (rank, gpus, max(at for _, _, at in chosen))
+        assert best is not None, "an admitted demand fits in some group"
+        return Head(ticket, best[1], best[2], now, moved)
 
     def _drain(self, head: Head, demand: Demand, now: float) -> float:
         """When the head's GPUs are expected to have room for it, as known now."""

@@ -10,26 +10,18 @@ and backfill; this module adds only what a cluster has and one host has not:
   again in their queue order. The leases of a removed node are dropped without being released
   (their GPUs are gone, so nothing is freed twice); a waiting request that no node can hold
   any more fails.
-- **A multi-GPU lease must sit on one node** (a Ray task is one process), while the core sees
-  GPUs only. Logical GPU numbers are labels: two idle GPUs can swap labels without the core
-  noticing, since their state in the core is the same. So when the core grants ``n`` whole GPUs
-  on several nodes, the grant is moved onto one node that has ``n`` idle GPUs by swapping
-  labels. If no node has, the request keeps the idle GPUs it was granted (the *hoard*) and
-  whole-GPU requests are put at the head of the queue, one per node holding part of the
-  hoard, so that the first of those nodes to drain a GPU completes it; the oldest unplaced
-  request is placed as soon as one node holds enough idle or hoarded GPUs, and the rest of
-  the hoard goes back. The head of the queue never starves, so the hoard grows until a node
-  is free enough: a multi-GPU request waits (about one task's length longer than on a core
-  that knew nodes), but never forever.
+- **A multi-GPU lease must sit on one node** (a Ray task is one process). Each node is a
+  group of the core (rule 12 of :mod:`hwpool._core._scheduler`), so the core places a
+  multi-GPU request on GPUs of one node and, at the head of the queue, reserves GPUs of one
+  node: those whose work is expected to end first. Nothing new is placed there, so the
+  request starts once that work ends, as on one machine.
 
 Invariants after every call: on every GPU the units of its leases plus its free units in the
-core equal one GPU, except that a hoarded GPU has no lease, is idle and counts as taken; a
-request is waiting, leased or gone; every lease lies on one node.
+core equal one GPU; a request is waiting, leased or gone; every lease lies on one node.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -52,8 +44,6 @@ __all__ = [
 
 Key = tuple[str, int]
 """A request's identity: the name of the client that asked and its number there."""
-
-_FULL = Demand(1, UNITS_PER_GPU)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,9 +165,6 @@ class ClusterState:
         self._demands: dict[Key, Demand] = {}  # requests not placed yet
         self._tickets: dict[int, Key] = {}  # core ticket -> waiting request
         self._ticket_of: dict[Key, int] = {}
-        self._unplaced: list[Key] = []  # granted by the core across nodes, oldest first
-        self._hoard: list[int] = []  # idle logical GPUs the unplaced requests hold
-        self._phantoms: list[int] = []  # tickets of the whole GPUs asked for the hoard
         self._now: float | None = None  # the time of the input being handled
 
     # ----------------------------------------------------------------- queries
@@ -200,24 +187,26 @@ class ClusterState:
         return list(self._leases.values())
 
     def is_waiting(self, key: Key) -> bool:
-        """Whether ``key`` waits (in the queue, or granted but not yet placed on one node)."""
+        """Whether ``key`` waits in the queue."""
         return key in self._demands
 
     def waiting(self) -> list[tuple[Key, Demand]]:
-        """The waiting requests in queue order (those being placed first)."""
-        keys = list(self._unplaced)
-        if self._core is not None:
-            keys += [
-                self._tickets[w.ticket] for w in self._core.waiters() if w.ticket in self._tickets
-            ]
-        return [(key, self._demands[key]) for key in keys]
+        """The waiting requests in queue order."""
+        if self._core is None:
+            return []
+        return [
+            (self._tickets[w.ticket], self._demands[self._tickets[w.ticket]])
+            for w in self._core.waiters()
+        ]
 
-    def hoarded(self) -> list[tuple[str, int]]:
-        """The idle GPUs held for requests being placed, as ``(node, index)``."""
-        return [self._labels[g] for g in self._hoard]
+    def reserved(self) -> list[tuple[str, int]]:
+        """The GPUs the head of the queue reserves, as ``(node, index)``."""
+        if self._core is None:
+            return []
+        return [self._labels[g] for gpus in self._core.reservations().values() for g in gpus]
 
     def free_units(self, node_id: str, index: int) -> int:
-        """Free units of one GPU in the core (a hoarded GPU counts as taken)."""
+        """Free units of one GPU in the core."""
         assert self._core is not None
         return self._core.free[self._logical[node_id, index]]
 
@@ -286,10 +275,6 @@ class ClusterState:
             ticket = self._ticket_of.pop(key)
             del self._tickets[ticket], self._demands[key]
             self._absorb(self._core.cancel(ticket, now=self._now), out)
-        elif key in self._unplaced:
-            self._unplaced.remove(key)
-            del self._demands[key]
-            self._absorb([], out)  # its share of the hoard goes on to the others, or back
         return out
 
     def drop_client(self, client: str, *, now: float | None = None) -> Outcome:
@@ -346,10 +331,10 @@ class ClusterState:
         self._nodes = nodes
         self._labels = [(node, gpu.index) for node, gpus in nodes.items() for gpu in gpus]
         self._logical = {label: i for i, label in enumerate(self._labels)}
-        self._core = Scheduler(len(self._labels)) if self._labels else None
+        groups = [node for node, _ in self._labels]  # rule 12: one node's GPUs for a task
+        self._core = Scheduler(len(self._labels), groups=groups) if self._labels else None
         self._leases, self._demands = {}, {}
         self._tickets, self._ticket_of = {}, {}
-        self._unplaced, self._hoard, self._phantoms = [], [], []
         out = Outcome()
         for placement in leases:
             if not self._restore_lease(placement):
@@ -386,32 +371,17 @@ class ClusterState:
         return [] if grant is None else [grant]
 
     def _absorb(self, grants: list[Grant], out: Outcome) -> None:
-        """Turn the core's grants into placements until nothing more changes."""
-        pending = deque(grants)
-        while True:
-            while pending:
-                self._on_grant(pending.popleft(), out)
-            more = self._settle(out)
-            if not more:
-                return
-            pending.extend(more)
-
-    def _on_grant(self, grant: Grant, out: Outcome) -> None:
-        if grant.ticket in self._phantoms:
-            self._phantoms.remove(grant.ticket)
-            self._hoard += grant.gpus
-            return
-        key = self._tickets.pop(grant.ticket)
-        del self._ticket_of[key]
-        if len({self._labels[g][0] for g in grant.gpus}) == 1:
+        """Turn the core's grants into placements."""
+        for grant in grants:
+            key = self._tickets.pop(grant.ticket)
+            del self._ticket_of[key]
             out.placed.append(self._place(key, grant.gpus, grant.units))
-        else:  # granted on several nodes: hoard the GPUs until one node has enough
-            self._hoard += grant.gpus
-            self._unplaced.append(key)
 
     def _place(self, key: Key, logical: Iterable[int], units: int) -> Placement:
+        """The lease of ``key`` on the logical GPUs ``logical``, all on one node (rule 12)."""
         labels = sorted(self._labels[g] for g in logical)
         node = labels[0][0]
+        assert all(label[0] == node for label in labels), f"{key} granted across nodes"
         by_index = {gpu.index: gpu for gpu in self._nodes[node]}
         gpus = tuple(index for _, index in labels)
         devices = tuple(by_index[g].device_id for g in gpus)
@@ -419,108 +389,3 @@ class ClusterState:
         del self._demands[key]
         self._leases[key] = placement
         return placement
-
-    def _settle(self, out: Outcome) -> list[Grant]:
-        """Place what the hoard allows, oldest first; then ask for more GPUs or give it back."""
-        assert self._core is not None or not self._unplaced
-        while self._unplaced:
-            key = self._unplaced[0]
-            chosen = self._gather(self._demands[key].count)
-            if chosen is None:
-                break
-            self._unplaced.pop(0)
-            out.placed.append(self._place(key, chosen, UNITS_PER_GPU))
-        if self._core is None:
-            return []
-        grants: list[Grant] = []
-        wanted = self._phantoms_wanted()
-        while len(self._phantoms) > wanted:
-            grants += self._core.cancel(self._phantoms.pop(), now=self._now)
-        if len(self._phantoms) < wanted:
-            grants += self._ask_for_more(wanted - len(self._phantoms))
-        if not self._unplaced and self._hoard:
-            hoard, self._hoard = self._hoard, []
-            grants += self._core.release_many([(g, UNITS_PER_GPU) for g in hoard], now=self._now)
-        return grants
-
-    def _phantoms_wanted(self) -> int:
-        """Whole GPUs to ask for at once for the oldest unplaced request: one per node that
-        holds part of the hoard and could hold the request (at least one), so that the first
-        of those nodes to drain a GPU completes it."""
-        if not self._unplaced:
-            return 0
-        count = self._demands[self._unplaced[0]].count
-        nodes = {self._labels[g][0] for g in self._hoard}
-        return max(1, sum(len(self._nodes[n]) >= count for n in nodes))
-
-    def _gather(self, count: int) -> tuple[int, ...] | None:
-        """``count`` hoarded labels mapped, by swaps with idle GPUs, onto one node; or None.
-
-        The node chosen is the one with most hoarded GPUs among those with ``count`` idle or
-        hoarded GPUs (ties: the node that joined first), so that few labels move.
-        """
-        assert self._core is not None
-        free = self._core.free
-        hoarded: dict[str, list[int]] = {node: [] for node in self._nodes}
-        idle: dict[str, list[int]] = {node: [] for node in self._nodes}
-        for g in self._hoard:
-            hoarded[self._labels[g][0]].append(g)
-        for g, units in enumerate(free):
-            if units == UNITS_PER_GPU:
-                idle[self._labels[g][0]].append(g)
-        fitting = [n for n in self._nodes if len(hoarded[n]) + len(idle[n]) >= count]
-        if not fitting:
-            return None
-        node = max(fitting, key=lambda n: len(hoarded[n]))  # max keeps the first of ties
-        taken = hoarded[node][:count]
-        spare = [g for g in self._hoard if g not in taken]
-        for g in idle[node][: count - len(taken)]:
-            label = spare.pop()
-            self._swap(label, g)  # `label` now names the idle GPU on `node`
-            taken.append(label)
-        for g in taken:
-            self._hoard.remove(g)
-        return tuple(taken)
-
-    def _swap(self, a: int, b: int) -> None:
-        """Exchange the GPUs behind logical GPUs ``a`` and ``b`` (both idle: the core cannot
-        tell them apart)."""
-        labels = self._labels
-        labels[a], labels[b] = labels[b], labels[a]
-        self._logical[labels[a]] = a
-        self._logical[labels[b]] = b
-
-    def _ask_for_more(self, count: int) -> list[Grant]:
-        """Queue ``count`` whole GPUs for the hoard at the head of the queue (behind those
-        asked for already); their grants if at once.
-
-        The core queues at the tail only, so the other waiters are withdrawn from the tail
-        forward and queued again behind them, in their order. Withdrawing the last waiter frees
-        no capacity, so this grants nothing early; should the core grant one of them meanwhile,
-        that grant stands and the waiter is not queued again.
-        """
-        assert self._core is not None
-        asked = set(self._phantoms)
-        waiting = [(w.ticket, w.demand) for w in self._core.waiters() if w.ticket not in asked]
-        grants: list[Grant] = []
-        granted: set[int] = set()
-        for ticket, _ in reversed(waiting):
-            if ticket not in granted:
-                step = self._core.cancel(ticket, now=self._now)
-                grants += step
-                granted.update(g.ticket for g in step)
-        for _ in range(count):
-            ticket, grant = self._core.submit(_FULL, now=self._now)
-            self._phantoms.append(ticket)
-            if grant is not None:
-                grants.append(grant)
-        for ticket, demand in waiting:
-            if ticket in granted:
-                continue
-            key = self._tickets.pop(ticket)
-            new, now = self._core.submit(demand, now=self._now)
-            self._tickets[new] = key
-            self._ticket_of[key] = new
-            if now is not None:
-                grants.append(now)
-        return grants

@@ -18,6 +18,8 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+from ray.exceptions import AsyncioActorExit
+
 from .._gpu._lease import _current
 from .._host._detect import GPUSource, detect_gpus
 from . import _api
@@ -29,6 +31,12 @@ VISIBLE_VAR = "CUDA_VISIBLE_DEVICES"
 ORDER_VAR = "CUDA_DEVICE_ORDER"
 WATCH_GROUP = "_hwpool"
 """The concurrency group of a leased actor's lifetime watch (apart from the user's calls)."""
+
+_EXITS = (SystemExit, AsyncioActorExit)
+"""What a method raises to end its actor: ``ray.actor.exit_actor()`` (``AsyncioActorExit`` in
+an async actor) or ``sys.exit()``."""
+_exiting = threading.Event()  # the leased actor of this process is ending by itself
+_async_watches: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
 
 
 def device_env(devices: Sequence[str], environ: Mapping[str, str]) -> dict[str, str]:
@@ -122,8 +130,9 @@ def leased_class(cls: type, gpus: tuple[int, ...]) -> type:
     """A subclass of ``cls`` whose methods run with ``current_gpus() == gpus``, plus a watch.
 
     The watch (``_hwpool_watch``, in its own concurrency group so that it never holds up the
-    user's calls) never returns: the client awaits it, and Ray fails it when the actor dies,
-    which is how the actor's lease ends with its life. ``CUDA_VISIBLE_DEVICES`` comes from the
+    user's calls) returns only when a method ends the actor (``exit_actor()``, ``sys.exit()``):
+    the client awaits it, and Ray fails it when the actor dies otherwise, which is how the
+    actor's lease ends with its life. ``CUDA_VISIBLE_DEVICES`` comes from the
     actor's runtime environment, set before its process starts.
     """
     is_async = any(
@@ -179,6 +188,9 @@ def _called_on(
     token = _current.set(gpus)
     try:
         return method(*args, **kwargs)
+    except _EXITS:
+        _end_watch()
+        raise
     finally:
         _current.reset(token)
 
@@ -189,15 +201,33 @@ async def _awaited_on(
     token = _current.set(gpus)
     try:
         return await method(*args, **kwargs)
+    except _EXITS:
+        _end_watch()
+        raise
     finally:
         _current.reset(token)
 
 
+def _end_watch() -> None:
+    """The actor ends by itself: end its watch, whose client then releases the lease.
+
+    Ray lets the calls running in an actor that exits by itself run to completion before the
+    process exits, so a watch that never returned would keep the actor, and its lease, alive
+    for ever.
+    """
+    _exiting.set()
+    for loop, event in _async_watches:
+        loop.call_soon_threadsafe(event.set)
+
+
 @_api.method(concurrency_group=WATCH_GROUP)
 def _watch(self: object) -> None:
-    threading.Event().wait()
+    _exiting.wait()
 
 
 @_api.method(concurrency_group=WATCH_GROUP)
 async def _async_watch(self: object) -> None:
-    await asyncio.Event().wait()
+    event = asyncio.Event()
+    _async_watches.append((asyncio.get_running_loop(), event))
+    if not _exiting.is_set():
+        await event.wait()
