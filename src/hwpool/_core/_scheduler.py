@@ -202,6 +202,9 @@ class Grant(NamedTuple):
     units: int
 
 
+_UNSEEN = Demand(0, 0)
+"""No demand a caller passes (the scheduler's remembered demand before the first)."""
+
 # Grant((ticket, gpus, units)) without the Python frame of NamedTuple.__new__ (the hot path).
 _grant = functools.partial(tuple.__new__, Grant)
 
@@ -445,6 +448,8 @@ class Scheduler:
         self._now = 0.0
         # Relative demands on GPUs of different sizes: share in units -> need on each GPU.
         self._relative_needs: dict[int, list[int]] = {}
+        # The demand last admitted, as given and as admitted (see _admit_anew).
+        self._admitted: tuple[Demand, Demand] = (_UNSEEN, _UNSEEN)
         self._init_owners(totals, checked_shares, checked_half_life)
         self._start_over()
 
@@ -608,7 +613,8 @@ class Scheduler:
         and :class:`~hwpool._core._limits.LimitExceeded` where its owner's limits refuse it
         (rule 11; a request they would hold is not granted: None).
         """
-        demand = self._admit(demand)
+        admitted = self._admitted
+        demand = admitted[1] if admitted[0] is demand else self._admit_anew(demand)
         clock = now if type(now) is float and now - now == 0.0 else self._time(now)
         hint = None if expected is None else check_timeout(expected, "expected")
         if self._limited:
@@ -651,8 +657,11 @@ class Scheduler:
         ``expected``, and :class:`~hwpool._core._limits.LimitExceeded` (a ValueError) where its
         owner's limits refuse it (rule 11).
         """
-        demand = self._admit(demand)
-        clock, expected = self._time(now), check_timeout(expected, "expected")
+        admitted = self._admitted
+        demand = admitted[1] if admitted[0] is demand else self._admit_anew(demand)
+        clock = now if type(now) is float and now - now == 0.0 else self._time(now)
+        if expected is not None:
+            expected = check_timeout(expected, "expected")
         if self._limited:
             self._refuse_beyond(demand, max(self._now, clock), expected)
         if self._easy:
@@ -702,6 +711,25 @@ class Scheduler:
             return self._walk() if self._queue else []
         self._durations.finish(ticket, gpu, units, at)
         return self._walk_easy(at) if self._queue else []
+
+    def release_granted(self, grant: Grant, now: float | None = None) -> list[Grant]:
+        """Give back all of ``grant``, a grant of this core that its caller's own books show
+        held (and hand back once): :meth:`release` of each GPU without checking the
+        arguments against the state, for a caller that keeps such books (the in-process
+        backend, on every release). ``now``: as in :meth:`release`; the waiters granted as a
+        result are returned."""
+        gpus, units = grant.gpus, grant.units
+        if len(gpus) != 1 or not units:  # several GPUs, or whole ones of mixed sizes
+            return self.release_many(self.held(grant), ticket=grant.ticket, now=now)
+        clock = now if type(now) is float and now - now == 0.0 else self._time(now)
+        self._now = at = max(self._now, clock)
+        gpu = gpus[0]
+        self._free[gpu] += units
+        if self._easy:
+            self._durations.finish(grant.ticket, gpu, units, at)
+            return self._walk_easy(at) if self._queue else []
+        self._usage.finish(grant.ticket, gpu, units, at)
+        return self._walk() if self._queue else []
 
     def release_many(
         self,
@@ -764,6 +792,15 @@ class Scheduler:
         if number > held:
             raise ValueError(f"cannot release {number} units on GPU {gpu}: only {held} held")
         return number
+
+    def _admit_anew(self, demand: Demand) -> Demand:
+        """:meth:`_admit`, remembered for the next call with this very demand: a front passes
+        the same (frozen) Demand object for the same request, and admitting it depends on
+        nothing that changes (its one side effect, counting usage from then on, is done
+        once for all)."""
+        admitted = self._admit(demand)
+        self._admitted = (demand, admitted)  # one store: never half updated
+        return admitted
 
     def _admit(self, demand: Demand) -> Demand:
         """``demand`` as the walk takes it, or ValueError if it could never fit.

@@ -262,7 +262,7 @@ class GPUPool:
 
         Give each back with ``release(gpu)``.
         """
-        demand = _limited(_owned(self._whole_demand(count), owner, priority), limit_s)
+        demand = _limited(_owned(self._demands.whole(count), owner, priority), limit_s)
         timeout = check_timeout(timeout)
         expected_s = check_timeout(expected_s, "expected_s")
         grant = self._try_now(demand, expected_s)
@@ -287,7 +287,7 @@ class GPUPool:
         Raises RuntimeError in a thread that runs an event loop (it would freeze the loop,
         and deadlock if the holder is a task on it): use ``await pool.acquire()`` there.
         """
-        demand = _limited(_owned(self._one_demand(fraction, memory), owner, priority), limit_s)
+        demand = _limited(_owned(self._demands.one(fraction, memory), owner, priority), limit_s)
         hint = check_timeout(expected_s, "expected_s")
         grant = self._take_blocking(demand, check_timeout(timeout), "acquire_blocking()", hint)
         return self._keep(grant)[0]
@@ -303,7 +303,7 @@ class GPUPool:
         limit_s: float | None = None,
     ) -> list[int]:
         """Like :meth:`acquire_full`, for threads (RuntimeError on an event loop's thread)."""
-        demand = _limited(_owned(self._whole_demand(count), owner, priority), limit_s)
+        demand = _limited(_owned(self._demands.whole(count), owner, priority), limit_s)
         hint = check_timeout(expected_s, "expected_s")
         what = "acquire_full_blocking()"
         return self._keep(self._take_blocking(demand, check_timeout(timeout), what, hint))
@@ -337,7 +337,7 @@ class GPUPool:
 
         Never jumps the queue: granted only where the policy lets a new arrival start.
         """
-        demand = _limited(_owned(self._one_demand(fraction, memory), owner, priority), limit_s)
+        demand = _limited(_owned(self._demands.one(fraction, memory), owner, priority), limit_s)
         return self._keep(self._take_now(demand, check_timeout(expected_s, "expected_s")))[0]
 
     def acquire_full_nowait(
@@ -350,7 +350,7 @@ class GPUPool:
         limit_s: float | None = None,
     ) -> list[int]:
         """Take ``count`` whole GPUs now, or raise :class:`hwpool.WouldBlock`."""
-        demand = _limited(_owned(self._whole_demand(count), owner, priority), limit_s)
+        demand = _limited(_owned(self._demands.whole(count), owner, priority), limit_s)
         return self._keep(self._take_now(demand, check_timeout(expected_s, "expected_s")))
 
     def _take_now(self, demand: Demand, expected: float | None = None) -> Grant:
@@ -455,7 +455,7 @@ class GPUPool:
         for ``async with`` or a plain ``with``."""
         return GPULease(
             self,
-            _limited(_owned(self._one_demand(fraction, memory), owner, priority), limit_s),
+            _limited(_owned(self._demands.one(fraction, memory), owner, priority), limit_s),
             None if timeout is None else check_timeout(timeout),
             None if expected_s is None else check_timeout(expected_s, "expected_s"),
         )
@@ -472,7 +472,7 @@ class GPUPool:
     ) -> GPULease:
         """A lease of ``count`` whole GPUs, for ``async with`` or a plain ``with``."""
         hint = check_timeout(expected_s, "expected_s")
-        demand = _limited(_owned(self._whole_demand(count), owner, priority), limit_s)
+        demand = _limited(_owned(self._demands.whole(count), owner, priority), limit_s)
         return GPULease(self, demand, check_timeout(timeout), hint)
 
     # ----------------------------------------------------------------- hand-over
@@ -514,6 +514,7 @@ class GPUPool:
 
     # ----------------------------------------------------------------- demands
     def _whole_demand(self, count: int) -> Demand:
+        """``count`` whole GPUs of this pool (validated)."""
         return self._demands.whole(count)
 
     def _one_demand(self, fraction: object, memory: object) -> Demand:
