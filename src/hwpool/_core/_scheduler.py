@@ -1323,10 +1323,10 @@ class Scheduler:
             return chosen
         if demand.relative:
             return self._fit_relative(self._needs_of(demand), gpus, take)
-        units, best, best_free = demand.units, -1, -1
+        units, best, best_free = demand.units, -1, self.units_per_gpu + 1  # none fits yet
         for gpu in gpus:
             f = free[gpu]
-            if f >= units and (best < 0 or f < best_free or (f == best_free and gpu < best)):
+            if units <= f <= best_free and (f < best_free or gpu < best):
                 best, best_free = gpu, f
         if best < 0:
             return None
@@ -1883,14 +1883,14 @@ class Scheduler:
         granted. The streams merge on the ticket, or, when owners or priorities differ, on
         (the owner's rank, minus the priority, the ticket): the queue order of rule 9.
         """
-        queue, free, totals = self._queue, self._free, self._totals
+        queue, free = self._queue, self._free
         top = max(free)
         if top == 0:
             return
         if not self._fair and self._fast and not self._by_estimates:
             self._backfill_by_size(head, now, grants, top)
             return
-        idle = sum(1 for gpu, f in enumerate(free) if f == totals[gpu])
+        idle = self._idle_count()
         # Only demands that could fit somewhere now: the others wait whatever the rules say.
         # (A relative demand is judged by its need on the smallest GPU: a lower bound.)
         fair = self._fair
@@ -1963,8 +1963,8 @@ class Scheduler:
         would have granted it. The other demands (whole GPUs, enforced limits: a few)
         stream per class as in :meth:`_backfill`, merged with it on the ticket.
         """
-        queue, free, totals = self._queue, self._free, self._totals
-        idle = sum(1 for gpu, f in enumerate(free) if f == totals[gpu])
+        queue, free = self._queue, self._free
+        idle = self._idle_count()
         streams: list[Iterator[int]] = [
             iter(waiting)
             for demand, waiting in self._unsized.items()
@@ -2026,6 +2026,13 @@ class Scheduler:
                     slack = self._durations.free_by(gpu, free[gpu], head.shadow, now, False)
                     room = max(room, min(free[gpu], slack - self._need(head_demand, gpu)))
         return room
+
+    def _idle_count(self) -> int:
+        """How many GPUs are completely free."""
+        free = self._free
+        if self._uniform:
+            return free.count(self.units_per_gpu)
+        return sum(1 for f, total in zip(free, self._totals, strict=True) if f == total)
 
     def _next_head(self) -> int | None:
         """The waiter to become head (rule 10e): one that yielded its place, once the waiter
