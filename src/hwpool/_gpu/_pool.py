@@ -228,6 +228,7 @@ class GPUPool:
         ``limit_s``: revoke the grant once held that long (see the class doc); its
         ``release`` is then a no-op.
         """
+        # A float seen before is looked up at once (self._demands.one's memo): the hot path.
         demand = self._by_fraction.get(fraction) if fraction.__class__ is float else None
         if demand is None or memory is not None:
             demand = self._demands.one(fraction, memory)
@@ -379,7 +380,7 @@ class GPUPool:
             units = demand.units
         if type(gpu_id) is not int or not 0 <= gpu_id < self._num_gpus:
             gpu_id = check_int("gpu_id", gpu_id, minimum=0, maximum=self._num_gpus - 1)
-        if self._totals is not None:
+        if self._totals is not None:  # MiB: a fraction's depend on the GPU, checked first
             units = self._demands.units(gpu_id, fraction, memory)
         held = self._held[gpu_id]
         try:
