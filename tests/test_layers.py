@@ -123,3 +123,91 @@ def test_the_checker_sees_violations(
     source: str, location: tuple[str, ...], expected: list[str]
 ) -> None:
     assert violations(source, location) == expected
+
+
+# ----------------------------------------------------------------- no import cycles
+def module_name(path: Path) -> str:
+    """``hwpool._gpu._pool`` for ``src/hwpool/_gpu/_pool.py`` (a package by its ``__init__``)."""
+    parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(["hwpool", *parts])
+
+
+MODULES = {module_name(path): path for path in SOURCES}
+
+
+def top_level_imports(source: str, module: str, is_package: bool = False) -> set[str]:
+    """The hwpool modules that ``source`` (the module ``module``) imports at its top level,
+    ``if TYPE_CHECKING:`` blocks included (a cycle there is still one for a reader and for
+    the type checker); imports inside functions are deferred on purpose and not counted."""
+    package = module if is_package else module.rpartition(".")[0]
+    found: set[str] = set()
+    statements = list(ast.parse(source).body)
+    while statements:
+        node = statements.pop()
+        if isinstance(node, ast.If | ast.Try):
+            statements += node.body + node.orelse
+            continue
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            for alias in node.names:  # "from . import x" imports the module x
+                inner = f"{target}.{alias.name}"
+                found.add(inner if inner in MODULES else target)
+    return {name for name in found if name in MODULES and name != module}
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that import each other, directly or through others."""
+    reach = {name: _reachable(graph, name) for name in graph}
+    cycles: list[list[str]] = []
+    seen: set[str] = set()
+    for name in sorted(graph):
+        if name in seen or name not in reach[name]:
+            continue
+        group = sorted(other for other in reach[name] if name in reach[other])
+        seen.update(group)
+        cycles.append(group)
+    return cycles
+
+
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    found: set[str] = set()
+    todo = list(graph[start])
+    while todo:
+        name = todo.pop()
+        if name not in found:
+            found.add(name)
+            todo += graph.get(name, ())
+    return found
+
+
+def test_no_module_imports_one_that_imports_it_back() -> None:
+    """No import cycle at module level (issue 25: ``_gpu/_lease.py`` imported ``GPUPool``
+    for its type while ``_gpu/_pool.py`` imports ``GPULease``)."""
+    graph = {
+        name: top_level_imports(path.read_text(), name, path.name == "__init__.py")
+        for name, path in MODULES.items()
+    }
+    assert import_cycles(graph) == []
+
+
+def test_the_cycle_checker_sees_a_cycle_behind_type_checking() -> None:
+    lease = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ._pool import GPUPool\n"
+    graph = {
+        "hwpool._gpu._lease": top_level_imports(lease, "hwpool._gpu._lease"),
+        "hwpool._gpu._pool": top_level_imports(
+            "from ._lease import GPULease\n", "hwpool._gpu._pool"
+        ),
+        "hwpool._gpu._env": top_level_imports(
+            "def later() -> None:\n    from ._lease import GPULease\n", "hwpool._gpu._env"
+        ),
+    }
+    assert graph["hwpool._gpu._env"] == set()
+    assert import_cycles(graph) == [["hwpool._gpu._lease", "hwpool._gpu._pool"]]

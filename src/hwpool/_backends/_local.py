@@ -458,21 +458,15 @@ class LocalBackend:
             else:
                 returns.popleft()  # released from here on, whatever cuts this short
                 self._released += 1
-                grant, at = item
-                if len(grant.gpus) == 1 and grant.units:
-                    grants = core.release(grant.gpus[0], grant.units, ticket=grant.ticket, now=at)
-                else:
-                    grants = self._release_in_core(grant, at)
+                grants = core.release_granted(*item)
             if grants:
                 self._collect(grants)
         self._dirty = False
 
     def _release_in_core(self, grant: Grant, now: float | None = None) -> list[Grant]:
-        ticket, core = grant.ticket, self._core
-        if len(grant.gpus) == 1 and grant.units:
-            return core.release(grant.gpus[0], grant.units, ticket=ticket, now=now)
-        # held(): whole GPUs of mixed sizes have units 0
-        return core.release_many(core.held(grant), ticket=ticket, now=now)
+        """Give all of ``grant`` (on our books until now) back to the core, at ``now`` (None:
+        the core's latest time)."""
+        return self._core.release_granted(grant, now)
 
     def _collect(self, grants: list[Grant]) -> None:
         """Hand each grant to its waiter, to be woken by ``_settle``; a grant whose waiter is

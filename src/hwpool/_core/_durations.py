@@ -27,18 +27,28 @@ _Run = list[Any]
 _START, _KEY, _HINT, _HELD, _ACCOUNT, _LIMIT = range(6)
 
 
+_FOLD_AT = 1024
+"""Hold times kept unlearned at most: past that many, they are folded into the means."""
+
+
 class Durations:
     """Per-class hold-time averages and the running grants, per GPU; ``usage``, if given,
     hears what each grant that carries an account gives back (owners' usage, rule 8 of the
-    scheduler), so that the core keeps one record per running grant."""
+    scheduler), so that the core keeps one record per running grant.
 
-    __slots__ = ("_classes", "_count", "_on_gpu", "_runs", "_total", "_usage")
+    A grant that ends only appends its class and hold time to a list: the averages are
+    brought up to date from it, in the order the grants ended, when an estimate is asked
+    for (or when the list grows long), so that learning costs a release next to nothing
+    while nobody waits (nobody then asks)."""
+
+    __slots__ = ("_classes", "_count", "_ended", "_on_gpu", "_runs", "_total", "_usage")
 
     def __init__(self, num_gpus: int, usage: Usage | None = None) -> None:
         self._usage = usage
         self._classes: dict[Hashable, float] = {}  # key -> smoothed mean hold time
         self._total = 0.0  # over every class, for the plain mean
         self._count = 0
+        self._ended: list[tuple[Hashable, float]] = []  # (key, hold time) not yet learned
         self._runs: dict[int, _Run] = {}
         self._on_gpu: list[dict[int, int]] = [{} for _ in range(num_gpus)]
 
@@ -85,14 +95,11 @@ class Durations:
                 if run[_ACCOUNT] is not None and self._usage is not None:
                     self._usage.drop(run[_ACCOUNT], gpu, units, now, True)
                 key = run[_KEY]
-                if key is not None:
-                    seconds = now - run[_START]
-                    mean = self._classes.get(key)
-                    self._classes[key] = (
-                        seconds if mean is None else mean + SMOOTHING * (seconds - mean)
-                    )
-                    self._total += seconds
-                    self._count += 1
+                if key is not None:  # self._learn(key, ...), inline
+                    ended = self._ended
+                    ended.append((key, now - run[_START]))
+                    if len(ended) > _FOLD_AT:
+                        self._fold()
             else:
                 self._take(ticket, gpu, units, now)
             return
@@ -126,14 +133,27 @@ class Durations:
                 self._learn(run[_KEY], max(0.0, now - run[_START]))
 
     def _learn(self, key: Hashable, seconds: float) -> None:
-        mean = self._classes.get(key)
-        self._classes[key] = seconds if mean is None else mean + SMOOTHING * (seconds - mean)
-        self._total += seconds
-        self._count += 1
+        """Learn a grant of class ``key`` held ``seconds`` (see :meth:`_fold`)."""
+        self._ended.append((key, seconds))
+        if len(self._ended) > _FOLD_AT:
+            self._fold()
+
+    def _fold(self) -> None:
+        """Bring the averages up to date with the hold times ended since, in their order
+        (exactly what learning each at its release would have given)."""
+        ended, self._ended = self._ended, []
+        classes, smoothing, total = self._classes, SMOOTHING, self._total
+        for key, seconds in ended:
+            mean = classes.get(key)
+            classes[key] = seconds if mean is None else mean + smoothing * (seconds - mean)
+            total += seconds
+        self._total, self._count = total, self._count + len(ended)
 
     # ----------------------------------------------------------------- estimates
     def mean(self, key: Hashable | None = None) -> float | None:
         """The smoothed hold time of ``key``'s class, else the mean over all; None if none."""
+        if self._ended:
+            self._fold()
         mean = self._classes.get(key) if key is not None else None
         if mean is not None:
             return mean

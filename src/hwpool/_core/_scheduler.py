@@ -224,6 +224,9 @@ class Grant(NamedTuple):
     units: int
 
 
+_UNSEEN = Demand(0, 0)
+"""No demand a caller passes (the scheduler's remembered demand before the first)."""
+
 # Grant((ticket, gpus, units)) without the Python frame of NamedTuple.__new__ (the hot path).
 _grant = functools.partial(tuple.__new__, Grant)
 
@@ -500,6 +503,8 @@ class Scheduler:
         self._now = 0.0
         # Relative demands on GPUs of different sizes: share in units -> need on each GPU.
         self._relative_needs: dict[int, list[int]] = {}
+        # The demand last admitted, as given and as admitted (see _admit_anew).
+        self._admitted: tuple[Demand, Demand] = (_UNSEEN, _UNSEEN)
         self._init_owners(totals, checked_shares, checked_half_life)
         self._start_over()
 
@@ -669,7 +674,8 @@ class Scheduler:
         and :class:`~hwpool._core._limits.LimitExceeded` where its owner's limits refuse it
         (rule 11; a request they would hold is not granted: None).
         """
-        demand = self._admit(demand)
+        admitted = self._admitted
+        demand = admitted[1] if admitted[0] is demand else self._admit_anew(demand)
         clock = now if type(now) is float and now - now == 0.0 else self._time(now)
         hint = None if expected is None else check_timeout(expected, "expected")
         if self._limited:
@@ -712,8 +718,11 @@ class Scheduler:
         ``expected``, and :class:`~hwpool._core._limits.LimitExceeded` (a ValueError) where its
         owner's limits refuse it (rule 11).
         """
-        demand = self._admit(demand)
-        clock, expected = self._time(now), check_timeout(expected, "expected")
+        admitted = self._admitted
+        demand = admitted[1] if admitted[0] is demand else self._admit_anew(demand)
+        clock = now if type(now) is float and now - now == 0.0 else self._time(now)
+        if expected is not None:
+            expected = check_timeout(expected, "expected")
         if self._limited:
             self._refuse_beyond(demand, max(self._now, clock), expected)
         if self._easy:
@@ -763,6 +772,25 @@ class Scheduler:
             return self._walk() if self._queue else []
         self._durations.finish(ticket, gpu, units, at)
         return self._walk_easy(at) if self._queue else []
+
+    def release_granted(self, grant: Grant, now: float | None = None) -> list[Grant]:
+        """Give back all of ``grant``, a grant of this core that its caller's own books show
+        held (and hand back once): :meth:`release` of each GPU without checking the
+        arguments against the state, for a caller that keeps such books (the in-process
+        backend, on every release). ``now``: as in :meth:`release`; the waiters granted as a
+        result are returned."""
+        gpus, units = grant.gpus, grant.units
+        if len(gpus) != 1 or not units:  # several GPUs, or whole ones of mixed sizes
+            return self.release_many(self.held(grant), ticket=grant.ticket, now=now)
+        clock = now if type(now) is float and now - now == 0.0 else self._time(now)
+        self._now = at = max(self._now, clock)
+        gpu = gpus[0]
+        self._free[gpu] += units
+        if self._easy:
+            self._durations.finish(grant.ticket, gpu, units, at)
+            return self._walk_easy(at) if self._queue else []
+        self._usage.finish(grant.ticket, gpu, units, at)
+        return self._walk() if self._queue else []
 
     def release_many(
         self,
@@ -825,6 +853,15 @@ class Scheduler:
         if number > held:
             raise ValueError(f"cannot release {number} units on GPU {gpu}: only {held} held")
         return number
+
+    def _admit_anew(self, demand: Demand) -> Demand:
+        """:meth:`_admit`, remembered for the next call with this very demand: a front passes
+        the same (frozen) Demand object for the same request, and admitting it depends on
+        nothing that changes (its one side effect, counting usage from then on, is done
+        once for all)."""
+        admitted = self._admit(demand)
+        self._admitted = (demand, admitted)  # one store: never half updated
+        return admitted
 
     def _admit(self, demand: Demand) -> Demand:
         """``demand`` as the walk takes it, or ValueError if it could never fit.
@@ -1360,10 +1397,10 @@ class Scheduler:
             return chosen
         if demand.relative:
             return self._fit_relative(self._needs_of(demand), gpus, take)
-        units, best, best_free = demand.units, -1, -1
+        units, best, best_free = demand.units, -1, self.units_per_gpu + 1  # none fits yet
         for gpu in gpus:
             f = free[gpu]
-            if f >= units and (best < 0 or f < best_free or (f == best_free and gpu < best)):
+            if units <= f <= best_free and (f < best_free or gpu < best):
                 best, best_free = gpu, f
         if best < 0:
             return None
@@ -1997,14 +2034,14 @@ class Scheduler:
         granted. The streams merge on the ticket, or, when owners or priorities differ, on
         (the owner's rank, minus the priority, the ticket): the queue order of rule 9.
         """
-        queue, free, totals = self._queue, self._free, self._totals
+        queue, free = self._queue, self._free
         top = max(free)
         if top == 0:
             return
         if not self._fair and self._fast and not self._by_estimates:
             self._backfill_by_size(head, now, grants, top)
             return
-        idle = sum(1 for gpu, f in enumerate(free) if f == totals[gpu])
+        idle = self._idle_count()
         # Only demands that could fit somewhere now: the others wait whatever the rules say.
         # (A relative demand is judged by its need on the smallest GPU: a lower bound.)
         fair = self._fair
@@ -2077,8 +2114,8 @@ class Scheduler:
         would have granted it. The other demands (whole GPUs, enforced limits: a few)
         stream per class as in :meth:`_backfill`, merged with it on the ticket.
         """
-        queue, free, totals = self._queue, self._free, self._totals
-        idle = sum(1 for gpu, f in enumerate(free) if f == totals[gpu])
+        queue, free = self._queue, self._free
+        idle = self._idle_count()
         streams: list[Iterator[int]] = [
             iter(waiting)
             for demand, waiting in self._unsized.items()
@@ -2140,6 +2177,13 @@ class Scheduler:
                     slack = self._durations.free_by(gpu, free[gpu], head.shadow, now, False)
                     room = max(room, min(free[gpu], slack - self._need(head_demand, gpu)))
         return room
+
+    def _idle_count(self) -> int:
+        """How many GPUs are completely free."""
+        free = self._free
+        if self._uniform:
+            return free.count(self.units_per_gpu)
+        return sum(1 for f, total in zip(free, self._totals, strict=True) if f == total)
 
     def _next_head(self) -> int | None:
         """The waiter to become head (rule 10e): one that yielded its place, once the waiter

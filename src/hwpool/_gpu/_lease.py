@@ -6,16 +6,36 @@ import contextvars
 import subprocess
 from collections.abc import Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from .._backends._base import Backend
 from .._core._capacity import units_to_fraction
 from .._core._scheduler import Demand, Grant
+from .._host._detect import GPUInfo
 from . import _env
 
-if TYPE_CHECKING:
-    from ._pool import GPUPool
+__all__ = ["GPULease", "LeasePool", "current_gpus"]
 
-__all__ = ["GPULease", "current_gpus"]
+
+class LeasePool(Protocol):
+    """What a lease uses of the pool it came from (``GPUPool`` is the one): its backend, its
+    GPUs and their sizes, and its grant and release paths. Declared here, so that this module
+    needs nothing from the pool's module (which imports this one)."""
+
+    _backend: Backend
+    _totals: tuple[int, ...] | None
+
+    @property
+    def gpus(self) -> tuple[GPUInfo, ...]: ...
+
+    def _try_now(self, demand: Demand, expected: float | None = None) -> Grant | None: ...
+
+    def _release(self, grant: Grant) -> None: ...
+
+    def _take_blocking(
+        self, demand: Demand, timeout: float | None, what: str, expected: float | None = None
+    ) -> Grant: ...
+
 
 _current: contextvars.ContextVar[tuple[int, ...]] = contextvars.ContextVar(
     "hwpool_current_gpus", default=()
@@ -53,7 +73,7 @@ class GPULease:
 
     def __init__(
         self,
-        pool: GPUPool,
+        pool: LeasePool,
         demand: Demand,
         timeout: float | None,
         expected: float | None = None,

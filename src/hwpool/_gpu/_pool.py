@@ -25,20 +25,13 @@ from .._backends._base import Backend, PoolSnapshot
 from .._backends._local import LocalBackend
 from .._backends._unix import SOCKET_VAR, UnixBackend
 from .._check import check_int, check_real, check_timeout
-from .._core._capacity import UNITS_PER_GPU, fraction_to_units, units_to_fraction
+from .._core._capacity import UNITS_PER_GPU, units_to_fraction
 from .._core._fairshare import DEFAULT_HALF_LIFE, check_half_life, check_shares
 from .._core._scheduler import BACKFILLS, Demand, Grant
 from .._errors import WouldBlock
 from .._host._detect import GPUInfo, detect_gpus
 from ._lease import GPULease
-from ._sizing import (
-    capacities_of,
-    check_whole,
-    memory_demand,
-    sized_gpus,
-    sized_units,
-    whole_demand,
-)
+from ._sizing import Demands, capacities_of, sized_gpus
 
 __all__ = ["GPUPool"]
 
@@ -129,9 +122,6 @@ class GPUPool:
             )
         sized = sized_gpus(num_gpus, memory, gpu_memory, reserve_in_use)
         self._in_use = tuple(g.memory_used_mib or 0 for g in sized or ()) if reserve_in_use else ()
-        self._memo: dict[object, Demand] = {}  # memory amount -> its validated demand
-        self._shares: dict[float, Demand] = {}  # float fraction -> its demand (sized pools)
-        self._share_mib: dict[tuple[int, float], int] = {}  # (gpu, fraction) -> MiB there
         if backend is not None and policy is not None:
             raise TypeError(f"give backend or policy, not both (policy={policy!r})")
         rule = "easy" if policy is None else policy
@@ -162,6 +152,8 @@ class GPUPool:
         self._gpus = backend.gpus
         self._totals = backend.gpu_memory
         self._num_gpus = len(self._gpus)
+        self._demands = Demands(self._gpus, self._totals)  # requests -> the core's demands
+        self._by_fraction = self._demands.fractions  # float fraction -> demand: the hot path
         self._acquire_now = backend.acquire_now  # the hot paths, looked up once
         self._try_now = _no_grant if getattr(backend, "remote", False) else self._acquire_now
         self._release = backend.release
@@ -236,11 +228,10 @@ class GPUPool:
         ``limit_s``: revoke the grant once held that long (see the class doc); its
         ``release`` is then a no-op.
         """
-        last = _LAST
-        if fraction is last[0] and self._totals is None and memory is None:
-            demand = last[1]
-        else:
-            demand = self._one_demand(fraction, memory)
+        # A float seen before is looked up at once (self._demands.one's memo): the hot path.
+        demand = self._by_fraction.get(fraction) if fraction.__class__ is float else None
+        if demand is None or memory is not None:
+            demand = self._demands.one(fraction, memory)
         if owner is not None or priority.__class__ is not int or priority:
             demand = _owned(demand, owner, priority)
         if limit_s is not None:
@@ -272,7 +263,7 @@ class GPUPool:
 
         Give each back with ``release(gpu)``.
         """
-        demand = _limited(_owned(self._whole_demand(count), owner, priority), limit_s)
+        demand = _limited(_owned(self._demands.whole(count), owner, priority), limit_s)
         timeout = check_timeout(timeout)
         expected_s = check_timeout(expected_s, "expected_s")
         grant = self._try_now(demand, expected_s)
@@ -297,7 +288,7 @@ class GPUPool:
         Raises RuntimeError in a thread that runs an event loop (it would freeze the loop,
         and deadlock if the holder is a task on it): use ``await pool.acquire()`` there.
         """
-        demand = _limited(_owned(self._one_demand(fraction, memory), owner, priority), limit_s)
+        demand = _limited(_owned(self._demands.one(fraction, memory), owner, priority), limit_s)
         hint = check_timeout(expected_s, "expected_s")
         grant = self._take_blocking(demand, check_timeout(timeout), "acquire_blocking()", hint)
         return self._keep(grant)[0]
@@ -313,7 +304,7 @@ class GPUPool:
         limit_s: float | None = None,
     ) -> list[int]:
         """Like :meth:`acquire_full`, for threads (RuntimeError on an event loop's thread)."""
-        demand = _limited(_owned(self._whole_demand(count), owner, priority), limit_s)
+        demand = _limited(_owned(self._demands.whole(count), owner, priority), limit_s)
         hint = check_timeout(expected_s, "expected_s")
         what = "acquire_full_blocking()"
         return self._keep(self._take_blocking(demand, check_timeout(timeout), what, hint))
@@ -347,7 +338,7 @@ class GPUPool:
 
         Never jumps the queue: granted only where the policy lets a new arrival start.
         """
-        demand = _limited(_owned(self._one_demand(fraction, memory), owner, priority), limit_s)
+        demand = _limited(_owned(self._demands.one(fraction, memory), owner, priority), limit_s)
         return self._keep(self._take_now(demand, check_timeout(expected_s, "expected_s")))[0]
 
     def acquire_full_nowait(
@@ -360,7 +351,7 @@ class GPUPool:
         limit_s: float | None = None,
     ) -> list[int]:
         """Take ``count`` whole GPUs now, or raise :class:`hwpool.WouldBlock`."""
-        demand = _limited(_owned(self._whole_demand(count), owner, priority), limit_s)
+        demand = _limited(_owned(self._demands.whole(count), owner, priority), limit_s)
         return self._keep(self._take_now(demand, check_timeout(expected_s, "expected_s")))
 
     def _take_now(self, demand: Demand, expected: float | None = None) -> Grant:
@@ -382,17 +373,15 @@ class GPUPool:
         Raises ValueError, changing nothing, when no such grant is held: released already,
         held by a lease (a lease releases itself), or never granted. TypeError for a wrong type.
         """
-        last = _LAST
-        if fraction is last[0] and self._totals is None and memory is None:
-            units = last[1].units
-        elif self._totals is None:
-            units = memory_demand(None, fraction, memory).units
-        else:
-            units = -1  # decided once the GPU is known
+        if self._totals is None:  # a fraction pool: the units do not depend on the GPU
+            demand = self._by_fraction.get(fraction) if fraction.__class__ is float else None
+            if demand is None or memory is not None:
+                demand = self._demands.one(fraction, memory)
+            units = demand.units
         if type(gpu_id) is not int or not 0 <= gpu_id < self._num_gpus:
             gpu_id = check_int("gpu_id", gpu_id, minimum=0, maximum=self._num_gpus - 1)
-        if units < 0:
-            units = self._sized_release_units(gpu_id, fraction, memory)
+        if self._totals is not None:  # MiB: a fraction's depend on the GPU, checked first
+            units = self._demands.units(gpu_id, fraction, memory)
         held = self._held[gpu_id]
         try:
             grant: Grant | None = held[-1]  # the common case: the grant was kept last
@@ -414,22 +403,6 @@ class GPUPool:
                 "held by a lease, which releases itself)"
             )
         self._release(grant)
-
-    def _sized_release_units(self, gpu: int, fraction: object, memory: object) -> int:
-        """MiB a release of ``fraction`` or ``memory`` on ``gpu`` of a memory-sized pool gives."""
-        assert self._totals is not None
-        if fraction is None and type(memory) in _MEMO_TYPES and memory in self._memo:
-            return self._memo[memory].units
-        if fraction is not None and memory is not None:
-            memory_demand(self._totals, fraction, memory)  # raises: both given
-        if memory is None and type(fraction) is float:  # validated once per GPU and share
-            mib = self._share_mib.get((gpu, fraction))
-            if mib is None:
-                mib = sized_units(self._totals, fraction, None, gpu)
-                if len(self._share_mib) < 4096:
-                    self._share_mib[gpu, fraction] = mib
-            return mib
-        return sized_units(self._totals, fraction, memory, gpu)
 
     def _keep(self, grant: Grant) -> list[int]:
         """Remember ``grant`` for ``release``, GPU by GPU; return its GPUs.
@@ -483,7 +456,7 @@ class GPUPool:
         for ``async with`` or a plain ``with``."""
         return GPULease(
             self,
-            _limited(_owned(self._one_demand(fraction, memory), owner, priority), limit_s),
+            _limited(_owned(self._demands.one(fraction, memory), owner, priority), limit_s),
             None if timeout is None else check_timeout(timeout),
             None if expected_s is None else check_timeout(expected_s, "expected_s"),
         )
@@ -500,7 +473,7 @@ class GPUPool:
     ) -> GPULease:
         """A lease of ``count`` whole GPUs, for ``async with`` or a plain ``with``."""
         hint = check_timeout(expected_s, "expected_s")
-        demand = _limited(_owned(self._whole_demand(count), owner, priority), limit_s)
+        demand = _limited(_owned(self._demands.whole(count), owner, priority), limit_s)
         return GPULease(self, demand, check_timeout(timeout), hint)
 
     # ----------------------------------------------------------------- hand-over
@@ -542,30 +515,12 @@ class GPUPool:
 
     # ----------------------------------------------------------------- demands
     def _whole_demand(self, count: int) -> Demand:
-        number = check_whole(self._gpus, count)
-        if self._totals is not None:
-            return whole_demand(self._totals, number)
-        return Demand(number, UNITS_PER_GPU)
+        """``count`` whole GPUs of this pool (validated)."""
+        return self._demands.whole(count)
 
     def _one_demand(self, fraction: object, memory: object) -> Demand:
         """The one-GPU demand for ``fraction`` or ``memory`` on this pool (validated)."""
-        if memory is None and self._totals is None:
-            return _fraction_demand(1.0 if fraction is None else fraction)
-        if fraction is None and type(memory) in _MEMO_TYPES:
-            demand = self._memo.get(memory)
-            if demand is None:  # validated once per amount, as fractions are
-                demand = memory_demand(self._totals, None, memory)
-                if len(self._memo) < 4096:
-                    self._memo[memory] = demand
-            return demand
-        if memory is None and type(fraction) is float:
-            demand = self._shares.get(fraction)
-            if demand is None:  # validated once per share, as on a fraction pool
-                demand = memory_demand(self._totals, fraction, None)
-                if len(self._shares) < 4096:
-                    self._shares[fraction] = demand
-            return demand
-        return memory_demand(self._totals, fraction, memory)
+        return self._demands.one(fraction, memory)
 
 
 def _owned(demand: Demand, owner: object, priority: object) -> Demand:
@@ -608,29 +563,6 @@ def _pool_gpus(num_gpus: object) -> tuple[GPUInfo, ...]:
         return detect_gpus().gpus or (GPUInfo(0, "0"),)
     count = check_int("num_gpus", num_gpus, minimum=1)
     return tuple(GPUInfo(i, str(i)) for i in range(count))
-
-
-_MEMO_TYPES = (int, str)  # memory amounts memoised per pool (exactly these types: not bool)
-
-# Validated float fractions, the common case, memoised as (fraction, demand) entries.
-_DEMANDS: dict[float, tuple[float, Demand]] = {}
-_LAST: tuple[object, Demand] = (1.0, Demand(1, UNITS_PER_GPU))
-"""The entry of the float last validated: the hot paths test ``fraction is _LAST[0]`` (a
-literal such as ``0.5`` is one object, and a float never changes), skipping the dict."""
-
-
-def _fraction_demand(fraction: object) -> Demand:
-    """The single-GPU demand for ``fraction``, validated (see ``fraction_to_units``)."""
-    global _LAST
-    if type(fraction) is float:
-        entry = _DEMANDS.get(fraction)
-        if entry is None:
-            entry = (fraction, Demand(1, fraction_to_units(fraction)))
-            if len(_DEMANDS) < 4096:
-                _DEMANDS[fraction] = entry
-        _LAST = entry
-        return entry[1]
-    return Demand(1, fraction_to_units(fraction))
 
 
 def _describe(demand: Demand) -> str:

@@ -25,7 +25,86 @@ from .._core._memory import format_mib, parse_memory
 from .._core._scheduler import Demand
 from .._host._detect import GPUInfo, detect_gpus
 
-__all__ = ["check_whole", "memory_demand", "sized_gpus", "sized_units", "whole_demand"]
+__all__ = [
+    "Demands", "check_whole", "memory_demand", "sized_gpus", "sized_units", "whole_demand",
+]  # fmt: skip
+
+_MEMO_SIZE = 4096
+"""Entries each memo of :class:`Demands` keeps at most (a program asks for a few sizes)."""
+
+
+class Demands:
+    """The one place where a pool's requests become the core's demands, validated once.
+
+    ``totals``: each GPU's MiB on a pool sized in memory, None on a fraction pool.
+    :meth:`one` turns ``fraction`` or ``memory`` into a one-GPU :class:`Demand`,
+    :meth:`whole` a count of whole GPUs, and :meth:`units` what a release of ``fraction``
+    or ``memory`` on a GPU gives back, all with the rules of :func:`memory_demand`. A float
+    fraction and a memory amount are checked once per pool and memoised (floats never change,
+    so equal floats are one request); other types (``Fraction``, NumPy numbers) are checked
+    on every call. ``fractions`` is the memo of float fractions, which the pool's hot paths
+    read directly.
+    """
+
+    __slots__ = ("_amounts", "_gpus", "_mib_on", "_totals", "fractions")
+
+    def __init__(self, gpus: tuple[GPUInfo, ...], totals: tuple[int, ...] | None) -> None:
+        self._gpus = gpus
+        self._totals = totals
+        self.fractions: dict[float, Demand] = {}  # float fraction -> its one-GPU demand
+        self._amounts: dict[int | str, Demand] = {}  # memory amount -> its demand
+        self._mib_on: dict[tuple[int, float], int] = {}  # (gpu, fraction) -> MiB there
+
+    def one(self, fraction: object, memory: object) -> Demand:
+        """The one-GPU demand for ``fraction`` (default 1) or ``memory``; TypeError or
+        ValueError naming the argument for a bad one (see :func:`memory_demand`)."""
+        if fraction is None and memory is None:
+            fraction = 1.0  # the default: one whole GPU, memoised as 1.0
+        if memory is None and fraction.__class__ is float:
+            demand = self.fractions.get(fraction)
+            if demand is None:
+                demand = memory_demand(self._totals, fraction, None)
+                if len(self.fractions) < _MEMO_SIZE:
+                    self.fractions[fraction] = demand
+            return demand
+        if fraction is None and memory.__class__ in _AMOUNT_TYPES and self._totals is not None:
+            demand = self._amounts.get(memory)
+            if demand is None:
+                demand = memory_demand(self._totals, None, memory)
+                if len(self._amounts) < _MEMO_SIZE:
+                    self._amounts[memory] = demand
+            return demand
+        return memory_demand(self._totals, fraction, memory)
+
+    def whole(self, count: object) -> Demand:
+        """``count`` completely free GPUs (validated by :func:`check_whole`)."""
+        number = check_whole(self._gpus, count)
+        if self._totals is not None:
+            return whole_demand(self._totals, number)
+        return Demand(number, UNITS_PER_GPU)
+
+    def units(self, gpu: int, fraction: object, memory: object) -> int:
+        """The units a release of ``fraction`` or ``memory`` on ``gpu`` gives back: a
+        fraction pool's share units, or MiB on a pool sized in memory, where a fraction is
+        that share of ``gpu``'s total."""
+        totals = self._totals
+        if totals is None:
+            return self.one(fraction, memory).units
+        if fraction is None and memory.__class__ in _AMOUNT_TYPES:
+            return self.one(None, memory).units
+        if fraction is not None and memory is not None:
+            memory_demand(totals, fraction, memory)  # raises: both given
+        if memory is None and fraction.__class__ is float:
+            mib = self._mib_on.get((gpu, fraction))
+            if mib is None:
+                mib = sized_units(totals, fraction, None, gpu)
+                if len(self._mib_on) < _MEMO_SIZE:
+                    self._mib_on[gpu, fraction] = mib
+            return mib
+        return sized_units(totals, fraction, memory, gpu)
+
+
+_AMOUNT_TYPES = (int, str)  # memory amounts memoised (exactly these types: not bool)
 
 
 def sized_gpus(
