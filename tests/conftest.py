@@ -11,8 +11,15 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from hypothesis import settings
 
 from fakes.gpus import FakeGPU, nvml_module
+
+# No per-example deadline anywhere: on a loaded 2-core machine one example of a stateful test
+# can take 300 ms, and a deadline then fails a correct test (a wait is bounded by
+# pytest-timeout instead).
+settings.register_profile("hwpool", deadline=None)
+settings.load_profile("hwpool")
 
 
 @pytest.fixture
