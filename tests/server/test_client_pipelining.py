@@ -5,9 +5,13 @@ connection. None of them waits for another's answer before sending its own reque
 ``acquire`` lines are on the wire before any of them is granted, and a request sent after them
 (a status, a nowait question) is answered while they still wait.
 
-A real ``hwpool serve`` with one GPU, held by another connection so that every request of the
-pool under test must wait; the messages are those the client's connections send and read, in
-the order the wire carried them. Every wait is for an event (a count of ``queued`` replies
+Answers that arrive together are handed over together: the server writes the replies of one
+turn of its loop to one connection at once, and the client's reader wakes the waiters of one
+event loop with one ``call_soon_threadsafe`` for all of them.
+
+A real ``hwpool serve`` whose GPUs are held by another connection, so that every request of
+the pool under test must wait; the messages are those the client's connections send and read,
+in the order the wire carried them. Every wait is for an event (a count of ``queued`` replies
 read), bounded.
 """
 
@@ -21,7 +25,8 @@ import pytest
 
 import hwpool
 from hostserver import BOUND, Server
-from hwpool import GPUPool, WouldBlock
+from hwpool import UNITS_PER_GPU, GPUPool, WouldBlock
+from hwpool._backends._unix import _Delivery
 from hwpool._wire._connection import Wire
 from hwpool._wire._protocol import (
     Acquire,
@@ -29,9 +34,11 @@ from hwpool._wire._protocol import (
     ClientMessage,
     Granted,
     Queued,
+    Release,
     ServerMessage,
     StatusReply,
     decode_client,
+    encode,
 )
 
 StartServer = Callable[..., Server]
@@ -63,7 +70,7 @@ class Trace:
 @pytest.fixture
 def trace(monkeypatch: pytest.MonkeyPatch) -> Iterator[Trace]:
     seen = Trace()
-    send, read = Wire.send_bytes, Wire.read
+    send, read = Wire.send_bytes, Wire.read_batch
 
     def send_bytes(self: Wire, data: bytes) -> None:
         with seen.lock:  # noted before it leaves: an answer cannot be noted before its request
@@ -72,17 +79,18 @@ def trace(monkeypatch: pytest.MonkeyPatch) -> Iterator[Trace]:
                     seen.events.append((id(self), "sent", decode_client(line + b"\n")))
         send(self, data)
 
-    def read_one(self: Wire) -> ServerMessage:
-        message = read(self)
+    def read_batch(self: Wire) -> list[ServerMessage]:  # what the client's reader reads
+        messages = read(self)
         with seen.changed:
-            seen.events.append((id(self), "read", message))
-            if isinstance(message, Queued):
-                seen.queued[id(self)] = seen.queued.get(id(self), 0) + 1
+            for message in messages:
+                seen.events.append((id(self), "read", message))
+                if isinstance(message, Queued):
+                    seen.queued[id(self)] = seen.queued.get(id(self), 0) + 1
             seen.changed.notify_all()
-        return message
+        return messages
 
     monkeypatch.setattr(Wire, "send_bytes", send_bytes)
-    monkeypatch.setattr(Wire, "read", read_one)
+    monkeypatch.setattr(Wire, "read_batch", read_batch)
     yield seen
 
 
@@ -167,4 +175,41 @@ def test_threads_have_their_requests_in_flight_at_once(
         _check_pipelined(trace, pool)
     finally:
         holder.close()
+        pool.close()
+
+
+def test_answers_read_together_reach_their_loop_in_one_hand_over(
+    start_server: StartServer, trace: Trace
+) -> None:
+    server = start_server("--gpus", str(IN_FLIGHT))
+    holder = Wire(server.socket)  # a raw connection: it gives all the GPUs back in one release
+    pool = hwpool.connect(server.socket)
+    handed: list[int] = []  # per hand-over of answers to the loop: how many it carried
+    try:
+        holder.send_bytes(encode(Acquire(1, IN_FLIGHT, UNITS_PER_GPU, True)))
+        assert isinstance(holder.read(), Granted)
+
+        async def main() -> list[int]:
+            loop = asyncio.get_running_loop()
+            threadsafe = loop.call_soon_threadsafe
+
+            def counted(callback: Callable[..., object], *args: object) -> asyncio.Handle:
+                if isinstance(callback, _Delivery):
+                    handed.append(len(callback.reqs))
+                return threadsafe(callback, *args)
+
+            loop.call_soon_threadsafe = counted  # type: ignore[method-assign,assignment]
+            tasks = [asyncio.ensure_future(pool.acquire(1.0)) for _ in range(IN_FLIGHT)]
+            queued = await asyncio.to_thread(trace.wait_queued, pool, IN_FLIGHT)
+            assert queued, "the requests were not all queued at once"
+            holder.send_bytes(encode(Release(2, 1)))  # all are granted in one turn of the server
+            return await asyncio.wait_for(asyncio.gather(*tasks), BOUND)
+
+        gpus = asyncio.run(main())
+        assert sorted(gpus) == list(range(IN_FLIGHT))
+        assert handed == [IN_FLIGHT], f"the grants reached the loop in {handed}"
+        for gpu in gpus:
+            pool.release(gpu)
+    finally:
+        holder.shutdown()
         pool.close()

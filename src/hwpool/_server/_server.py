@@ -5,7 +5,8 @@ locked. Each connection is an ``asyncio.Protocol``: bytes become lines (``LineBu
 lines become validated messages, messages become calls on the state, and the deliveries it
 returns are written to their connections: write-ahead, once per turn of the loop the changes
 of that turn are appended to the journal, and only then are its replies sent (while the
-journal cannot be written, they wait, and the server says so in its log and its status). A
+journal cannot be written, they wait, and the server says so in its log and its status); the
+replies of one turn to one connection go out in one write. A
 connection that closes, for any reason, takes its leases and waiters with it (except when the
 server itself is stopping: then they stay journaled, for the clients to reclaim). Whatever a
 client sends, the server answers with an error and, for what cannot go on (bad framing, no
@@ -232,6 +233,13 @@ class _Connection(asyncio.Protocol):
         if self.closed or self.transport is None:
             return
         self.put(self.encoded(message))
+
+    def put_all(self, lines: list[bytes]) -> None:
+        """Write encoded ``lines`` (replies of one turn of the loop) with one write: one
+        ``send`` for all of them, and one read for the client."""
+        if self.closed or self.transport is None:
+            return
+        self.put(lines[0] if len(lines) == 1 else b"".join(lines))
 
     def stream(self, lines: Iterator[bytes]) -> None:
         """Write the lines of ``lines`` as the client reads them (a status answer); the
@@ -590,13 +598,19 @@ class _Server:
         else:
             outbox = [x for x in self.outbox if _is_status(x[1])]
             self.outbox = [x for x in self.outbox if not _is_status(x[1])]
+        lines: dict[_Connection, list[bytes]] = {}  # each connection's replies, in order
         for conn, message in outbox:
+            if message is not None and not isinstance(message, Iterator):
+                lines.setdefault(conn, []).append(conn.encoded(message))
+                continue
+            if conn in lines:  # what comes before the status or the close goes first
+                conn.put_all(lines.pop(conn))
             if message is None:
                 conn.close_when_sent()
-            elif isinstance(message, Iterator):
-                conn.stream(message)
             else:
-                conn.send(message)
+                conn.stream(message)
+        for conn, replies in lines.items():
+            conn.put_all(replies)
         self.arm_limits()
 
     # ----------------------------------------------------------------- time limits
