@@ -4,11 +4,11 @@ One event-loop thread owns the :class:`HostState` (and through it the core), so 
 locked. Each connection is an ``asyncio.Protocol``: bytes become lines (``LineBuffer``),
 lines become validated messages, messages become calls on the state, and the deliveries it
 returns are written to their connections: write-ahead, once per turn of the loop the changes
-of that turn are appended to the journal, and only then are its replies sent (while the
-journal cannot be written, they wait, and the server says so in its log and its status); the
-replies of one turn to one connection go out in one write. A
-connection that closes, for any reason, takes its leases and waiters with it (except when the
-server itself is stopping: then they stay journaled, for the clients to reclaim). Whatever a
+of that turn are appended to the journal, and only then are its replies sent, those to one
+connection in one write (while the journal cannot be written, they wait, and the server says
+so in its log and its status). A connection that closes, for any reason, takes its leases and
+waiters with it (except when the server itself is stopping: then they stay journaled, for the
+clients to reclaim). Whatever a
 client sends, the server answers with an error and, for what cannot go on (bad framing, no
 hello), closes that one connection.
 
