@@ -8,9 +8,8 @@ of that turn are appended to the journal, and only then are its replies sent, th
 connection in one write (while the journal cannot be written, they wait, and the server says
 so in its log and its status). A connection that closes, for any reason, takes its leases and
 waiters with it (except when the server itself is stopping: then they stay journaled, for the
-clients to reclaim). Whatever a
-client sends, the server answers with an error and, for what cannot go on (bad framing, no
-hello), closes that one connection.
+clients to reclaim). Whatever a client sends, the server answers with an error and, for what
+cannot go on (bad framing, no hello), closes that one connection.
 
 What is written to a connection is never the reason it is dropped: a reply that cannot be
 encoded becomes an ``error`` (``reply_failed``) for its request, and a status answer of any
