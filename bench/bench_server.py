@@ -17,10 +17,15 @@ contenders interleaved and each figure the best of several rounds:
    granted at once costs;
 5. the same pair on the in-process ``GPUPool``;
 6. ``acquire_blocking(memory="40GiB")`` + ``release`` on a server sized in memory
-   (``--gpu-memory 80GiB,...``): what asking in MiB costs against asking for a share.
+   (``--gpu-memory 80GiB,...``): what asking in MiB costs against asking for a share;
+7. pipelined: ``PIPELINE`` asyncio tasks of one loop share one ``hwpool.connect()`` client
+   (one connection), each doing ``await acquire(0.5)`` + ``release`` in turn, so that up to
+   ``PIPELINE`` requests are in flight on the connection at once (they all fit: never a wait);
+   timed per grant, against the echo pipelined the same way (``PIPELINE`` lines in flight on
+   one socket, a new one sent for each echoed).
 
 Aim: the server's grant round trip at most 2x the bare echo, whether granted at once or after
-a wait; the memory server's at most 1.2x the fraction server's. Run:
+a wait, alone or pipelined; the memory server's at most 1.2x the fraction server's. Run:
 ``python bench/bench_server.py [--quick]``.
 """
 
@@ -42,6 +47,7 @@ from hwpool._wire._protocol import Acquire, encode
 
 GPUS = 8
 LINE = encode(Acquire(12345, 1, UNITS_PER_GPU // 2, True))
+PIPELINE = 8  # requests in flight at once on one connection (8 halves of 8 GPUs: all fit)
 
 
 def echo_inline(path: Path, n: int) -> float:
@@ -51,6 +57,26 @@ def echo_inline(path: Path, n: int) -> float:
     for _ in range(n):
         sock.sendall(LINE)
         sock.recv(65536)
+    elapsed = time.perf_counter() - start
+    sock.close()
+    return elapsed / n
+
+
+def echo_pipelined(path: Path, n: int, depth: int = PIPELINE) -> float:
+    """Seconds per echoed line with ``depth`` lines in flight on one socket: ``depth`` sent
+    at once, then one more for each line that comes back, until ``n`` came back."""
+    sock = socket.socket(socket.AF_UNIX)
+    sock.connect(str(path))
+    start = time.perf_counter()
+    sock.sendall(LINE * depth)
+    sent, back = depth, 0
+    while back < n:
+        came = sock.recv(65536).count(b"\n")  # each line has one newline, however cut
+        back += came
+        more = min(came, n - sent)
+        if more > 0:
+            sock.sendall(LINE * more)
+            sent += more
     elapsed = time.perf_counter() - start
     sock.close()
     return elapsed / n
@@ -103,6 +129,23 @@ def async_pairs(pool: GPUPool, n: int) -> float:
     return asyncio.run(pairs())
 
 
+def pipelined_pairs(pool: GPUPool, n: int, depth: int = PIPELINE) -> float:
+    """Seconds per grant with ``depth`` tasks of one loop each doing ``await acquire(0.5)`` +
+    ``release`` in turn on ``pool`` (one connection): up to ``depth`` requests in flight."""
+    each = max(1, n // depth)
+
+    async def worker() -> None:
+        for _ in range(each):
+            pool.release(await pool.acquire(0.5), 0.5)
+
+    async def pairs() -> float:
+        start = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(depth)))
+        return (time.perf_counter() - start) / (each * depth)
+
+    return asyncio.run(pairs())
+
+
 def waiting_pairs(pool: GPUPool, n: int) -> float:
     """Seconds per request that waits in the queue of a one-GPU server for a release.
 
@@ -146,6 +189,8 @@ def measure(n: int, rounds: int) -> dict[str, float]:
             ("server_async", lambda: async_pairs(shared, n)),
             ("server_wait", lambda: waiting_pairs(one, n)),
             ("server_memory", lambda: memory_pairs(sized, n)),
+            ("echo_pipelined", lambda: echo_pipelined(echo, n)),
+            ("server_pipelined", lambda: pipelined_pairs(shared, n)),
             ("local", lambda: blocking_pairs(pool, n * 10)),
         ]
         for _, case in cases:  # warm-up
@@ -180,18 +225,25 @@ def main(argv: list[str] | None = None) -> str:
          ""),
         ("hwpool serve --gpu-memory: 40GiB acquire + release", us["server_memory"],
          us["server_memory"] / us["echo"], ""),
+        (f"bare echo, {PIPELINE} in flight on one socket", us["echo_pipelined"],
+         us["echo_pipelined"] / us["echo"], ""),
+        (f"hwpool serve: {PIPELINE} in flight, await acquire + release", us["server_pipelined"],
+         us["server_pipelined"] / us["echo"], ""),
     ]  # fmt: skip
     lines = [
         f"hwpool serve round trip, uncontended  (Python {platform.python_version()}, "
         f"{platform.machine()}, best of {rounds} rounds of {n})",
-        f"{'measure':<50}{'us':>10}{'x echo':>9}  aim",
-        *(f"{name:<50}{value:>10.1f}{ratio:>9.2f}  {aim}" for name, value, ratio, aim in rows),
+        f"{'measure':<54}{'us':>10}{'x echo':>9}  aim",
+        *(f"{name:<54}{value:>10.1f}{ratio:>9.2f}  {aim}" for name, value, ratio, aim in rows),
         f"server vs echo through a reader thread: {us['server'] / us['echo_thread']:.2f}x; "
         f"server vs in-process pool: {us['server'] / us['local']:.0f}x",
         "a request that waits vs one granted at once (await): "
         f"{us['server_wait'] / us['server_async']:.2f}x  (one round trip each: about 1)",
         f"memory server vs fraction server: {us['server_memory'] / us['server']:.2f}x  "
         "(aim <= 1.2)",
+        f"pipelined ({PIPELINE} in flight), per grant: server vs echo pipelined the same way: "
+        f"{us['server_pipelined'] / us['echo_pipelined']:.2f}x  (aim <= 2.0); vs the server "
+        f"one at a time (await): {us['server_pipelined'] / us['server_async']:.2f}x",
     ]
     table = "\n".join(lines)
     print(table)

@@ -30,7 +30,8 @@ def test_round_trip_bench_prints_every_contender(capsys: pytest.CaptureFixture[s
     table = load("bench_server").main(["--quick"])
     labels = ("bare echo", "reader thread", "hwpool serve", "in-process GPUPool", "--gpu-memory")
     waiting = ("await acquire that waits", "a request that waits vs one granted at once")
-    for label in (*labels, *waiting, "memory server vs fraction server"):
+    pipelined = ("8 in flight on one socket", "8 in flight, await acquire", "pipelined (8 in")
+    for label in (*labels, *waiting, *pipelined, "memory server vs fraction server"):
         assert label in table
     assert table in capsys.readouterr().out
 

@@ -50,22 +50,22 @@ class Trace:
 def trace(monkeypatch: pytest.MonkeyPatch) -> Iterator[Trace]:
     """Records every line a client connection of this process sends and every reply it reads."""
     seen = Trace()
-    send, read = Wire.send_bytes, Wire.read
+    send, read = Wire.send_bytes, Wire.read_batch
 
     def send_bytes(self: Wire, data: bytes) -> None:
         lines = [line + b"\n" for line in data.split(b"\n") if line]
         seen.sent.setdefault(id(self), []).extend(decode_client(line) for line in lines)
         send(self, data)
 
-    def read_one(self: Wire) -> ServerMessage:
-        message = read(self)
-        seen.read.setdefault(id(self), []).append(message)
-        if isinstance(message, Queued):
+    def read_batch(self: Wire) -> list[ServerMessage]:  # what the client's reader reads
+        messages = read(self)
+        seen.read.setdefault(id(self), []).extend(messages)
+        if any(isinstance(message, Queued) for message in messages):
             seen.queued.set()
-        return message
+        return messages
 
     monkeypatch.setattr(Wire, "send_bytes", send_bytes)
-    monkeypatch.setattr(Wire, "read", read_one)
+    monkeypatch.setattr(Wire, "read_batch", read_batch)
     yield seen
 
 

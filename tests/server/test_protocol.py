@@ -109,6 +109,22 @@ def test_server_messages_round_trip(message: p.ServerMessage) -> None:
     assert p.decode_server(p.encode(message)[:-1]) == message
 
 
+@pytest.mark.parametrize("message", CLIENT_MESSAGES + SERVER_MESSAGES, ids=lambda m: m.op)
+def test_every_line_is_the_compact_json_of_its_message(
+    message: p.ClientMessage | p.ServerMessage,
+) -> None:
+    # the messages of every grant are formatted directly: the same bytes as the general way
+    assert p.encode(message) == p._ENCODER.encode(message.wire()).encode() + b"\n"
+
+
+@pytest.mark.parametrize("gpus", [[0, True], [-1], [0, 1.0], [p.MAX_GPUS], ["0"]])
+def test_a_granted_with_a_bad_gpu_is_refused(gpus: list[object]) -> None:
+    line = json.dumps({"op": "granted", "req": 1, "id": 2, "gpus": gpus, "units": 5}).encode()
+    with pytest.raises(ProtocolError) as info:
+        p.decode_server(line)
+    assert info.value.code is ErrorCode.BAD_MESSAGE and "gpus" in info.value.message
+
+
 def test_error_codes_say_which_are_fatal() -> None:
     assert ErrorCode.TOO_LONG.fatal and ErrorCode.BAD_JSON.fatal and ErrorCode.VERSION.fatal
     assert not ErrorCode.UNKNOWN_OP.fatal and not ErrorCode.BAD_MESSAGE.fatal

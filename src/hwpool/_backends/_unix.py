@@ -177,24 +177,28 @@ class _Call:
 
 
 class _Delivery:
-    """Resolves a waiter's future on its loop; if the loop drops it unrun, gives the grant back."""
+    """Resolves the futures of waiters of one loop, answered together (one hand-over to that
+    loop, however many answers one read brought); if the loop drops it unrun, gives their
+    grants back."""
 
-    __slots__ = ("backend", "req")
+    __slots__ = ("backend", "reqs")
 
-    def __init__(self, backend: UnixBackend, req: _Req) -> None:
+    def __init__(self, backend: UnixBackend, reqs: list[_Req]) -> None:
         self.backend: UnixBackend | None = backend
-        self.req = req
+        self.reqs = reqs
 
     def __call__(self) -> None:
         self.backend = None
-        future = self.req.future
-        if future is not None and not future.done():
-            future.set_result(None)
+        for req in self.reqs:
+            future = req.future
+            if future is not None and not future.done():
+                future.set_result(None)
 
     def __del__(self) -> None:
         backend, self.backend = self.backend, None
         if backend is not None:
-            backend._abandon(self.req, timed_out=False, lost=True)
+            for req in self.reqs:
+                backend._abandon(req, timed_out=False, lost=True)
 
 
 class _Opened:
@@ -317,8 +321,8 @@ class UnixBackend:
             finally:
                 self._owner = 0
                 wake, self._to_wake = self._to_wake, []
-        for item in wake:
-            self._wake(item)
+        if wake:
+            self._wake(wake)
         self._pump()
         if self._later:
             self._flush()
@@ -358,19 +362,27 @@ class UnixBackend:
                 finally:
                     self._send_owner = 0
 
-    def _wake(self, item: _Req | _Call) -> None:
-        if item.wake is not None:
-            item.answered = True  # first: a waiter woken by the token reads it
-            with contextlib.suppress(RuntimeError):  # given already
-                item.wake.release()
-            return
-        assert isinstance(item, _Req) and item.loop is not None
-        delivery = _Delivery(self, item)
-        try:
-            item.loop.call_soon_threadsafe(delivery)
-        except RuntimeError:  # its loop is closed: nobody will take this grant
-            delivery.backend = None
-            self._abandon(item, timed_out=False, lost=True)
+    def _wake(self, items: list[_Req | _Call]) -> None:
+        """Wake the waiters of ``items``: a thread through its token, the waiters of one
+        event loop through one ``call_soon_threadsafe`` for all of them (each is one write
+        to the loop's wake-up pipe, and one turn of that loop)."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[_Req]] = {}
+        for item in items:
+            if item.wake is not None:
+                item.answered = True  # first: a waiter woken by the token reads it
+                with contextlib.suppress(RuntimeError):  # given already
+                    item.wake.release()
+                continue
+            assert isinstance(item, _Req) and item.loop is not None
+            by_loop.setdefault(item.loop, []).append(item)
+        for loop, reqs in by_loop.items():
+            delivery = _Delivery(self, reqs)
+            try:
+                loop.call_soon_threadsafe(delivery)
+            except RuntimeError:  # its loop is closed: nobody will take these grants
+                delivery.backend = None
+                for req in reqs:
+                    self._abandon(req, timed_out=False, lost=True)
 
     # ----------------------------------------------------------------- connecting
     def _dial(self, timeout: float = DIAL_TIMEOUT_S) -> Wire:
@@ -573,43 +585,50 @@ class UnixBackend:
         self._opened.pid = os.getpid()
 
     # ----------------------------------------------------------------- the reader's side
-    def _dispatch(self, message: ServerMessage) -> None:
+    def _dispatch(self, messages: list[ServerMessage]) -> None:
+        """Apply ``messages`` (what one read brought) in one section: their waiters are woken
+        together when it ends."""
         with self._section():
-            match message:
-                case Granted() if message.req in self._calls:  # the answer to a take
-                    self._on_taken(message)
-                case Granted():
-                    self._on_granted(message)
-                case Given():
-                    self._on_given(message)
-                case Queued():
-                    r = self._reqs.get(message.req)
-                    if r is not None:
-                        r.id = message.id
-                        if r.state is _State.SENT:
-                            r.state = _State.QUEUED
-                case Busy():
-                    r = self._reqs.pop(message.req, None)
-                    if r is not None:
-                        self._to_wake.append(r)
-                case ErrorReply():
-                    self._on_error(message)
-                case Revoked():
-                    self._on_revoked(message)
-                case StatusPart():
-                    call = self._calls.get(message.req)
-                    if call is not None:
-                        call.parts.append(message)
-                case StatusReply():
-                    call = self._calls.pop(message.req, None)
-                    if call is not None:
-                        call.reply = join_status(call.parts, message)
-                        self._to_wake.append(call)
-                case Done():
-                    call = self._calls.pop(message.req, None)
-                    if call is not None:
-                        call.reply = message
-                        self._to_wake.append(call)
+            for message in messages:
+                self._apply(message)
+
+    def _apply(self, message: ServerMessage) -> None:
+        """In a section: what one server message changes."""
+        match message:
+            case Granted() if message.req in self._calls:  # the answer to a take
+                self._on_taken(message)
+            case Granted():
+                self._on_granted(message)
+            case Given():
+                self._on_given(message)
+            case Queued():
+                r = self._reqs.get(message.req)
+                if r is not None:
+                    r.id = message.id
+                    if r.state is _State.SENT:
+                        r.state = _State.QUEUED
+            case Busy():
+                r = self._reqs.pop(message.req, None)
+                if r is not None:
+                    self._to_wake.append(r)
+            case ErrorReply():
+                self._on_error(message)
+            case Revoked():
+                self._on_revoked(message)
+            case StatusPart():
+                call = self._calls.get(message.req)
+                if call is not None:
+                    call.parts.append(message)
+            case StatusReply():
+                call = self._calls.pop(message.req, None)
+                if call is not None:
+                    call.reply = join_status(call.parts, message)
+                    self._to_wake.append(call)
+            case Done():
+                call = self._calls.pop(message.req, None)
+                if call is not None:
+                    call.reply = message
+                    self._to_wake.append(call)
 
     def _on_granted(self, message: Granted) -> None:
         r = self._reqs.get(message.req)
@@ -1222,7 +1241,7 @@ def _read(ref: weakref.ref[UnixBackend], wire: Wire | None) -> None:
             if wire is None:
                 return
         try:
-            message = wire.read()
+            messages = wire.read_batch()
         except ConnectionError as exc:
             backend = ref()
             again = backend is not None and backend._lost(wire, exc)
@@ -1235,5 +1254,5 @@ def _read(ref: weakref.ref[UnixBackend], wire: Wire | None) -> None:
         if backend is None:
             wire.shutdown()
             return
-        backend._dispatch(message)
+        backend._dispatch(messages)
         del backend

@@ -4,12 +4,12 @@ One event-loop thread owns the :class:`HostState` (and through it the core), so 
 locked. Each connection is an ``asyncio.Protocol``: bytes become lines (``LineBuffer``),
 lines become validated messages, messages become calls on the state, and the deliveries it
 returns are written to their connections: write-ahead, once per turn of the loop the changes
-of that turn are appended to the journal, and only then are its replies sent (while the
-journal cannot be written, they wait, and the server says so in its log and its status). A
-connection that closes, for any reason, takes its leases and waiters with it (except when the
-server itself is stopping: then they stay journaled, for the clients to reclaim). Whatever a
-client sends, the server answers with an error and, for what cannot go on (bad framing, no
-hello), closes that one connection.
+of that turn are appended to the journal, and only then are its replies sent, those to one
+connection in one write (while the journal cannot be written, they wait, and the server says
+so in its log and its status). A connection that closes, for any reason, takes its leases and
+waiters with it (except when the server itself is stopping: then they stay journaled, for the
+clients to reclaim). Whatever a client sends, the server answers with an error and, for what
+cannot go on (bad framing, no hello), closes that one connection.
 
 What is written to a connection is never the reason it is dropped: a reply that cannot be
 encoded becomes an ``error`` (``reply_failed``) for its request, and a status answer of any
@@ -237,6 +237,13 @@ class _Connection(asyncio.Protocol):
         if self.closed or self.transport is None:
             return
         self.put(self.encoded(message))
+
+    def put_all(self, lines: list[bytes]) -> None:
+        """Write encoded ``lines`` (replies of one turn of the loop) with one write: one
+        ``send`` for all of them, and one read for the client."""
+        if self.closed or self.transport is None:
+            return
+        self.put(lines[0] if len(lines) == 1 else b"".join(lines))
 
     def stream(self, lines: Iterator[bytes]) -> None:
         """Write the lines of ``lines`` as the client reads them (a status answer); the
@@ -598,13 +605,19 @@ class _Server:
         else:
             outbox = [x for x in self.outbox if _is_status(x[1])]
             self.outbox = [x for x in self.outbox if not _is_status(x[1])]
+        lines: dict[_Connection, list[bytes]] = {}  # each connection's replies, in order
         for conn, message in outbox:
+            if message is not None and not isinstance(message, Iterator):
+                lines.setdefault(conn, []).append(conn.encoded(message))
+                continue
+            if conn in lines:  # what comes before the status or the close goes first
+                conn.put_all(lines.pop(conn))
             if message is None:
                 conn.close_when_sent()
-            elif isinstance(message, Iterator):
-                conn.stream(message)
             else:
-                conn.send(message)
+                conn.stream(message)
+        for conn, replies in lines.items():
+            conn.put_all(replies)
         self.arm_limits()
 
     # ----------------------------------------------------------------- time limits

@@ -144,6 +144,20 @@ class Wire:
         except ProtocolError as exc:
             raise ConnectionError(f"bad message from {str(self.path)!r}: {exc}") from None
 
+    def read_batch(self) -> list[ServerMessage]:
+        """The next message (blocking for it) and every other one already received, so that
+        the reader hands them over together; ConnectionError as ``read``. A line that does
+        not decode ends the batch and is left for the next read, which raises then."""
+        batch = [self.read()]
+        lines = self._lines
+        while lines:
+            try:
+                batch.append(decode_server(lines[0]))
+            except ProtocolError:
+                break
+            lines.popleft()
+        return batch
+
     def status(self, req: int = 1) -> StatusReply:
         """The host's whole state, asked for as ``req`` and read in however many lines it
         comes (a server too old to stream answers in one); ConnectionError on any other

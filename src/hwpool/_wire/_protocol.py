@@ -212,10 +212,50 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)  # made o
 
 def encode(message: ClientMessage | ServerMessage) -> bytes:
     """One message as its line (compact JSON and a newline); ValueError if over MAX_LINE."""
-    line = _ENCODER.encode(message.wire()).encode() + b"\n"
+    line = _plain_line(message)
+    if line is None:
+        line = _ENCODER.encode(message.wire()).encode() + b"\n"
     if len(line) > MAX_LINE:
         raise ValueError(f"{message.op} message of {len(line)} bytes exceeds {MAX_LINE}")
     return line
+
+
+_NO_OPTIONS = (None, None, None, None)
+
+
+def _plain_line(message: ClientMessage | ServerMessage) -> bytes | None:
+    """The line of a message every grant exchanges (an ``acquire`` without options, a
+    ``queued``, a ``granted`` not of a take, a whole ``release``), formatted directly (a few
+    times faster than building its dict and encoding that; the same bytes), else None."""
+    kind = type(message)
+    if kind is Granted:
+        assert isinstance(message, Granted)
+        if message.request is not None:
+            return None
+        gpus = ",".join(map(str, message.gpus))
+        return (
+            f'{{"op":"granted","req":{message.req},"id":{message.id},"gpus":[{gpus}],'
+            f'"units":{message.units}}}\n'
+        ).encode()
+    if kind is Queued:
+        assert isinstance(message, Queued)
+        return f'{{"op":"queued","req":{message.req},"id":{message.id}}}\n'.encode()
+    if kind is Release:
+        assert isinstance(message, Release)
+        if message.gpu is not None:
+            return None
+        return f'{{"op":"release","req":{message.req},"of":{message.of}}}\n'.encode()
+    if kind is Acquire:
+        assert isinstance(message, Acquire)
+        options = (message.name, message.command, message.expected_s, message.limit_s)
+        if options != _NO_OPTIONS or message.unit != "gpu" or message.priority:
+            return None  # labels, a hint, a unit, a priority or a limit: the general way
+        wait = "true" if message.wait else "false"
+        return (
+            f'{{"op":"acquire","req":{message.req},"count":{message.count},'
+            f'"units":{message.units},"wait":{wait}}}\n'
+        ).encode()
+    return None
 
 
 # ----------------------------------------------------------------- field reading
@@ -248,6 +288,9 @@ class _Fields:
         return None if self.obj.get(key) is None else self.num(key, lo, hi)
 
     def flag(self, key: str) -> bool:
+        value = self.obj.get(key)
+        if value is True or value is False:  # the common case
+            return value
         try:
             return check_bool(key, self.get(key))
         except TypeError as exc:
@@ -286,6 +329,8 @@ class _Fields:
         value = self.get(key)
         if not isinstance(value, list) or len(value) > MAX_GPUS:
             raise self.fail(f"{key} must be a list of at most {MAX_GPUS} ints")
+        if all(type(v) is int and 0 <= v <= hi for v in value):  # the common case
+            return tuple(value)
         return tuple(_Fields({key: v}, self.op, self.req).num(key, 0, hi) for v in value)
 
     def pairs(self, key: str) -> tuple[tuple[int, int], ...]:
@@ -606,6 +651,8 @@ def _role(f: _Fields) -> Role:
 
 
 def _acquire(f: _Fields) -> Acquire:
+    if len(f.obj) == 5:  # op and the four fields it needs: no option to read
+        return Acquire(f.num("req"), f.num("count", 1, MAX_GPUS), f.num("units", 1), f.flag("wait"))
     expected = None if f.obj.get("expected_s") is None else f.age("expected_s")
     return Acquire(
         f.num("req"), f.num("count", 1, MAX_GPUS), f.num("units", 1), f.flag("wait"),
