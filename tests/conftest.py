@@ -11,14 +11,14 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
 from fakes.gpus import FakeGPU, nvml_module
 
-# No per-example deadline anywhere: on a loaded 2-core machine one example of a stateful test
-# can take 300 ms, and a deadline then fails a correct test (a wait is bounded by
-# pytest-timeout instead).
-settings.register_profile("hwpool", deadline=None)
+# No per-example deadline and no slow-generation health check anywhere: on a loaded 2-core
+# machine one example of a stateful test can take 300 ms, and either then fails a correct test
+# (every test is bounded by pytest-timeout instead).
+settings.register_profile("hwpool", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("hwpool")
 
 
