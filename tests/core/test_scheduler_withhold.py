@@ -7,10 +7,9 @@ import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import invariant, rule
+from test_scheduler import SchedulerMachine, U
 
 from hwpool._core._scheduler import Demand, Scheduler
-
-from test_scheduler import U, SchedulerMachine
 
 
 @pytest.mark.parametrize("policy", ["easy", "reserve-all"])
