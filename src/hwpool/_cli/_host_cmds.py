@@ -306,13 +306,12 @@ def _gpu_line(gpu: dict[str, Any]) -> str:
     size = f"{format_mib(gpu['free_mib'])} of {format_mib(gpu['total_mib'])}"
     line = f"{gpu['index']:>3}  {gpu['free']:.2f}  {size:<20} {device}"
     used = gpu["in_use_mib"]
-    if gpu["live"] is None:
-        return line if used is None else f"{line}  ({format_mib(used)} in use now, all processes)"
-    return line
+    return line if used is None else f"{line}  ({format_mib(used)} in use now, all processes)"
 
 
 def _live_line(gpu: dict[str, Any]) -> str:
-    """``  (watched: 9.8 GiB of 16 GiB used, 37% busy, 4 GiB outside the queue withheld)``."""
+    """``  (now: 9GiB of 16GiB used, 37% busy, 4GiB used outside the queue withheld)``: what
+    the server's GPU watch read last."""
     live = gpu["live"]
     if live is None:
         return ""
