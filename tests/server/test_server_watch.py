@@ -9,6 +9,7 @@ or on ``hwpool status --json``, bounded.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -21,6 +22,8 @@ import pytest
 
 from fakes.nvml_file import DIRECTORY, gpu, write_state
 from hostserver import BOUND, ENV, SRC, ClientProc, Server, run_cli, status_of
+from hwpool._jobs._model import JobState
+from jobbox import Box
 from runproc import Run
 
 UUID = "GPU-00000000-1111-2222-3333-444444444444"
@@ -45,10 +48,12 @@ class Machine:
         write_state(self.state, [gpu(UUID, TOTAL, used_mib=used, utilization=37,
                                      processes=processes)], failing)  # fmt: skip
 
-    def start(self, *args: str) -> Server:
+    def start(self, *args: str, memory: bool = True) -> Server:
+        """A server on the fake GPU, sized in memory unless not ``memory`` (fractions)."""
         env = {k: v for k, v in ENV.items() if k not in ("HWPOOL_NUM_GPUS", "CUDA_VISIBLE_DEVICES")}
         env.update(PYTHONPATH=f"{DIRECTORY}{os.pathsep}{SRC}", HWPOOL_FAKE_NVML=str(self.state))
-        self.server = Server(self.socket, "--memory", "--watch-interval", "0.05", *args, env=env)
+        sized = ("--memory",) if memory else ()
+        self.server = Server(self.socket, *sized, "--watch-interval", "0.05", *args, env=env)
         self.server.ready()
         self.server.wait_for("watching with NVML")
         return self.server
@@ -114,6 +119,27 @@ def test_an_outside_process_shrinks_what_is_granted_and_gives_it_back(
         client.expect("granted a [0]")
         status = machine.status()
         assert status["gpus"][0]["live"]["withheld_mib"] == 0 and status["outside"] == []
+    finally:
+        client.kill()
+
+
+def test_on_a_server_of_fractions_outside_memory_is_withheld_as_its_share(
+    machine: Machine, sleeper: Callable[[], subprocess.Popen[bytes]]
+) -> None:
+    machine.start(memory=False)
+    client = ClientProc(machine.socket)
+    try:
+        client.send("acquire a 0.25")
+        client.expect("granted a [0]")
+        outsider = sleeper()
+        machine.set({outsider.pid: 6000})  # 0.366 of the GPU withheld (rounded up in units)
+        status = machine.until(lambda s: s["gpus"][0]["live"]["withheld_mib"] == 6000, "held")
+        assert status["gpus"][0]["free"] == pytest.approx(0.75 - 6000 / TOTAL, abs=1e-5)
+        client.send("acquire b 0.5")  # would fit the 0.75 the lease leaves, not 0.38
+        machine.until(lambda s: len(s["waiting"]) == 1, "b waits")
+        client.send("release a")
+        client.expect("released a")
+        client.expect("granted b [0]")  # 1 - 0.366 >= 0.5
     finally:
         client.kill()
 
@@ -190,6 +216,31 @@ def test_term_ends_only_the_over_lease_job_after_the_grace(
         greedy.kill()
         code, err = modest.finish()
     assert code == 0, err
+
+
+def test_a_submitted_job_counts_under_its_launcher_and_is_ended_for_overuse(
+    machine: Machine, sockdir: Path
+) -> None:
+    """The launcher takes the lease over, so the lease's connection is the launcher's and
+    the job, its child, counts under it: flagged in the job's stderr log, then ended."""
+    server = machine.start("--over-lease", "term", "--over-lease-grace", "0.2")
+    (sockdir / "box").mkdir()
+    box = Box(server, sockdir / "box")
+    try:
+        job_id = box.submit("--mem", "2GiB", job=["big", "wait=never"])
+        running = box.running(job_id)
+        pid = int(json.loads(box.wait_file("big.started").read_text())["pid"])
+        assert status_of(machine.socket)["leases"][0]["pid"] == running.pid  # the launcher
+        machine.set({pid: 5000})
+        ended = box.finished(job_id)
+        assert ended.state is JobState.CANCELLED
+        assert ended.reason is not None and "ended for overuse" in ended.reason
+        assert ended.stderr_log is not None
+        log = Path(ended.stderr_log).read_text()
+        assert "uses 5000 MiB of GPU 0, more than its 2048 MiB" in log
+        assert "was ended for overuse" in log
+    finally:
+        box.kill_all()
 
 
 def test_nvml_errors_mid_run_do_not_stop_the_server(

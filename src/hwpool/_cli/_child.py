@@ -99,11 +99,19 @@ class JobEnd:
         return TIMED_OUT if self.timed_out else exit_status(self.returncode)
 
 
-def ended_for_overuse(lease: GPULease) -> bool:
-    """Whether the server ended ``lease`` for overuse (``over_lease term``)."""
+def ended_for_overuse(lease: GPULease, *, sync: bool = False) -> bool:
+    """Whether the server ended ``lease`` for overuse (``over_lease term``). With ``sync``,
+    one status round trip first, so that every message the server sent before (its
+    ``revoked``, which precedes its SIGTERM to the job) has been read: a job the server's
+    SIGTERM ended may have died before its ``revoked`` was read."""
     backend, grant = lease._pool._backend, lease._grant
     check = getattr(backend, "revoked_for_overuse", None)  # a host server's backend only
-    return grant is not None and check is not None and bool(check(grant.ticket))
+    if grant is None or check is None:
+        return False
+    if not check(grant.ticket) and sync:  # a host server's backend has status()
+        with contextlib.suppress(Exception):  # no server to ask: nothing more is known
+            backend.status()  # type: ignore[attr-defined]
+    return bool(check(grant.ticket))
 
 
 def run_job(

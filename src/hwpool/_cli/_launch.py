@@ -159,11 +159,16 @@ def _record(store: JobStore, job: JobRecord, end: _child.JobEnd, lease: GPULease
             store.mark_timed_out(job.id, signal=code.get("signal"))
         elif end.ended and _Cancel.requested:
             store.mark_cancelled(job.id, **code)
+        elif _child.ended_for_overuse(lease, sync=end.ended or end.returncode < 0):
+            store.mark_cancelled(
+                job.id, reason="ended for overuse: it used more GPU memory than it was leased",
+                **code,
+            )  # fmt: skip
         elif end.ended:
-            reason = "its lease was revoked (hwpool cancel, or lost with the server)"
-            if _child.ended_for_overuse(lease):
-                reason = "ended for overuse: it used more GPU memory than it was leased"
-            store.mark_cancelled(job.id, reason=reason, **code)
+            store.mark_cancelled(
+                job.id, reason="its lease was revoked (hwpool cancel, or lost with the server)",
+                **code,
+            )  # fmt: skip
         else:
             store.mark_finished(job.id, **code)
     finished = store.get(job.id)

@@ -830,7 +830,11 @@ class _Server:
                     config.over_lease_owners.items(), key=lambda item: _owner_key(item[0])
                 )
             )
-            + (f", grace {config.over_lease_grace_s:g} s" if config.over_lease == "term" else "")
+            + (
+                f", grace {config.over_lease_grace_s:g} s"
+                if "term" in (config.over_lease, *config.over_lease_owners.values())
+                else ""
+            )
         )
         self.watching.start(loop)
 

@@ -117,6 +117,7 @@ class Watching:
         self._problem = ""
         self._over: dict[int, list[OverUse]] = {}  # lease id -> its flags at the last sample
         self.ended_for_overuse = 0
+        self._to_terminate: list[int] = []  # process groups to SIGTERM after this flush
         self.samples = 0
 
     # ----------------------------------------------------------------- the loop
@@ -131,27 +132,38 @@ class Watching:
         self._timer = None
         if self._stopped or self._busy or self._loop is None or self._executor is None:
             return
-        procs, shares = self.lease_view()
+        try:
+            procs, shares = self.lease_view()
+        except Exception:  # a bug of ours: say so, and try again next time
+            self.say("internal error in the GPU watch:\n" + traceback.format_exc().rstrip())
+            self._timer = self._loop.call_later(self.interval_s, self.step)
+            return
         self._busy = True
         future = self._executor.submit(self._observe, procs, shares)
         asyncio.wrap_future(future, loop=self._loop).add_done_callback(self._sampled)
 
-    def _observe(self, procs: list[LeaseProcs], shares: list[LeaseShare]) -> WatchReport:
-        """One watcher step, on the watch thread (the sampler is opened on the first)."""
+    def _observe(
+        self, procs: list[LeaseProcs], shares: list[LeaseShare]
+    ) -> tuple[WatchReport, str]:
+        """One watcher step, on the watch thread; and, on the first (which opens the
+        sampler), how it samples, in words, for the log (written on the loop's thread)."""
+        opened = ""
         if self._watcher is None:
-            sampler, why = self._opener()
-            self.say(why)
-            self.source = sampler.source
+            sampler, opened = self._opener()
             self._watcher = Watcher(sampler, grace_s=self.grace_s)
-        return self._watcher.observe(procs, shares, time.monotonic())
+        return self._watcher.observe(procs, shares, time.monotonic()), opened
 
-    def _sampled(self, future: asyncio.Future[WatchReport]) -> None:
+    def _sampled(self, future: asyncio.Future[tuple[WatchReport, str]]) -> None:
         """Back on the loop: apply the report, and time the next sample from now."""
         self._busy = False
         if self._stopped or future.cancelled():
             return
         try:
-            self.apply(future.result(), time.monotonic())
+            report, opened = future.result()
+            if opened:
+                self.say(opened)
+                self.source = report.sample.source
+            self.apply(report, time.monotonic())
         except Exception:  # a bug of ours: the server goes on, and so does the watch
             self.say("internal error in the GPU watch:\n" + traceback.format_exc().rstrip())
         if self._loop is not None and not self._stopped:
@@ -235,7 +247,10 @@ class Watching:
                 self._withheld_units[index] = units
                 deliveries += self.state.withhold(index, units, now)
         deliveries += self._over_leases(report, now)
-        self.after(deliveries)
+        self.after(deliveries)  # schedules the journal's flush, which sends them
+        if self._to_terminate and self._loop is not None:
+            self._loop.call_soon(_terminate, self._to_terminate)  # after that flush
+        self._to_terminate = []
 
     def _units(self, gpu: int, mib: int, total_mib: int | None) -> int | None:
         """The core's units for ``mib`` withheld on ``gpu`` (None: cannot tell, keep as is)."""
@@ -282,11 +297,11 @@ class Watching:
         return [(entry.client, Notice(entry.req, entry.id, f"hwpool: {text}"))]
 
     def _end(self, entry: Entry, report: WatchReport, now: float) -> list[Delivery]:
-        """SIGTERM the process groups of ``entry``'s GPU processes, end it for overuse."""
+        """End ``entry`` for overuse and SIGTERM the process groups of its GPU processes:
+        the signals go once the ``revoked`` is written (the loop runs the journal's flush,
+        scheduled by then, first), so that its client knows why its job ends."""
         groups = self._groups_of(entry.id, report.processes)
-        for pgid in groups:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pgid, signal.SIGTERM)
+        self._to_terminate += groups
         self.ended_for_overuse += 1
         signalled = ", ".join(map(str, groups)) or "none left"
         self.say(
@@ -335,6 +350,13 @@ class Watching:
             outside_left_out=max(0, len(outside) - MAX_OUTSIDE),
             ended_for_overuse=self.ended_for_overuse,
         )  # fmt: skip
+
+
+def _terminate(groups: Sequence[int]) -> None:
+    """SIGTERM each process group of ``groups`` (one gone, or not ours to signal, is left)."""
+    for pgid in groups:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGTERM)
 
 
 def _reading(reading: object) -> tuple[int | None, int | None, int | None]:
