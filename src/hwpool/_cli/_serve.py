@@ -83,7 +83,6 @@ def _check_config(path: Path | None, settings: dict[str, Any]) -> int:
         else:
             print(f"{key} = {json.dumps(list(value) if isinstance(value, tuple) else value)}")
     _print_accounts(settings["accounts"])
-    _print_over_lease_owners(settings["over_lease_owners"])
     print("[shares]  # uid or account: share (everyone else: 1)")
     for owner, share in sorted(settings["shares"].items(), key=_owner_order):
         print(f"{_owner_key(owner)} = {share:g}{_owner_comment(owner)}")
@@ -96,6 +95,7 @@ def _check_config(path: Path | None, settings: dict[str, Any]) -> int:
         table = "accounts" if isinstance(owner, str) else "users"
         print(f"[limits.{table}.{_owner_key(owner)}]{_owner_comment(owner)}")
         _print_limits(limits)
+    _print_over_lease_owners(settings["over_lease_owners"])
     return 0
 
 
@@ -112,9 +112,9 @@ def _print_accounts(accounts: dict[str, frozenset[int]]) -> None:
 
 
 def _print_over_lease_owners(policies: dict[int | str, str]) -> None:
-    """``[over_lease_owners]``: each owner's over-lease policy, where it is not ``over_lease``."""
+    """``[over_lease_owners]``: each owner's over-lease policy, where it is not ``over_lease``
+    (nothing where none is set: every owner has ``over_lease``)."""
     if not policies:
-        print("# over_lease_owners: none (every owner has over_lease)")
         return
     print("[over_lease_owners]  # uid or account: its over-lease policy")
     for owner, policy in sorted(policies.items(), key=_owner_order):

@@ -374,7 +374,7 @@ class Hello:
     client: str
     token: str | None = None
     role: Role = "data"
-    notices: bool = True  # it reads ``notice`` messages (a client of this version does)
+    notices: bool = False  # it reads ``notice`` messages (a client of this version does)
     op: ClassVar[str] = "hello"
 
     def wire(self) -> dict[str, object]:
