@@ -263,6 +263,44 @@ def test_nvml_errors_mid_run_do_not_stop_the_server(
     assert server.proc.poll() is None
 
 
+def test_an_owners_own_policy_overrides_the_servers(machine: Machine, tmp_path: Path) -> None:
+    config = machine.directory / "serve.toml"
+    config.write_text(
+        'over_lease = "term"\nover_lease_grace = 0\n'
+        f'[over_lease_owners]\n"uid:{os.getuid()}" = "off"\n'
+    )
+    config.chmod(0o600)
+    server = machine.start("--config", str(config))
+    run = Run(server, tmp_path, "job", "wait=go", options=("--mem", "2GiB"))
+    try:
+        job = run.started()["pid"]
+        machine.set({job: 5000})
+        status = machine.until(lambda s: s["leases"][0]["over_lease"], "flagged")
+        assert status["counters"]["ended_for_overuse"] == 0
+    finally:
+        (tmp_path / "go").touch()
+        code, err = run.finish()
+    assert code == 0, err  # off: flagged in status only, not said, not ended
+    assert "uses 5000 MiB" not in err
+    assert not [line for line in server.lines if "uses 5000 MiB" in line]
+
+
+def test_memory_left_out_at_start_is_not_withheld_twice(
+    machine: Machine, sleeper: Callable[[], subprocess.Popen[bytes]]
+) -> None:
+    outsider = sleeper()
+    machine.set({outsider.pid: 4000})
+    server = machine.start("--reserve-in-use")
+    status = machine.until(lambda s: s["gpus"][0]["live"]["withheld_mib"] == 4000, "seen")
+    assert status["gpus"][0]["total_mib"] == TOTAL - 4000
+    assert status["gpus"][0]["free_mib"] == TOTAL - 4000  # left out at start already
+    machine.set({outsider.pid: 6000})  # 2000 MiB more than at start: those are withheld
+    status = machine.until(lambda s: s["gpus"][0]["live"]["withheld_mib"] == 6000, "more")
+    assert status["gpus"][0]["free_mib"] == TOTAL - 6000
+    assert server.stop() == 0  # a watching server stops cleanly
+    server.wait_for("stopped")
+
+
 def test_logical_gpus_are_not_watched(sockdir: Path) -> None:
     server = Server(sockdir / "s.sock", "--gpus", "2").ready()
     try:
@@ -280,7 +318,7 @@ def test_logical_gpus_are_not_watched(sockdir: Path) -> None:
         (("--watch-interval", "-1"), "--watch-interval: must be a number of seconds >= 0 or off"),
         (("--watch-interval", "soon"), "'soon'"),
         (("--over-lease", "kill"), "--over-lease: invalid choice: 'kill'"),
-        (("--over-lease-grace", "-5"), "--over-lease-grace"),
+        (("--over-lease-grace", "-5"), "--over-lease-grace: must be a number of seconds >= 0"),
     ],
 )
 def test_bad_watch_flags_are_refused(args: tuple[str, ...], message: str, sockdir: Path) -> None:
