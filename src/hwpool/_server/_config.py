@@ -11,7 +11,9 @@ share between owners (the scheduler's rules 8-10); ``[accounts]`` gathers users 
 owner each (an account's members share one fair share, one usage and one set of limits);
 ``[limits.default]``, ``[limits.users.NAME]``, ``[limits.groups.NAME]`` (each member's, not
 shared) and ``[limits.accounts.NAME]`` (the account's as a whole) limit what each owner may
-hold and queue (rule 11); the rest are ``hwpool serve``'s flags, spelt with underscores.
+hold and queue (rule 11); ``[over_lease_owners]`` sets an owner's over-lease policy (the GPU
+watch's ``warn``, ``term`` or ``off``) instead of ``over_lease``; the rest are ``hwpool
+serve``'s flags, spelt with underscores (``watch_interval`` may also be ``"off"``).
 
 An owner is a uid (an int) or an account (its name, a str): the two can never be equal.
 """
