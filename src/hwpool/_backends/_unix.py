@@ -684,13 +684,15 @@ class UnixBackend:
         self._to_wake.append(r)
 
     def _on_revoked(self, message: Revoked) -> None:
-        r = self._reqs.pop(message.req, None)
+        r = self._reqs.get(message.req)
         if r is None:
             return
+        if message.reason == "overuse":  # known before the lease reads as not held
+            self._overuse_keys.add(r.key)
+        del self._reqs[message.req]
         self._orphans.add(r.key)
         self._released += 1
         if message.reason == "overuse":
-            self._overuse_keys.add(r.key)
             _log.warning(
                 "hwpool: lease #%s on GPUs %s was ended for overuse: its processes used more GPU "
                 "memory than it was leased; its release is a no-op",
