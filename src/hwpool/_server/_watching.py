@@ -76,7 +76,7 @@ class Watching:
 
     ``state``: the server's :class:`HostState`; ``gpus``: its GPUs (those with a UUID are
     watched); ``say`` logs a line; ``after`` sends deliveries once the turn's changes are
-    journaled (as every change of the state). ``open_sampler`` is injected by tests.
+    journaled (as every change of the state). ``opener`` opens the sampler (tests inject one).
     """
 
     def __init__(
