@@ -75,6 +75,7 @@ from .._wire._protocol import (
     Give,
     Given,
     Granted,
+    Notice,
     Queued,
     Reclaim,
     Reclaimed,
@@ -278,6 +279,7 @@ class UnixBackend:
         self._granted = self._released = self._cancelled = self._timed_out = 0
         self._revoked_count = 0  # leases the server took back when their time limit ran out
         self._timed_out_keys: set[int] = set()  # of those, the ones not released since
+        self._overuse_keys: set[int] = set()  # leases ended for overuse, not released since
         self._posted = 0  # messages queued for the server, ever (snapshots compare it)
         self._opened = _Opened()
         weakref.finalize(self, self._opened.close_all)
@@ -615,6 +617,8 @@ class UnixBackend:
                 self._on_error(message)
             case Revoked():
                 self._on_revoked(message)
+            case Notice():
+                _log.warning("%s", message.text)  # on the job's stderr (hwpool run, a job)
             case StatusPart():
                 call = self._calls.get(message.req)
                 if call is not None:
@@ -699,11 +703,21 @@ class UnixBackend:
         self._to_wake.append(r)
 
     def _on_revoked(self, message: Revoked) -> None:
-        r = self._reqs.pop(message.req, None)
+        r = self._reqs.get(message.req)
         if r is None:
             return
+        if message.reason == "overuse":  # known before the lease reads as not held
+            self._overuse_keys.add(r.key)
+        del self._reqs[message.req]
         self._orphans.add(r.key)
         self._released += 1
+        if message.reason == "overuse":
+            _log.warning(
+                "hwpool: lease #%s on GPUs %s was ended for overuse: its processes used more GPU "
+                "memory than it was leased; its release is a no-op",
+                message.id, list(r.gpus),
+            )  # fmt: skip
+            return
         if message.reason == "limit":
             self._revoked_count += 1
             self._timed_out_keys.add(r.key)
@@ -876,6 +890,10 @@ class UnixBackend:
         self._defer(op)
 
     # ----------------------------------------------------------------- releasing
+    def revoked_for_overuse(self, ticket: int) -> bool:
+        """Whether grant ``ticket`` was ended for overuse (the server's ``over_lease term``)."""
+        return ticket in self._overuse_keys
+
     def revoked_by_limit(self, ticket: int) -> bool:
         """Whether grant ``ticket`` was revoked because its time limit ran out (and not
         released since)."""
@@ -903,6 +921,7 @@ class UnixBackend:
             if grant.ticket in self._orphans or self._closed:
                 self._orphans.discard(grant.ticket)
                 self._timed_out_keys.discard(grant.ticket)
+                self._overuse_keys.discard(grant.ticket)
                 return
             raise ValueError(
                 f"grant {grant.ticket} ({units_to_fraction(grant.units)} of GPU(s) "

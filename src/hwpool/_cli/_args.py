@@ -158,6 +158,18 @@ def positive_seconds(text: str) -> float:
     return value
 
 
+def seconds_or_off(text: str) -> float:
+    """A finite number of seconds >= 0, or ``off`` (0: turned off)."""
+    if text == "off":
+        return 0.0
+    try:
+        return seconds_or_zero(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"must be a number of seconds >= 0 or off, got {text!r}"
+        ) from None
+
+
 def seconds_or_zero(text: str) -> float:
     """A finite number of seconds >= 0."""
     try:

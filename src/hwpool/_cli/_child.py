@@ -29,6 +29,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .._gpu._lease import GPULease
 
 __all__ = ["FORWARDED", "TIMED_OUT", "JobEnd", "exit_status", "run_job", "run_job_to_end", "say"]
 
@@ -93,6 +97,21 @@ class JobEnd:
         """The exit status ``hwpool run`` gives: :data:`TIMED_OUT` once timed out, else the
         job's status as a shell reports it."""
         return TIMED_OUT if self.timed_out else exit_status(self.returncode)
+
+
+def ended_for_overuse(lease: GPULease, *, sync: bool = False) -> bool:
+    """Whether the server ended ``lease`` for overuse (``over_lease term``). With ``sync``,
+    one status round trip first, so that every message the server sent before (its
+    ``revoked``, which precedes its SIGTERM to the job) has been read: a job the server's
+    SIGTERM ended may have died before its ``revoked`` was read."""
+    backend, grant = lease._pool._backend, lease._grant
+    check = getattr(backend, "revoked_for_overuse", None)  # a host server's backend only
+    if grant is None or check is None:
+        return False
+    if not check(grant.ticket) and sync:  # a host server's backend has status()
+        with contextlib.suppress(Exception):  # no server to ask: nothing more is known
+            backend.status()  # type: ignore[attr-defined]
+    return bool(check(grant.ticket))
 
 
 def run_job(

@@ -198,6 +198,7 @@ def _report(wire: Wire, reply: StatusReply) -> dict[str, Any]:
         return units / (full if totals is None else totals[gpu])
 
     in_use = _in_use_now(welcome.gpus) if totals is not None else (None,) * len(welcome.gpus)
+    live = _live(reply)
 
     report = {
         "socket": str(wire.path),
@@ -213,14 +214,15 @@ def _report(wire: Wire, reply: StatusReply) -> dict[str, Any]:
              "parent": g.parent, "memory_mib": g.memory_mib, "free": share(g.index, free),
              "free_mib": None if totals is None else free,
              "total_mib": None if totals is None else totals[g.index],
-             "in_use_mib": in_use[g.index]}
+             "in_use_mib": in_use[g.index], "live": live.get(g.index)}
             for g, free in zip(welcome.gpus, reply.free, strict=False)
         ],
         "leases": [
             {"id": x.id, "uid": x.uid, "user": user_name(x.uid), "pid": x.pid,
              "held": [[gpu, share(gpu, units)] for gpu, units in x.held],
              "held_mib": None if totals is None else [list(p) for p in x.held],
-             "held_s": x.age_s, "name": x.name, "command": x.command}
+             "held_s": x.age_s, "name": x.name, "command": x.command,
+             "used_mib": x.used_mib, "over_lease": x.over_lease, "allowed_mib": x.allowed_mib}
             for x in reply.leases
         ],
         "waiting": [
@@ -236,9 +238,37 @@ def _report(wire: Wire, reply: StatusReply) -> dict[str, Any]:
         "counters": {
             "granted": reply.granted, "released": reply.released,
             "cancelled": reply.cancelled, "timed_out": reply.timed_out,
+            "ended_for_overuse": reply.ended_for_overuse,
         },
+        **_watched(reply),
     }  # fmt: skip
     return report
+
+
+def _live(reply: StatusReply) -> dict[int, dict[str, Any]]:
+    """Per GPU index, what the server's GPU watch read of it last (none: not watched)."""
+    return {
+        g.gpu: {"total_mib": g.total_mib, "used_mib": g.used_mib, "utilization": g.utilization,
+                "withheld_mib": g.withheld_mib}
+        for g in reply.gpu_state
+    }  # fmt: skip
+
+
+def _watched(reply: StatusReply) -> dict[str, Any]:
+    """The server's GPU watch (None where it does not watch, or is older) and the processes
+    on its GPUs outside the queue."""
+    watch = reply.watch
+    return {
+        "watch": None if watch is None else {
+            "source": watch.source, "interval_s": watch.interval_s, "age_s": watch.age_s,
+            "problem": watch.problem,
+        },
+        "outside": [
+            {"pid": o.pid, "uid": o.uid, "user": o.user, "gpu": o.gpu, "used_mib": o.used_mib}
+            for o in reply.outside
+        ],
+        "outside_left_out": reply.outside_left_out,
+    }  # fmt: skip
 
 
 def _owners(reply: StatusReply) -> list[dict[str, Any]]:
@@ -288,6 +318,25 @@ def _gpu_line(gpu: dict[str, Any]) -> str:
     return line if used is None else f"{line}  ({format_mib(used)} in use now, all processes)"
 
 
+def _live_line(gpu: dict[str, Any]) -> str:
+    """``  (now: 9GiB of 16GiB used, 37% busy, 4GiB used outside the queue withheld)``: what
+    the server's GPU watch read last."""
+    live = gpu["live"]
+    if live is None:
+        return ""
+
+    def mib(value: int | None) -> str:
+        return "?" if value is None else format_mib(value)
+
+    busy = "?" if live["utilization"] is None else f"{live['utilization']}%"
+    withheld = live["withheld_mib"]
+    return (
+        f"  (now: {mib(live['used_mib'])} of {mib(live['total_mib'])} used, {busy} busy"
+        + (f", {format_mib(withheld)} used outside the queue withheld" if withheld else "")
+        + ")"
+    )
+
+
 def _asked(waiter: dict[str, Any]) -> str:
     if waiter["count"] > 1:
         return f"{waiter['count']} whole GPUs"
@@ -326,11 +375,11 @@ def _format(report: dict[str, Any]) -> str:
         lines.append(f"journal not writable: nothing new is granted ({server['journal_error']})")
     sized = report["sized_in_memory"]
     lines.append("GPU  free  memory free          device" if sized else "GPU  free  device")
-    lines += [_gpu_line(g) for g in report["gpus"]]
+    lines += [_gpu_line(g) + _live_line(g) for g in report["gpus"]]
     lines.append(f"leases ({len(report['leases'])}):")
     lines += [
         f"  #{x['id']} {printable(x['user'])} pid {x['pid']}: {_held(x)}, "
-        f"held {x['held_s']:.1f} s" + _label(x)
+        f"held {x['held_s']:.1f} s" + _use(x, report["watch"] is not None) + _label(x)
         for x in report["leases"]
     ]
     lines.append(f"queue ({len(report['waiting'])}, in order):")
@@ -343,15 +392,46 @@ def _format(report: dict[str, Any]) -> str:
             f"{w['pid']}: {what}"
             f"{reserve}{held}, waiting {w['waited_s']:.1f} s" + _label(w)
         )
+    lines += _outside_lines(report)
     lines += _owner_lines(report["owners"], report["owners_left_out"])
     c = report["counters"]
     lines.append(
         f"granted {c['granted']}, released {c['released']}, cancelled {c['cancelled']}, "
         f"timed out {c['timed_out']}"
+        + (f", ended for overuse {c['ended_for_overuse']}" if c["ended_for_overuse"] else "")
     )
     if report["leases"] or report["waiting"]:
         lines.append(ID_NOTE)
     return "\n".join(lines)
+
+
+def _use(lease: dict[str, Any], watched: bool) -> str:
+    """``, uses 5 GiB OVER its 2 GiB``: a lease's GPU memory, where the server watches."""
+    if not watched:
+        return ""
+    used = "?" if lease["used_mib"] is None else format_mib(lease["used_mib"])
+    if lease["over_lease"]:
+        return f", uses {used} OVER its {format_mib(lease['allowed_mib'] or 0)}"
+    return f", uses {used}"
+
+
+def _outside_lines(report: dict[str, Any]) -> list[str]:
+    """The processes on the GPUs outside the queue (where the server watches), for an admin."""
+    if report["watch"] is None:
+        return []
+    outside, more = report["outside"], report["outside_left_out"]
+    problem = report["watch"]["problem"]
+    lines = [f"GPU watch ({printable(report['watch']['source'] or 'starting')}): "
+             f"{printable(problem)}"] if problem else []  # fmt: skip
+    lines.append(f"outside the queue ({len(outside) + more}):")
+    lines += [
+        f"  pid {o['pid']} {printable(o['user'] or '?')}: "
+        f"{'?' if o['used_mib'] is None else format_mib(o['used_mib'])} of GPU {o['gpu']}"
+        for o in outside
+    ]
+    if more:
+        lines.append(f"  ... and {more} more")
+    return lines
 
 
 def _in_account(waiter: dict[str, Any]) -> str:

@@ -102,7 +102,7 @@ def _run(store: JobStore, directory: Path, job: JobRecord, pool: GPUPool, lease:
         except JobStateError:
             return 0  # cancelled meanwhile, or another launcher runs it: the lease goes back
         os.dup2(fds[1], 2)  # our own lines go where the user reads the job's
-        return _record(store, job, _execute(job, lease, fds, pool))
+        return _record(store, job, _execute(job, lease, fds, pool), lease)
     finally:
         for fd in fds:
             os.close(fd)
@@ -138,13 +138,18 @@ def _ending_why(job: JobRecord, lease: GPULease) -> str:
     if _Cancel.requested:
         return f"hwpool: {job.id} was cancelled: ending it (SIGTERM, then SIGKILL after " \
                f"{GRACE_S:g} s)"  # fmt: skip
+    if _child.ended_for_overuse(lease):
+        return (
+            f"hwpool: {job.id}'s lease #{lease.id} was ended for overuse (it used more GPU "
+            "memory than it was leased; the server's over-lease policy is term): ending it"
+        )
     return (
         f"hwpool: {job.id}'s lease #{lease.id} was revoked (`hwpool cancel {lease.id}` by an "
         "admin, or lost with the server): ending it"
     )
 
 
-def _record(store: JobStore, job: JobRecord, end: _child.JobEnd) -> int:
+def _record(store: JobStore, job: JobRecord, end: _child.JobEnd, lease: GPULease) -> int:
     """Write how the job ended; 0 (the launcher did its work, whatever the job's status)."""
     code: dict[str, Any] = (
         {"signal": -end.returncode} if end.returncode < 0 else {"exit_code": end.returncode}
@@ -154,6 +159,11 @@ def _record(store: JobStore, job: JobRecord, end: _child.JobEnd) -> int:
             store.mark_timed_out(job.id, signal=code.get("signal"))
         elif end.ended and _Cancel.requested:
             store.mark_cancelled(job.id, **code)
+        elif _child.ended_for_overuse(lease, sync=end.ended or end.returncode < 0):
+            store.mark_cancelled(
+                job.id, reason="ended for overuse: it used more GPU memory than it was leased",
+                **code,
+            )  # fmt: skip
         elif end.ended:
             store.mark_cancelled(
                 job.id, reason="its lease was revoked (hwpool cancel, or lost with the server)",

@@ -185,6 +185,22 @@ def _add_host(commands: Subcommands) -> None:
         "its servers with 600)",
     )  # fmt: skip
     srv.add_argument(
+        "--watch-interval", type=_args.seconds_or_off, metavar="S",
+        help="sample the GPUs' memory, utilisation and processes every S s (default 2; 0 or "
+        "off: never; off anyway for logical GPUs without UUIDs, as with --gpus)",
+    )  # fmt: skip
+    srv.add_argument(
+        "--over-lease", choices=("warn", "term", "off"),
+        help="a lease using more GPU memory than it was leased: warn (default: the log and "
+        "the job's stderr say so), term (also SIGTERM its process group after "
+        "--over-lease-grace and end the lease), off (only flagged in status)",
+    )  # fmt: skip
+    srv.add_argument(
+        "--over-lease-grace", type=_args.seconds_or_zero, metavar="S",
+        help="with --over-lease term: how long a lease may stay over before it is ended "
+        "(default 30)",
+    )  # fmt: skip
+    srv.add_argument(
         "--policy", choices=SERVER_POLICIES,
         help="the scheduling policy (default easy; reserve-all: the one hwpool started from)",
     )  # fmt: skip

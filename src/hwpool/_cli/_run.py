@@ -150,11 +150,14 @@ def _lease_and_run(pool: GPUPool, args: argparse.Namespace, argv: list[str], pat
             f"running {shlex.join(argv)}"
             + ("" if limit is None else f" for at most {_duration_text(limit)} (--time)")
         )
-        return _child.run_job(
-            argv, lease.env(), args.grace, _holds(pool, lease), _LOST,
+        end = _child.run_job_to_end(
+            argv, lease.env(), args.grace, _holds(pool, lease), lambda: _lost(pool, lease),
             deadline=None if limit is None else granted + limit,
             late=_late(limit, args.grace) if limit is not None else "",
         )  # fmt: skip
+        if not end.ended and end.returncode < 0 and _child.ended_for_overuse(lease, sync=True):
+            say(_OVERUSE_KILLED)  # the server's SIGTERM ended the job before it was told why
+        return end.status
     finally:
         lease.__exit__(None, None, None)
 
@@ -217,6 +220,23 @@ _LOST = (
     "hwpool run: the lease is no longer held (revoked by `hwpool cancel`, or lost with the "
     "server): ending the job"
 )
+
+
+_OVERUSE = (
+    "hwpool run: the lease was ended for overuse (its processes used more GPU memory than "
+    "it was leased, and the server's over-lease policy is term): ending the job"
+)
+
+
+_OVERUSE_KILLED = (
+    "hwpool run: the lease was ended for overuse (its processes used more GPU memory than "
+    "it was leased, and the server's over-lease policy is term): the server ended the job"
+)
+
+
+def _lost(pool: GPUPool, lease: GPULease) -> str:
+    """What ``hwpool run`` says when the lease is no longer held: why, where it knows."""
+    return _OVERUSE if _child.ended_for_overuse(lease) else _LOST
 
 
 def _holds(pool: GPUPool, lease: GPULease) -> Callable[[], bool]:

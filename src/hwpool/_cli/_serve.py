@@ -36,6 +36,8 @@ _BUILT_IN: dict[str, object] = {
     "max_requests_per_user": MAX_REQUESTS_PER_USER, "hello_timeout": 10.0,
     "idle_timeout": None, "half_life": DEFAULT_HALF_LIFE, "shares": {}, "limits": {},
     "default_limits": None, "accounts": {}, "metrics_port": None, "metrics_host": "127.0.0.1",
+    "watch_interval": 2.0, "over_lease": "warn", "over_lease_grace": 30.0,
+    "over_lease_owners": {},
 }  # fmt: skip
 """Each setting's value when neither a flag nor the config file gives it."""
 
@@ -76,7 +78,7 @@ def _check_config(path: Path | None, settings: dict[str, Any]) -> int:
     """``--check-config``: the file and the effective settings, one per line (TOML)."""
     print(f"# config file: {path if path is not None else 'none'}")
     for key, value in settings.items():
-        if key in ("shares", "limits", "default_limits", "accounts"):
+        if key in ("shares", "limits", "default_limits", "accounts", "over_lease_owners"):
             continue
         if value is None:
             print(f"# {key}: not set")
@@ -95,6 +97,7 @@ def _check_config(path: Path | None, settings: dict[str, Any]) -> int:
         table = "accounts" if isinstance(owner, str) else "users"
         print(f"[limits.{table}.{_owner_key(owner)}]{_owner_comment(owner)}")
         _print_limits(limits)
+    _print_over_lease_owners(settings["over_lease_owners"])
     return 0
 
 
@@ -108,6 +111,16 @@ def _print_accounts(accounts: dict[str, frozenset[int]]) -> None:
         members = ", ".join(f'"uid:{uid}"' for uid in sorted(uids))
         names = ", ".join(printable(user_name(uid)) for uid in sorted(uids))
         print(f"{name} = [{members}]" + (f"  # {names}" if names else ""))
+
+
+def _print_over_lease_owners(policies: dict[int | str, str]) -> None:
+    """``[over_lease_owners]``: each owner's over-lease policy, where it is not ``over_lease``
+    (nothing where none is set: every owner has ``over_lease``)."""
+    if not policies:
+        return
+    print("[over_lease_owners]  # uid or account: its over-lease policy")
+    for owner, policy in sorted(policies.items(), key=_owner_order):
+        print(f'{_owner_key(owner)} = "{policy}"{_owner_comment(owner)}')
 
 
 def _owner_order(item: tuple[int | str, object]) -> tuple[int, int, str]:
@@ -169,6 +182,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         shares=args.shares, half_life=args.half_life, limits=args.limits,
         default_limits=args.default_limits, accounts=args.accounts,
         metrics_port=args.metrics_port, metrics_host=args.metrics_host,
+        watch_interval_s=args.watch_interval, over_lease=args.over_lease,
+        over_lease_grace_s=args.over_lease_grace, over_lease_owners=args.over_lease_owners,
     )  # fmt: skip
     if config.metrics_port is not None:
         _metrics_importable()

@@ -505,6 +505,7 @@ class Scheduler:
         self._relative_needs: dict[int, list[int]] = {}
         # The demand last admitted, as given and as admitted (see _admit_anew).
         self._admitted: tuple[Demand, Demand] = (_UNSEEN, _UNSEEN)
+        self._withheld = [0] * self.num_gpus  # units held by no one: see withhold()
         self._init_owners(totals, checked_shares, checked_half_life)
         self._start_over()
 
@@ -1643,6 +1644,43 @@ class Scheduler:
         self._open, self._reserving = open_gpus, reserving
         return self._dequeued(grants)
 
+    # ----------------------------------------------------------------- withheld capacity
+    def withhold(self, gpu: int, units: int, *, now: float | None = None) -> list[Grant]:
+        """Make ``units`` of ``gpu`` unavailable, as a lease held by no one would; return the
+        waiters granted as a result (when less is withheld than before).
+
+        ``units`` is the amount withheld from now on (it replaces the previous one; 0 gives
+        everything back). What is withheld is taken from the GPU's free units even where
+        leases hold them: free may go below zero, and nothing new is granted there until
+        releases cover it. The queue is walked again, as after a release, so reservations
+        see the new free units. The host server calls this with the memory that processes
+        outside the queue hold. Raises ValueError (or TypeError), changing nothing, for an
+        unknown GPU, units outside 0..the GPU's total, or a bad ``now``.
+        """
+        gpu = self._check_gpu(gpu)
+        units = check_int("units to withhold", units, minimum=0, maximum=self._totals[gpu])
+        clock = self._time(now)
+        before = self._withheld[gpu]
+        if units == before:
+            return []
+        at = self._commit(clock)
+        self._withheld[gpu] = units
+        self._free[gpu] -= units - before
+        if not self._queue:
+            return []
+        return self._walk_easy(at) if self._easy else self._walk()
+
+    @property
+    def withheld(self) -> tuple[int, ...]:
+        """Units withheld per GPU (:meth:`withhold`); all 0 unless the caller withheld some."""
+        return tuple(self._withheld)
+
+    def _take_withheld(self) -> None:
+        """Take what is withheld out of the free units again (after :meth:`rebuild` made
+        every GPU free)."""
+        for gpu, units in enumerate(self._withheld):
+            self._free[gpu] -= units
+
     def restore(
         self,
         gpus: tuple[int, ...],
@@ -1711,6 +1749,7 @@ class Scheduler:
         grants, queue = self._checked_books(held, waiting)
         at = self._commit(clock)
         self._start_over()
+        self._take_withheld()
         self._durations.forget_runs()
         self._usage.forget_grants(at)
         for ticket, parts in grants:

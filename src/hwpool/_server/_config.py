@@ -11,7 +11,9 @@ share between owners (the scheduler's rules 8-10); ``[accounts]`` gathers users 
 owner each (an account's members share one fair share, one usage and one set of limits);
 ``[limits.default]``, ``[limits.users.NAME]``, ``[limits.groups.NAME]`` (each member's, not
 shared) and ``[limits.accounts.NAME]`` (the account's as a whole) limit what each owner may
-hold and queue (rule 11); the rest are ``hwpool serve``'s flags, spelt with underscores.
+hold and queue (rule 11); ``[over_lease_owners]`` sets an owner's over-lease policy (the GPU
+watch's ``warn``, ``term`` or ``off``) instead of ``over_lease``; the rest are ``hwpool
+serve``'s flags, spelt with underscores (``watch_interval`` may also be ``"off"``).
 
 An owner is a uid (an int) or an account (its name, a str): the two can never be equal.
 """
@@ -37,6 +39,7 @@ __all__ = [
     "DEFAULT_CONFIG",
     "KEYS",
     "LIMIT_KEYS",
+    "OVER_LEASE_POLICIES",
     "ConfigError",
     "Owner",
     "parse_config",
@@ -47,6 +50,9 @@ __all__ = [
 the server listens on the machine-wide socket (a per-user server never reads it)."""
 
 MAX_GPUS = 4096
+
+OVER_LEASE_POLICIES = ("warn", "term", "off")
+"""What the server may do about a lease over its memory (``hwpool._watch.OverLeasePolicy``)."""
 
 Owner = int | str
 """Who the scheduler serves: a uid, or an account's name."""
@@ -135,6 +141,41 @@ def _gpu_memory(value: object) -> tuple[int, ...]:
     return tuple(sizes)
 
 
+def _seconds_or_zero(value: object) -> float:
+    """A number of seconds >= 0, or a duration such as ``"30s"``."""
+    if isinstance(value, str):
+        return _duration(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(
+            f'must be a number of seconds >= 0 or a duration like "30s", got {value!r}'
+        )
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"must be a number of seconds >= 0, got {value!r}")
+    return float(value)
+
+
+def _watch_interval(value: object) -> float:
+    """Seconds between two samples of the GPUs: a number >= 0, a duration, or ``"off"``
+    (read as 0: the server does not watch)."""
+    if value == "off":
+        return 0.0
+    try:
+        return _seconds_or_zero(value)
+    except ValueError:
+        raise ValueError(
+            f'must be a number of seconds >= 0, a duration like "2s", or "off", got {value!r}'
+        ) from None
+
+
+def _over_lease(value: object) -> str:
+    """What the server does about a lease over its memory: ``warn``, ``term`` or ``off``."""
+    if not isinstance(value, str) or value not in OVER_LEASE_POLICIES:
+        raise ValueError(
+            f"must be one of {', '.join(map(repr, OVER_LEASE_POLICIES))}, got {value!r}"
+        )
+    return value
+
+
 KEYS: dict[str, Callable[[object], object]] = {
     "half_life": _seconds,
     "gpus": _gpus,
@@ -152,11 +193,14 @@ KEYS: dict[str, Callable[[object], object]] = {
     "idle_timeout": _seconds,
     "metrics_port": _port,
     "metrics_host": _host,
+    "watch_interval": _watch_interval,
+    "over_lease": _over_lease,
+    "over_lease_grace": _seconds_or_zero,
 }
 """The plain keys and what checks each (a ValueError saying what is wrong); ``[shares]`` and
 ``[limits]`` are the tables."""
 
-TABLES = ("accounts", "limits", "shares")
+TABLES = ("accounts", "limits", "over_lease_owners", "shares")
 
 
 def _owner(name: str) -> int:
@@ -226,6 +270,9 @@ def parse_config(text: str, source: str) -> dict[str, object]:
         if key == "shares":
             settings["shares"] = _shares(value, account_of, accounts, fail)
             continue
+        if key == "over_lease_owners":
+            settings[key] = _over_lease_owners(value, account_of, accounts, fail)
+            continue
         if key == "limits":
             settings["default_limits"], settings["limits"] = _limits(
                 value, account_of, accounts, fail
@@ -260,6 +307,29 @@ def _shares(
         except ValueError as exc:
             raise fail("shares", name, str(exc)) from None
     return shares
+
+
+def _over_lease_owners(
+    value: object, account_of: Mapping[int, str], accounts: Mapping[str, object], fail: Fail
+) -> dict[Owner, str]:
+    """``[over_lease_owners]``: owner -> its over-lease policy (``warn``, ``term``, ``off``),
+    an owner named as in ``[shares]`` (a member of an account takes its account's)."""
+    if not isinstance(value, dict):
+        raise fail(
+            None, "over_lease_owners",
+            'must be a table: [over_lease_owners] with lines like alice = "term"',
+        )  # fmt: skip
+    policies: dict[Owner, str] = {}
+    for name, policy in value.items():
+        try:
+            owner: Owner = name if name in accounts else _user_owner(name, account_of, "over_lease")
+            if owner in policies:
+                said = f"uid {owner}" if isinstance(owner, int) else f"account {owner!r}"
+                raise ValueError(f"names {said} twice")
+            policies[owner] = _over_lease(policy)
+        except ValueError as exc:
+            raise fail("over_lease_owners", name, str(exc)) from None
+    return policies
 
 
 def _user_owner(name: str, account_of: Mapping[int, str], what: str) -> int:

@@ -104,6 +104,7 @@ class Client:
     token: str = ""
     control: bool = False
     user: str = ""
+    notices: bool = False  # its hello said it reads ``notice`` messages
 
     def __str__(self) -> str:
         return f"{self.user or f'uid {self.uid}'} pid {self.pid}"
@@ -900,6 +901,30 @@ class HostState:
                 replies.append(granted)
         return replies
 
+    # ----------------------------------------------------------------- the GPU watch
+    def held_leases(self) -> list[Entry]:
+        """The leases held now, by id (for the GPU watch's view of them)."""
+        return [e for e in sorted(self._by_id.values(), key=lambda e: e.id) if e.held is not None]
+
+    def lease(self, ident: int) -> Entry | None:
+        """Lease ``ident`` if it is held now."""
+        entry = self._by_id.get(ident)
+        return entry if entry is not None and entry.held is not None else None
+
+    def withhold(self, gpu: int, units: int, now: float) -> list[Delivery]:
+        """Withhold ``units`` of ``gpu`` from what is shared (memory used outside the queue;
+        they replace what was withheld there before), granting what a smaller amount lets
+        through. Not journaled: a restarted server samples the GPUs again."""
+        return self._deliver(self.core.withhold(gpu, units, now=now), now)
+
+    def end_for_overuse(self, entry: Entry, by: int, now: float) -> list[Delivery]:
+        """End lease ``entry`` for using more GPU memory than it was leased: its holder is told
+        ``revoked`` (reason ``overuse``, by uid ``by``: the server's), and it is released."""
+        self.log(f"revoke {_job(entry)} of {entry.client}: ended for overuse: "
+                 f"{self._what(entry.held or {})}")  # fmt: skip
+        notice = Revoked(entry.req, entry.id, by, "overuse")
+        return [(entry.client, notice), *self._remove(entry, now)]
+
     # ----------------------------------------------------------------- views
     def status(
         self, req: int, now: float, started: float, viewer: int | None = None
@@ -948,8 +973,9 @@ class HostState:
         left = 0.0 if self.recovery is None else max(0.0, self.recovery.deadline - now)
         records = self._owners([item[0].demand.owner for item in waiting], now)
         shown, left_out = records[:MAX_OWNERS], max(0, len(records) - MAX_OWNERS)
+        free = tuple(max(0, f) for f in self.core.free)  # below 0 where memory is withheld
         return StatusReply(
-            req, self.core.free, Built(leases, lease), Built(waiting, waiter), self.granted,
+            req, free, Built(leases, lease), Built(waiting, waiter), self.granted,
             self.released, self.cancelled, self.timed_out, left, now - started,
             owners=tuple(r for r in shown if isinstance(r, OwnerRecord)), owners_left_out=left_out,
             accounts=tuple(r for r in shown if isinstance(r, AccountRecord)),

@@ -82,6 +82,7 @@ from ._host_state import (
 )
 from ._journal import JournalEntry
 from ._listen import Peer, ServeError, admitted, bind, hold_lock, peer_of, prepare_directory
+from ._watching import Watching, watch_refusal
 
 if TYPE_CHECKING:
     from ._metrics import MetricsEndpoint
@@ -117,6 +118,10 @@ class ServeConfig:
     accounts: Mapping[str, frozenset[int]] = field(default_factory=dict)  # name -> uids
     metrics_port: int | None = None  # serve Prometheus metrics there (None: no; 0: any port)
     metrics_host: str = "127.0.0.1"
+    watch_interval_s: float = 2.0  # seconds between samples of the GPUs (0: not watched)
+    over_lease: str = "warn"  # a lease over its memory: warn, term or off
+    over_lease_grace_s: float = 30.0  # with term: how long it may stay over
+    over_lease_owners: Mapping[Owner, str] = field(default_factory=dict)  # owner -> policy
 
 
 def _alive(pid: int) -> bool:
@@ -382,6 +387,7 @@ class _Server:
         self.start_lock: int | None = None  # held from an idle stop until the process exits
         self._names: dict[int, str] = {}  # uid -> "alice (uid 1000)", for the log
         self.metrics: MetricsEndpoint | None = None  # --metrics-port: fed from the loop
+        self.watching = _watching_of(self)  # None: the GPUs are not watched
 
     def who(self, uid: int) -> str:
         """``alice (uid 1000)``, or ``uid 1000`` when no user has that uid, for the log;
@@ -487,7 +493,7 @@ class _Server:
         self.numbers += 1
         conn.client = Client(
             self.numbers, conn.peer.uid, conn.peer.pid, token=hello.token or "",
-            control=hello.role == "control", user=self.who(conn.peer.uid),
+            control=hello.role == "control", user=self.who(conn.peer.uid), notices=hello.notices,
         )  # fmt: skip
         self.by_client[conn.client] = conn
         conn.send(
@@ -572,6 +578,8 @@ class _Server:
         try:
             reply = self.state.status(message.req, time.monotonic(), self.started, client.uid)
             reply = replace(reply, journal_error=self.journal_error)
+            if self.watching is not None:
+                reply = self.watching.decorate(reply, time.monotonic())
             yield from status_lines(reply, message.stream)
         except Exception:  # a bug of ours: this answer fails, the connection goes on
             self.say("internal error:\n" + traceback.format_exc().rstrip())
@@ -817,9 +825,12 @@ class _Server:
             + _accounts_said(self.config)
         )
         self.arm_idle()
+        self.start_watching(loop)
         try:
             await stop.wait()
         finally:
+            if self.watching is not None:
+                self.watching.stop()
             server.close()
             self.stop_serving()
             self.config.socket.unlink(missing_ok=True)
@@ -839,6 +850,30 @@ class _Server:
         metrics.attach(view)
         self.state.on_grant = metrics.granted
 
+    def start_watching(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start sampling the GPUs (see ``_watching``), or say why they are not watched."""
+        refusal = watch_refusal(self.config.gpus, self.config.watch_interval_s)
+        if refusal is not None or self.watching is None:
+            self.say(refusal or "the GPUs are not watched")
+            return
+        config = self.config
+        self.say(
+            f"watching the GPUs every {config.watch_interval_s:g} s; over-lease policy "
+            f"{config.over_lease}"
+            + "".join(
+                f", {_owner_said(owner)} {policy}"
+                for owner, policy in sorted(
+                    config.over_lease_owners.items(), key=lambda item: _owner_key(item[0])
+                )
+            )
+            + (
+                f", grace {config.over_lease_grace_s:g} s"
+                if "term" in (config.over_lease, *config.over_lease_owners.values())
+                else ""
+            )
+        )
+        self.watching.start(loop)
+
     def stop_serving(self) -> None:
         """Journal and send what this turn decided, then close every connection. What the
         clients hold stays journaled (their disconnections now change nothing), so that a
@@ -852,6 +887,18 @@ class _Server:
             conn.fail(ProtocolError(ErrorCode.SHUTTING_DOWN, "the server is stopping"))
         assert self.journal is not None
         self.journal.close()
+
+
+def _watching_of(server: _Server) -> Watching | None:
+    """The server's GPU watch, or None where it does not watch (see ``watch_refusal``)."""
+    config = server.config
+    if watch_refusal(config.gpus, config.watch_interval_s) is not None:
+        return None
+    return Watching(
+        server.state, config.gpus, interval_s=config.watch_interval_s, policy=config.over_lease,
+        owner_policies=config.over_lease_owners, grace_s=config.over_lease_grace_s,
+        say=server.say, after=server.after,
+    )  # fmt: skip
 
 
 def _is_status(message: ServerMessage | Iterator[bytes] | None) -> bool:

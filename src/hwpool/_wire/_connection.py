@@ -71,7 +71,7 @@ class Wire:
     ) -> None:  # fmt: skip
         """Connect to ``path`` and exchange hellos; ConnectionError if that fails."""
         self.path = path
-        self._hello = Hello(PROTOCOL_VERSION, f"hwpool {__version__}", token, role)
+        self._hello = Hello(PROTOCOL_VERSION, f"hwpool {__version__}", token, role, notices=True)
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         self._buffer = LineBuffer()
         self._lines: collections.deque[bytes] = collections.deque()

@@ -45,6 +45,7 @@ from ._bounds import MAX_ID, MAX_PRIORITY, MAX_TEXT
 __all__ = [
     "MAX_ACCOUNT_NAME",
     "MAX_LINE",
+    "MAX_OUTSIDE",
     "MAX_OWNERS",
     "MAX_PRIORITY",
     "MAX_TEXT",
@@ -59,18 +60,22 @@ __all__ = [
     "Done",
     "ErrorCode",
     "ErrorReply",
+    "GPUStateRecord",
     "Give",
     "Given",
     "Granted",
     "Hello",
     "LeaseRecord",
     "LineBuffer",
+    "Notice",
+    "OutsideRecord",
     "OwnerRecord",
     "ProtocolError",
     "Queued",
     "Reclaim",
     "Reclaimed",
     "Release",
+    "RevokeReason",
     "Revoked",
     "Role",
     "ServerMessage",
@@ -81,6 +86,7 @@ __all__ = [
     "TakenRequest",
     "Unit",
     "WaiterRecord",
+    "WatchRecord",
     "Welcome",
     "Withdraw",
     "decode_client",
@@ -413,6 +419,7 @@ class Hello:
     client: str
     token: str | None = None
     role: Role = "data"
+    notices: bool = False  # it reads ``notice`` messages (a client of this version does)
     op: ClassVar[str] = "hello"
 
     def wire(self) -> dict[str, object]:
@@ -421,6 +428,8 @@ class Hello:
             out["token"] = self.token
         if self.role != "data":
             out["role"] = self.role
+        if self.notices:
+            out["notices"] = True
         return out
 
 
@@ -637,7 +646,7 @@ def _hello(f: _Fields) -> Hello:
     token = f.obj.get("token")
     if token is not None and (not isinstance(token, str) or not TOKEN.fullmatch(token)):
         raise f.fail(f"token must be 1 to 64 letters, digits, '_' or '-', got {token!r:.80}")
-    return Hello(f.num("version"), f.text("client", 256), token, _role(f))
+    return Hello(f.num("version"), f.text("client", 256), token, _role(f), f.opt_flag("notices"))
 
 
 def _role(f: _Fields) -> Role:
@@ -873,14 +882,16 @@ class Done:
 class Revoked:
     """Lease ``req`` (host-wide ``id``) was revoked by uid ``by``: its release is now a no-op.
 
-    ``reason``: ``cancel`` (``hwpool cancel`` by ``by``; left out on the wire) or ``limit``
-    (its ``limit_s`` ran out; ``by`` is then the lease's own uid, which set the limit).
+    ``reason``: ``cancel`` (``hwpool cancel`` by ``by``; left out on the wire), ``limit``
+    (its ``limit_s`` ran out; ``by`` is then the lease's own uid, which set the limit) or
+    ``overuse`` (its processes used more GPU memory than it was leased, under the server's
+    ``over_lease`` policy ``term``; ``by`` is the server's uid).
     """
 
     req: int
     id: int
     by: int
-    reason: Literal["cancel", "limit"] = "cancel"
+    reason: RevokeReason = "cancel"
     op: ClassVar[str] = "revoked"
 
     def wire(self) -> dict[str, object]:
@@ -890,10 +901,30 @@ class Revoked:
         return out
 
 
+RevokeReason = Literal["cancel", "limit", "overuse"]
+
+_REVOKE_REASONS: dict[object, RevokeReason] = {"limit": "limit", "overuse": "overuse"}
+
+
 def _revoked(f: _Fields) -> Revoked:
     """A ``revoked``; an unknown ``reason`` (a later server's) reads as ``cancel``."""
-    reason: Literal["cancel", "limit"] = "limit" if f.obj.get("reason") == "limit" else "cancel"
+    reason = _REVOKE_REASONS.get(f.obj.get("reason"), "cancel")
     return Revoked(f.num("req"), f.num("id", 1), f.num("by"), reason)
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """Something the client should tell its job about lease ``req`` (host-wide ``id``), in
+    words (``text``, at most MAX_TEXT characters): today, that the lease's processes use more
+    GPU memory than it was leased. Sent only to a client whose hello said ``notices``."""
+
+    req: int
+    id: int
+    text: str
+    op: ClassVar[str] = "notice"
+
+    def wire(self) -> dict[str, object]:
+        return {"op": self.op, "req": self.req, "id": self.id, "text": self.text[:MAX_TEXT]}
 
 
 @dataclass(frozen=True, slots=True)
@@ -923,6 +954,10 @@ class LeaseRecord:
     age_s: float
     name: str | None = None
     command: str | None = None
+    watched: bool = False  # the server has sampled the GPUs: ``used_mib`` is sent
+    used_mib: int | None = None  # GPU memory its processes hold (None: some unknown)
+    over_lease: bool = False  # flagged over its allowance on some GPU
+    allowed_mib: int | None = None  # its allowance over its GPUs, sent with over_lease
 
     def wire(self) -> dict[str, object]:
         out: dict[str, object] = {
@@ -930,6 +965,11 @@ class LeaseRecord:
             "held": [list(p) for p in self.held], "age_s": round(self.age_s, 6),
         }  # fmt: skip
         _put_texts(out, self.name, self.command)
+        if self.watched:
+            out["used_mib"] = self.used_mib
+        if self.over_lease:
+            out["over_lease"] = True
+            out["allowed_mib"] = self.allowed_mib
         return out
 
 
@@ -1006,6 +1046,61 @@ class AccountRecord:
         }  # fmt: skip
 
 
+@dataclass(frozen=True, slots=True)
+class WatchRecord:
+    """The server's GPU watcher in a status reply: where it reads (``source``), how often,
+    how long ago its last sample was taken (None: none yet) and what failed in it."""
+
+    source: str
+    interval_s: float
+    age_s: float | None
+    problem: str = ""
+
+    def wire(self) -> dict[str, object]:
+        age = None if self.age_s is None else round(self.age_s, 6)
+        return {"source": self.source, "interval_s": self.interval_s, "age_s": age,
+                "problem": self.problem}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class GPUStateRecord:
+    """One GPU's live state in a status reply (MiB; None: unknown), and the memory outside
+    the queue the server withholds from what it shares there."""
+
+    gpu: int
+    uuid: str
+    total_mib: int | None
+    used_mib: int | None
+    utilization: int | None
+    withheld_mib: int
+
+    def wire(self) -> dict[str, object]:
+        return {
+            "gpu": self.gpu, "uuid": self.uuid, "total_mib": self.total_mib,
+            "used_mib": self.used_mib, "utilization": self.utilization,
+            "withheld_mib": self.withheld_mib,
+        }  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class OutsideRecord:
+    """A process on a GPU outside the queue: host pid, its uid and user name (None and ""
+    when it was gone before it was read), the GPU's index and its memory (None: unknown)."""
+
+    pid: int
+    uid: int | None
+    user: str
+    gpu: int
+    used_mib: int | None
+
+    def wire(self) -> dict[str, object]:
+        return {"pid": self.pid, "uid": self.uid, "user": self.user, "gpu": self.gpu,
+                "used_mib": self.used_mib}  # fmt: skip
+
+
+MAX_OUTSIDE = 64
+"""The most processes outside the queue a status reply lists (the most memory first)."""
+
 MAX_OWNERS = 256
 """The most owners (uids and accounts together) a status reply lists (those with the most
 running, then queued, first): so that they always fit in the one ``status`` line, however
@@ -1046,6 +1141,11 @@ class StatusReply:
     owners: tuple[OwnerRecord, ...] = ()
     owners_left_out: int = 0
     accounts: tuple[AccountRecord, ...] = ()
+    watch: WatchRecord | None = None
+    gpu_state: tuple[GPUStateRecord, ...] = ()
+    outside: tuple[OutsideRecord, ...] = ()
+    outside_left_out: int = 0
+    ended_for_overuse: int = 0
     op: ClassVar[str] = "status"
 
     def wire(self) -> dict[str, object]:
@@ -1067,6 +1167,14 @@ class StatusReply:
             out["owners_left_out"] = self.owners_left_out
         if self.accounts:
             out["accounts"] = [account.wire() for account in self.accounts]
+        if self.watch is not None:
+            out["watch"] = self.watch.wire()
+            out["gpu_state"] = [gpu.wire() for gpu in self.gpu_state]
+            out["outside"] = [process.wire() for process in self.outside]
+        if self.outside_left_out:
+            out["outside_left_out"] = self.outside_left_out
+        if self.ended_for_overuse:
+            out["ended_for_overuse"] = self.ended_for_overuse
         return out
 
 
@@ -1098,6 +1206,7 @@ ServerMessage = (
     | StatusReply
     | StatusPart
     | Given
+    | Notice
 )
 
 
@@ -1238,9 +1347,42 @@ def _error(f: _Fields) -> ErrorReply:
 
 
 def _lease_record(f: _Fields) -> LeaseRecord:
+    over = f.opt_flag("over_lease")
     return LeaseRecord(
-        f.num("id"), f.num("uid"), f.num("pid"), f.pairs("held"), f.age("age_s"), **_texts(f)
-    )
+        f.num("id"), f.num("uid"), f.num("pid"), f.pairs("held"), f.age("age_s"), **_texts(f),
+        watched="used_mib" in f.obj, used_mib=f.opt_num("used_mib"), over_lease=over,
+        allowed_mib=f.opt_num("allowed_mib") if over else None,
+    )  # fmt: skip
+
+
+def _watch_record(f: _Fields) -> WatchRecord | None:
+    """The optional ``watch`` of a status reply."""
+    raw = f.obj.get("watch")
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise f.fail(f"watch must be an object, got {raw!r:.80}")
+    w = _Fields(raw, f.op, f.req)
+    age = None if raw.get("age_s") is None else w.age("age_s")
+    return WatchRecord(w.text("source", 64), w.age("interval_s"), age, w.text("problem"))
+
+
+def _opt_percent(f: _Fields, key: str) -> int | None:
+    return f.opt_num(key, 0, 100)
+
+
+def _gpu_state(f: _Fields) -> GPUStateRecord:
+    return GPUStateRecord(
+        f.num("gpu", 0, MAX_GPUS - 1), f.text("uuid", 256), f.opt_num("total_mib"),
+        f.opt_num("used_mib"), _opt_percent(f, "utilization"), f.num("withheld_mib"),
+    )  # fmt: skip
+
+
+def _outside(f: _Fields) -> OutsideRecord:
+    return OutsideRecord(
+        f.num("pid"), f.opt_num("uid", 0, 2**32 - 1), f.text("user", 256),
+        f.num("gpu", 0, MAX_GPUS - 1), f.opt_num("used_mib"),
+    )  # fmt: skip
 
 
 def _waiter_record(f: _Fields) -> WaiterRecord:
@@ -1281,6 +1423,10 @@ def _status(f: _Fields) -> StatusReply:
         tuple(_owner_record(x) for x in f.objects("owners")) if "owners" in f.obj else (),
         f.opt_num("owners_left_out") or 0,
         tuple(_account_record(x) for x in f.objects("accounts")) if "accounts" in f.obj else (),
+        _watch_record(f),
+        tuple(_gpu_state(x) for x in f.objects("gpu_state")) if "gpu_state" in f.obj else (),
+        tuple(_outside(x) for x in f.objects("outside")) if "outside" in f.obj else (),
+        f.opt_num("outside_left_out") or 0, f.opt_num("ended_for_overuse") or 0,
     )  # fmt: skip
 
 
@@ -1324,6 +1470,7 @@ _SERVER: dict[str, Callable[[_Fields], ServerMessage]] = {
     "error": _error,
     "status": _status,
     "status_part": _status_part,
+    "notice": lambda f: Notice(f.num("req"), f.num("id", 1), f.text("text")),
 }
 
 
