@@ -367,3 +367,55 @@ def test_check_config_shows_the_watch_settings(sockdir: Path) -> None:
     assert "[over_lease_owners]" in out and '"uid:0" = "off"' in out
     code, out, err = run_cli("serve", "--socket", str(sockdir / "s.sock"), "--check-config")
     assert "watch_interval = 2.0" in out and 'over_lease = "warn"' in out
+
+
+# The watcher's live fields as `hwpool top` and the metrics show them: `status --json`,
+# `top --once` and `GET /metrics`, read at one quiet moment, agree on every live figure.
+MIB = 2**20
+
+
+def test_status_top_and_metrics_agree_on_what_the_gpu_does(
+    machine: Machine, sleeper: Callable[[], subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    pytest.importorskip("prometheus_client", reason="the metrics need prometheus-client")
+    from test_server_metrics import metrics_url, samples, scrape, value  # noqa: PLC0415
+
+    server = machine.start("--metrics-port", "0")
+    url = metrics_url(server)
+    run = Run(server, tmp_path, "job", "wait=go", options=("--mem", "4GiB"))
+    try:
+        job = run.started()["pid"]
+        outsider = sleeper()
+        machine.set({job: 1500, outsider.pid: 3000})
+        status = machine.until(
+            lambda s: (
+                s["gpus"][0]["live"]["withheld_mib"] == 3000
+                and s["leases"][0].get("used_mib") == 1500
+            ),
+            "the outside memory withheld and the lease's use seen",
+        )
+        found = samples(scrape(url))
+        code, top, err = run_cli("top", "--socket", str(machine.socket), "--once")
+        again = machine.status()
+    finally:
+        (tmp_path / "go").touch()
+        run.finish()
+    assert code == 0, err
+    live = status["gpus"][0]["live"]
+    assert again["gpus"][0]["live"] == live and again["outside"] == status["outside"]
+    assert live == {"total_mib": TOTAL, "used_mib": 4500, "utilization": 37, "withheld_mib": 3000}
+    (process,) = status["outside"]
+    assert process["pid"] == outsider.pid and process["used_mib"] == 3000
+    # the metrics: bytes and a ratio, per GPU and per lease
+    assert value(found, "hwpool_gpu_memory_used_bytes", gpu="0") == 4500 * MIB
+    assert value(found, "hwpool_gpu_memory_total_bytes", gpu="0") == TOTAL * MIB
+    assert value(found, "hwpool_gpu_withheld_bytes", gpu="0") == 3000 * MIB
+    assert value(found, "hwpool_gpu_utilization_ratio", gpu="0") == pytest.approx(0.37)
+    assert value(found, "hwpool_outside_processes") == 1
+    assert value(found, "hwpool_outside_memory_bytes", gpu="0") == 3000 * MIB
+    lease = status["leases"][0]
+    (used,) = [v for (name, _), v in found.items() if name == "hwpool_lease_memory_used_bytes"]
+    assert used == 1500 * MIB and value(found, "hwpool_leases_over") == 0
+    # top: the lease's use and the outsider, in words
+    assert f"#{lease['id']}" in top and "uses 1500MiB" in top, top
+    assert "outside the queue" in top and str(outsider.pid) in top, top

@@ -576,15 +576,22 @@ class _Server:
         date, or says why it cannot be (``journal_error``). Never raises: a failure ends it
         with an error."""
         try:
-            reply = self.state.status(message.req, time.monotonic(), self.started, client.uid)
-            reply = replace(reply, journal_error=self.journal_error)
-            if self.watching is not None:
-                reply = self.watching.decorate(reply, time.monotonic())
-            yield from status_lines(reply, message.stream)
+            yield from status_lines(self.status_reply(message.req, client.uid), message.stream)
         except Exception:  # a bug of ours: this answer fails, the connection goes on
             self.say("internal error:\n" + traceback.format_exc().rstrip())
             text = "the server could not answer this status (it is in its log)"
             yield encode(ErrorReply(message.req, ErrorCode.REPLY_FAILED, text))
+
+    def status_reply(self, req: int, viewer: int | None) -> StatusReply:
+        """The state now as uid ``viewer`` may see it (None: all of it), with the journal's
+        health and, where the GPUs are watched, what they really do: what ``hwpool status``,
+        ``hwpool top`` and the metrics all show."""
+        now = time.monotonic()
+        reply = self.state.status(req, now, self.started, viewer)
+        reply = replace(reply, journal_error=self.journal_error)
+        if self.watching is not None:
+            reply = self.watching.decorate(reply, now)
+        return reply
 
     def after(self, deliveries: list[Delivery]) -> None:
         """Send ``deliveries`` once this turn's changes are journaled (write-ahead)."""
@@ -842,8 +849,7 @@ class _Server:
         from ._metrics import ServerView  # noqa: PLC0415  (only with --metrics-port)
 
         def status_now() -> StatusReply:  # the whole state, as an admin sees it
-            reply = self.state.status(0, time.monotonic(), self.started)
-            return replace(reply, journal_error=self.journal_error)
+            return self.status_reply(0, None)
 
         view = ServerView(loop, status_now, self.config.gpus, self.config.totals,
                           self.state.units_per_gpu)  # fmt: skip
