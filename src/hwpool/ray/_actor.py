@@ -34,6 +34,7 @@ from typing import Any
 
 from .._core._scheduler import Demand
 from . import _api
+from ._client import Grant, Op
 from ._state import ClusterSnapshot, ClusterState, Key, MemoryDemand, NodeGPU, Outcome, Placement
 from ._turns import Turns
 from ._worker import probe_node
@@ -73,6 +74,7 @@ class SchedulerActor:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._keepers: set[str] = set()  # clients told they may keep leases, not yet recalled
         self._handles: dict[str, Any] = {}  # clients watched: their actor handles
+        self._outbox: dict[str, list[Grant]] = {}  # grants to push, per client, this turn
 
     # ----------------------------------------------------------------- for clients
     async def ready(self) -> None:
@@ -154,6 +156,78 @@ class SchedulerActor:
         except Exception:  # gone: what it kept is dropped when its watch fails
             log.debug("recalling the leases of %s failed", client, exc_info=True)
 
+    async def submit(self, client: str, sent: int, ops: list[Op], handle: Any) -> None:
+        """Apply a batch of ``client``'s requests, releases and cancels, in their order.
+
+        ``sent`` numbers the client's batches (1, 2, ...): each waits here for the batches
+        before it, and nothing awaits from there until the whole batch is applied, so a
+        client's requests join the queue in the order it made them. Grants are pushed to
+        ``handle`` (``ClientActor.granted``), a batch of them per loop turn; a request that
+        no node could ever hold is answered with the reason. A release after a node died
+        (``node_lost``) reads the nodes first, so that the dead node's GPUs are withdrawn
+        rather than granted again.
+        """
+        await self._ready()
+        self._handles.setdefault(client, handle)
+        if any(op[0] == "release" and op[2] for op in ops):
+            await self._sync_nodes()
+        await self._order_of(client).wait(sent)
+        self._watch(client)
+        waits = False
+        for op in ops:
+            key = (client, op[1])
+            if op[0] == "request":
+                waits = self._queue(key, _demand(op[2], op[3], op[4])) or waits
+            elif op[0] == "release":
+                self._apply(self._state.release(key, now=time.monotonic()))
+            else:
+                self._withdraw(key)
+        if waits:  # someone waits: no lease may be kept any longer
+            self._recall()
+
+    def _queue(self, key: Key, demand: Demand) -> bool:
+        """Queue a pushed request (answered at once if it is granted or fails); whether it
+        waits. One known already (restored after a restart) is not queued twice."""
+        placement = self._state.lease(key)
+        if placement is not None:
+            self._push(key, placement, None)
+            return False
+        if self._state.is_waiting(key) or key in self._cancelled:
+            return self._state.is_waiting(key)
+        try:
+            out = self._state.request(key, demand, now=time.monotonic())
+        except ValueError as exc:
+            self._push(key, None, str(exc))
+            return False
+        self._apply(out)
+        return self._state.is_waiting(key)
+
+    def _push(self, key: Key, placement: Placement | None, reason: str | None) -> None:
+        """Answer request ``key`` with the next batch of grants to its client."""
+        if not self._outbox:
+            asyncio.get_running_loop().call_soon(self._flush_grants)
+        self._outbox.setdefault(key[0], []).append((key[1], placement, reason))
+
+    def _flush_grants(self) -> None:
+        """Send each client its grants of this loop turn in one call, saying whether it may
+        keep leases (nothing waits) or not."""
+        outbox, self._outbox = self._outbox, {}
+        for client, grants in outbox.items():
+            keep = self._keep_since(client)
+            handle = self._handles.get(client)
+            if handle is not None:
+                handle.granted.remote(grants, keep)
+            else:  # pragma: no cover - a client that pushed nothing yet (restored)
+                self._spawn(self._send_grants(client, grants, keep))
+
+    async def _send_grants(self, client: str, grants: list[Grant], keep: float | None) -> None:
+        try:
+            handle = await asyncio.to_thread(_api.get_actor, client, self._namespace)
+            self._handles[client] = handle
+            await handle.granted.remote(grants, keep)
+        except Exception:  # gone: its watch withdraws what it had
+            log.debug("pushing grants to %s failed", client, exc_info=True)
+
     def _order_of(self, client: str) -> Turns:
         turns = self._orders.get(client)
         if turns is None:
@@ -163,7 +237,9 @@ class SchedulerActor:
     async def cancel(self, client: str, number: int) -> None:
         """Withdraw a request (or release its lease if it was granted meanwhile)."""
         await self._ready()
-        key = (client, number)
+        self._withdraw((client, number))
+
+    def _withdraw(self, key: Key) -> None:
         if self._state.lease(key) is None and not self._state.is_waiting(key):
             self._cancelled[key] = None  # it may still be on its way
             while len(self._cancelled) > _TOMBSTONES:
@@ -244,6 +320,7 @@ class SchedulerActor:
             handle = await asyncio.to_thread(_api.get_actor, name, self._namespace)
         except Exception:  # gone: whatever it held ended with it
             return None
+        self._handles[name] = handle
         for _ in range(RECLAIM_TRIES):
             try:
                 held: tuple[list[Placement], list[tuple[Key, Demand, float]], int]
@@ -323,6 +400,7 @@ class SchedulerActor:
             pass
         self._watched.discard(client)
         self._handles.pop(client, None)
+        self._outbox.pop(client, None)
         self._keepers.discard(client)
         self._orders.pop(client, None)
         log.info("client %s is gone: withdrawing its requests and leases", client)
@@ -336,14 +414,16 @@ class SchedulerActor:
         """Wake the requests placed, fail those that can never be placed, log lost leases."""
         for placement in out.placed:
             future = self._futures.pop(placement.key, None)
-            if future is not None and not future.done():
+            if future is None:  # asked through submit (or restored): pushed
+                self._push(placement.key, placement, None)
+            elif not future.done():
                 future.set_result(placement)
         for key, reason in out.failed:
             future = self._futures.pop(key, None)
-            if future is not None and not future.done():
+            if future is None:
+                self._push(key, None, reason)
+            elif not future.done():
                 future.set_exception(ValueError(reason))
-            else:
-                self._failed[key] = reason
         for placement in out.lost:
             log.warning("lease %s lost with node %s", placement.key, placement.node_id)
 

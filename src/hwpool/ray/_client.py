@@ -21,7 +21,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from ray.exceptions import NodeDiedError, RayActorError, RayError, TaskUnschedulableError
+from ray.exceptions import NodeDiedError, TaskUnschedulableError
 
 from .._core._scheduler import Demand
 from . import _api
@@ -29,10 +29,17 @@ from ._state import Key, MemoryDemand, Placement
 from ._turns import PATIENCE_S, Turns
 from ._worker import WATCH_GROUP, device_env, leased_class, run_leased, task_name
 
-__all__ = ["Call", "ClientActor", "TaskOptions"]
+__all__ = ["Call", "ClientActor", "Grant", "Op", "TaskOptions"]
+
+Op = tuple[Any, ...]
+"""One entry of a batch to the scheduler: ``("request", number, count, units, memory)``,
+``("release", number, node_lost)`` or ``("cancel", number)``."""
+Grant = tuple[int, Placement | None, str | None]
+"""The scheduler's answer to a request: ``(number, placement, None)`` or ``(number, None,
+reason)``."""
 
 SCHEDULER_RETRY_S = 120.0
-"""How long a request keeps asking a scheduler that is restarting (or gone) before failing."""
+"""How long the driver keeps asking a scheduler that is restarting (or gone) before failing."""
 RETRY_PAUSE_S = 0.2
 CANCEL_WAIT_S = 30.0
 ORDER_WAIT_S = PATIENCE_S
@@ -97,6 +104,10 @@ class ClientActor:
         self._may_keep = False
         self._recalled_at = 0.0
         self._asking = 0
+        # What goes to the scheduler: one batch per loop turn; the requests sent, by number.
+        self._outbox: list[Op] = []
+        self._asked: dict[int, asyncio.Future[Placement]] = {}
+        self._me: Any = None  # this actor's handle, sent with each batch for the grants
 
     def __repr__(self) -> str:
         # Ray shows it in the header of every error a task of this client raises.
@@ -253,55 +264,61 @@ class ClientActor:
             self._may_keep = True
 
     async def _request(self, number: int, demand: Demand) -> Placement:
-        """Ask the scheduler, again while it restarts (the request is idempotent there).
-
-        Each send is numbered in the order sent, so that the scheduler (an async actor, which
-        Ray may start in another order) queues this client's requests in that order.
-        """
-        deadline = time.monotonic() + SCHEDULER_RETRY_S
+        """Queue the request in the next batch to the scheduler and wait for its grant, which
+        the scheduler pushes (:meth:`granted`). A request in a batch lost to a scheduler
+        restart is not sent again: the restarted scheduler restores it from :meth:`held`."""
+        future = asyncio.get_running_loop().create_future()
+        self._asked[number] = future
+        memory = isinstance(demand, MemoryDemand)
+        self._send(("request", number, demand.count, demand.units, memory))
         self._asking += 1
         try:
-            return await self._ask_until_granted(number, demand, deadline)
+            placement: Placement = await future
+        except asyncio.CancelledError:  # withdrawn (released there if granted meanwhile)
+            self._asked.pop(number, None)
+            self._send(("cancel", number))
+            raise
         finally:
             self._asking -= 1
+        return placement
 
-    async def _ask_until_granted(self, number: int, demand: Demand, deadline: float) -> Placement:
-        while True:
-            self._sent += 1
-            memory = isinstance(demand, MemoryDemand)
-            ref = self._scheduler.request.remote(
-                self._name, number, demand.count, demand.units, self._sent, memory=memory
-            )
-            try:
-                placement: Placement
-                keep_since: float | None
-                placement, keep_since = await ref
-            except asyncio.CancelledError:
-                self._spawn(self._call(self._scheduler.cancel, number))
-                self._spawn(self._give_back_if_granted(ref, number))
-                raise
-            except RayActorError:
-                if time.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(RETRY_PAUSE_S)
-                continue
-            self._granted(keep_since)
-            return placement
-
-    async def _give_back_if_granted(self, ref: Any, number: int) -> None:
-        """A request cancelled here may still be granted there: give that grant back."""
-        with contextlib.suppress(Exception):
-            await ref
-            await self._call(self._scheduler.release, number)
+    async def granted(self, grants: list[Grant], keep_since: float | None) -> None:
+        """The scheduler's answers to requests: ``(number, placement, None)`` for a grant,
+        ``(number, None, reason)`` for a request no node can hold any more; ``keep_since``
+        says whether this client may keep leases (see :meth:`_granted`). A grant that nobody
+        waits for here any more (its call was cancelled) goes back at once."""
+        for number, placement, reason in grants:
+            future = self._asked.pop(number, None)
+            if future is None or future.done():
+                if placement is not None:
+                    self._send(("release", number, False))
+            elif placement is None:
+                future.set_exception(ValueError(reason))
+            else:
+                future.set_result(placement)
+        self._granted(keep_since)
 
     def _release(self, number: int, node_lost: bool = False) -> None:
-        if self._leases.pop(number, None) is not None:
-            self._spawn(self._call(self._scheduler.release, number, node_lost))
-
-    async def _call(self, method: Any, number: int, *more: Any) -> None:
         # A release lost to a scheduler restart is not reclaimed either: nothing leaks.
-        with contextlib.suppress(RayError):
-            await method.remote(self._name, number, *more)
+        if self._leases.pop(number, None) is not None:
+            self._send(("release", number, node_lost))
+
+    def _send(self, op: Op) -> None:
+        """Add ``op`` to the batch sent to the scheduler at the end of this loop turn."""
+        if not self._outbox:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._outbox.append(op)
+
+    def _flush(self) -> None:
+        """Send this loop turn's requests, releases and cancels, in their order, as one call
+        numbered in the order sent (the scheduler, an async actor that Ray may start in
+        another order, applies this client's batches in that order). Not awaited."""
+        ops, self._outbox = self._outbox, []
+        if ops:
+            if self._me is None:
+                self._me = _api.current_actor()
+            self._sent += 1
+            self._scheduler.submit.remote(self._name, self._sent, ops, self._me)
 
     async def _hold_while_alive(self, number: int, watch: Any) -> None:
         try:
