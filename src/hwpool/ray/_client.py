@@ -46,6 +46,8 @@ ORDER_WAIT_S = PATIENCE_S
 """How long a call waits for an earlier one of the driver's to arrive (see ``_turns``)."""
 LAUNCH_ATTEMPTS = 3
 """Grants a task may get on nodes that die before it starts there, before it fails."""
+LAUNCHERS = 1024
+"""Remote functions with options kept for reuse (function name, options, node) at most."""
 KEEP_S = 0.2
 """How long a client keeps the lease of a finished task for the next task of the same demand,
 while the scheduler lets it (nobody waits); 0 gives every lease back at once."""
@@ -108,6 +110,7 @@ class ClientActor:
         self._outbox: list[Op] = []
         self._asked: dict[int, asyncio.Future[Placement]] = {}
         self._me: Any = None  # this actor's handle, sent with each batch for the grants
+        self._launchers: dict[tuple[str, TaskOptions, str], Any] = {}
 
     def __repr__(self) -> str:
         # Ray shows it in the header of every error a task of this client raises.
@@ -156,14 +159,8 @@ class ClientActor:
             number, placement = await self._acquire(demand, call.seq if attempt == 1 else None)
             node_lost = False
             try:
-                remote = _run_reusing if options.reuse_worker else _run_fresh
-                ref = remote.options(
-                    name=task_name(fn),
-                    num_cpus=options.num_cpus,
-                    num_gpus=0,
-                    max_retries=0,
-                    scheduling_strategy=_api.affinity(placement.node_id),
-                ).remote(fn, placement.gpus, placement.devices, *args, **kwargs)
+                launch = self._launcher(task_name(fn), options, placement.node_id)
+                ref = launch.remote(fn, placement.gpus, placement.devices, *args, **kwargs)
                 return await _outcome(ref)
             except TaskUnschedulableError:
                 node_lost = True
@@ -176,6 +173,24 @@ class ClientActor:
                 # Sent before the result goes back, not awaited: the next task need not wait.
                 self._finished(number, demand, node_lost)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _launcher(self, name: str, options: TaskOptions, node_id: str) -> Any:
+        """The leased task's remote function with its options, made once per function name,
+        options and node (Ray's ``.options()`` costs about as much as a launch)."""
+        key = (name, options, node_id)
+        launcher = self._launchers.get(key)
+        if launcher is None:
+            if len(self._launchers) >= LAUNCHERS:
+                self._launchers.clear()
+            remote = _run_reusing if options.reuse_worker else _run_fresh
+            launcher = self._launchers[key] = remote.options(
+                name=name,
+                num_cpus=options.num_cpus,
+                num_gpus=0,
+                max_retries=0,
+                scheduling_strategy=_api.affinity(node_id),
+            )
+        return launcher
 
     async def start_actor(
         self,

@@ -34,6 +34,8 @@ __all__ = ["LeasedFunction", "RayGPUPool", "connect"]
 P = ParamSpec("P")
 R = TypeVar("R")
 
+RUNS_KEPT = 1024
+"""The client's ``run`` methods with options (one per task name) a pool keeps, at most."""
 MAX_CONCURRENCY = 100_000
 """Calls one scheduler or client actor serves at once: every waiting request is one."""
 
@@ -177,6 +179,7 @@ class RayGPUPool:
         self._options = options
         self._largest = largest  # GPUs of the largest node, MiB of the largest GPU (or None)
         self._closed = False
+        self._runs: dict[str, Any] = {}  # the client's run method with each task name
 
     def __repr__(self) -> str:
         options = self._options
@@ -324,7 +327,12 @@ class RayGPUPool:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> Any:
-        run = self._client.run.options(name=task_name(fn))
+        name = task_name(fn)
+        run = self._runs.get(name)
+        if run is None:  # Ray's .options() per call costs about as much as the call
+            if len(self._runs) >= RUNS_KEPT:
+                self._runs.clear()
+            run = self._runs[name] = self._client.run.options(name=name)
         return self._call(run, demand, options, fn, args, kwargs)
 
     def _call(self, method: Any, demand: Demand, options: TaskOptions, *rest: Any) -> Any:
