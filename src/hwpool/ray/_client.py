@@ -21,7 +21,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from ray.exceptions import NodeDiedError, TaskUnschedulableError
+from ray.exceptions import NodeDiedError, RayActorError, TaskUnschedulableError
 
 from .._core._scheduler import Demand
 from . import _api
@@ -333,7 +333,26 @@ class ClientActor:
             if self._me is None:
                 self._me = _api.current_actor()
             self._sent += 1
-            self._scheduler.submit.remote(self._name, self._sent, ops, self._me)
+            self._spawn(
+                self._confirm(self._scheduler.submit.remote(self._name, self._sent, ops, self._me))
+            )
+
+    async def _confirm(self, ref: Any) -> None:
+        """Wait for a batch to be applied. One lost to a scheduler restart is not sent again:
+        the scheduler is called until it answers, and, restarted, it restores from
+        :meth:`held` what this client waits for and holds (a release it never saw frees
+        nothing in use, a cancel it never saw left nothing to restore). Without that call a
+        restarted scheduler that nobody else calls would never start."""
+        try:
+            await ref
+        except RayActorError:
+            deadline = time.monotonic() + SCHEDULER_RETRY_S
+            while time.monotonic() < deadline:
+                try:
+                    await self._scheduler.ready.remote()
+                    return
+                except RayActorError:
+                    await asyncio.sleep(RETRY_PAUSE_S)
 
     async def _hold_while_alive(self, number: int, watch: Any) -> None:
         try:

@@ -449,11 +449,14 @@ class ClusterState:
             return False
         try:
             held = list(self._held(placement))
-            free = self._core.free
-            if any(free[g] < units for g, units in held):
-                return False
-            for g, units in held:
-                self._core.restore((g,), units)
+            if placement.units:
+                self._core.restore(tuple(g for g, _ in held), placement.units)
+            else:  # whole GPUs of different sizes: each holds its own total
+                free = self._core.free
+                if any(free[g] < units for g, units in held):
+                    return False
+                for g, units in held:
+                    self._core.restore((g,), units)
         except (KeyError, ValueError):
             return False
         self._leases[placement.key] = placement
