@@ -14,8 +14,9 @@ workload and the overhead run 3 rounds in alternating order and the best of each
 
 Plain Ray runs the same tasks with ``.options(num_gpus=share, num_cpus=0)`` (num_cpus=0 is its
 best case: with its default of one CPU per task, a 1-CPU node runs one task at a time);
-hwpool.ray runs them with ``reuse_workers=True`` and ``num_cpus=0``, so that both reuse
-worker processes. Every Ray process binds 127.0.0.1 only (checked with ``ss`` when present).
+hwpool.ray runs them with its defaults (reused workers, kept leases: ``keep_s=0.2``) and
+``num_cpus=0``, so that both reuse worker processes. Every Ray process binds 127.0.0.1
+only (checked with ``ss`` when present).
 Run: ``python bench/bench_ray.py`` (about 80 s on a 2-core VM) or ``hwpool bench ray``; needs
 ``hwpool[ray]``. (No dataclasses here: ``hwpool bench`` loads this file outside
 ``sys.modules``.)

@@ -131,8 +131,8 @@ def test_mixed_work_is_never_over_granted_and_sees_exactly_its_gpus(pool: RayGPU
     eventually(lambda: free_everywhere(pool))
 
 
-def test_fresh_worker_per_task_by_default_and_await_and_decorator(pool: RayGPUPool) -> None:
-    fresh = hwpool.ray.connect(namespace=pool.namespace)  # same queue, fresh workers
+def test_fresh_worker_per_task_when_asked_and_await_and_decorator(pool: RayGPUPool) -> None:
+    fresh = hwpool.ray.connect(namespace=pool.namespace, reuse_workers=False)  # same queue
     try:
 
         @fresh.remote(fraction=0.5)
@@ -258,6 +258,10 @@ def test_bad_input_raises_and_queues_nothing(pool: RayGPUPool) -> None:
         hwpool.ray.connect(num_cpus=-1)
     with pytest.raises(TypeError, match="reuse_worker"):
         hwpool.ray.connect(reuse_workers="yes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"keep_s must be .* got -1"):
+        hwpool.ray.connect(keep_s=-1)
+    with pytest.raises(TypeError, match="keep_s"):
+        hwpool.ray.connect(keep_s="long")  # type: ignore[arg-type]
     snap = pool.snapshot()
     assert snap.waiting == () and snap.leases == ()
 
@@ -377,3 +381,42 @@ def test_every_ray_process_listens_on_loopback_only(pool: RayGPUPool) -> None:
             seen += 1
             assert fields[4].startswith(("127.0.0.1:", "[::ffff:127.0.0.1]:")), line
     assert seen >= 3  # the GCS, the raylets, this driver
+
+
+def lease_numbers(pool: RayGPUPool) -> list[int]:
+    """Run as a task: the request numbers of the leases held now (its own among them)."""
+    return sorted(lease.request for lease in pool.snapshot().leases)
+
+
+def test_a_stream_of_equal_tasks_keeps_one_lease_while_nobody_waits(pool: RayGPUPool) -> None:
+    # keep_s long enough that a loaded machine cannot make the kept lease expire between calls
+    keeper = hwpool.ray.connect(namespace=pool.namespace, keep_s=60)
+    try:
+        seen = [ray.get(keeper.submit(lease_numbers, keeper, fraction=0.5), timeout=60)]
+        seen += [ray.get(keeper.submit(lease_numbers, keeper, fraction=0.5), timeout=60)]
+        seen += [ray.get(keeper.submit(lease_numbers, keeper, fraction=0.5), timeout=60)]
+        assert len(seen[0]) == 1 and seen == [seen[0]] * 3  # one lease, asked for once
+        (kept,) = pool.snapshot().leases  # kept after its task, for the next one
+        assert kept.request == seen[0][0] and kept.fraction == 0.5
+        other = ray.get(keeper.submit(lease_numbers, keeper, fraction=0.25), timeout=60)
+        assert len(other) == 2 and seen[0][0] in other  # another demand asks for its own
+    finally:
+        keeper.close()
+    eventually(lambda: free_everywhere(pool))
+
+
+def test_kept_leases_go_back_as_soon_as_another_driver_waits(pool: RayGPUPool) -> None:
+    keeper = hwpool.ray.connect(namespace=pool.namespace, keep_s=600)
+    try:
+        gate = signal_actor()
+        four = [keeper.submit(record, UNITS_PER_GPU, 0, gate, gpus=1) for _ in range(4)]
+        eventually(lambda: ray.get(gate.waiting.remote()) == 4)  # all granted, nothing waits
+        ray.get(gate.send.remote())
+        ray.get(four, timeout=60)
+        assert len(pool.snapshot().leases) == 4  # every GPU kept by the keeper, all idle
+        # Another driver's wide task waits: the scheduler recalls them (not after 600 s).
+        wide = ray.get(pool.submit(record, UNITS_PER_GPU, gpus=2), timeout=60)
+        assert len(wide["gpus"]) == 2
+        eventually(lambda: free_everywhere(pool))  # recalled: the keeper keeps none now
+    finally:
+        keeper.close()

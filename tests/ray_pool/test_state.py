@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from hwpool._core._capacity import UNITS_PER_GPU
 from hwpool._core._scheduler import Demand
-from hwpool.ray._state import ClusterState, Key, NodeGPU, Outcome, Placement
+from hwpool.ray._state import ClusterState, Key, MemoryDemand, NodeGPU, Outcome, Placement
 
 FULL = UNITS_PER_GPU
 
@@ -364,3 +364,55 @@ def test_a_two_gpu_task_as_head_waits_at_most_one_task_length_whatever_the_strea
     then counts from the move, but the move never took it past one task's length here.)"""
     wait, _ = wide_task_in_a_stream(seed, 120, rate, shares, nodes)
     assert wait <= TASK_S[1]
+
+
+def sized(count: int, mib: int, prefix: str) -> list[NodeGPU]:
+    return [NodeGPU(i, f"{prefix}{i}", None, mib) for i in range(count)]
+
+
+def two_sizes() -> ClusterState:
+    """One 16 GiB GPU on node "small", one 80 GiB GPU on node "big"."""
+    state = ClusterState()
+    state.add_node("small", sized(1, 16384, "s"))
+    state.add_node("big", sized(1, 81920, "b"))
+    return state
+
+
+def test_memory_demands_fit_each_gpus_own_size() -> None:
+    state = two_sizes()
+    assert placed(state.request(("c", 1), MemoryDemand(1, 20000))) == {("c", 1): ("big", (0,))}
+    # best fit: 16 GiB fills the small GPU exactly, not the 60 GiB left on the big one
+    assert placed(state.request(("c", 2), MemoryDemand(1, 16384))) == {("c", 2): ("small", (0,))}
+    assert placed(state.request(("c", 3), MemoryDemand(1, 61920))) == {("c", 3): ("big", (0,))}
+    assert not state.request(("c", 4), MemoryDemand(1, 1)).placed  # nothing left: it waits
+    snap = state.snapshot()
+    leases = {lease.request: lease for lease in snap.leases}
+    assert (leases[1].memory_mib, leases[2].fraction) == (20000, 1.0)
+    assert (snap.waiting[0].memory_mib, snap.waiting[0].count) == (1, 1)
+    assert placed(state.release(("c", 2))) == {("c", 4): ("small", (0,))}
+    assert state.free_units("small", 0) == 16383 and state.free_units("big", 0) == 0
+
+
+def test_fractions_and_whole_gpus_on_gpus_of_two_sizes_are_shares_of_the_gpu_they_get() -> None:
+    state = two_sizes()
+    (half,) = state.request(("c", 1), frac(0.5)).placed
+    size = 16384 if half.node_id == "small" else 81920
+    assert half.units == size // 2 and state.free_units(half.node_id, 0) == size // 2
+    (gpu,) = state.request(("c", 2), whole(1)).placed  # the idle GPU, whatever its size
+    assert gpu.node_id != half.node_id
+    assert state.snapshot().nodes[0].free[0] in (0.0, 0.5)
+    state.release(("c", 2))
+    state.release(("c", 1))
+    assert [state.free_units(n, 0) for n in ("small", "big")] == [16384, 81920]
+    assert state.restore([half], [], now=None).lost == []  # a restart restores it
+    assert state.free_units(half.node_id, 0) == size // 2
+
+
+def test_memory_beyond_every_gpu_or_of_unknown_sizes_is_refused_naming_it() -> None:
+    state = two_sizes()
+    with pytest.raises(ValueError, match=r"memory=90000MiB is more than any GPU .* 81920 MiB"):
+        state.request(("c", 1), MemoryDemand(1, 90000))
+    unsized = two_by_two()
+    with pytest.raises(ValueError, match=r"memory=1024MiB needs the memory .* hwpool_gpu_mib"):
+        unsized.request(("c", 1), MemoryDemand(1, 1024))
+    assert state.waiting() == [] and unsized.waiting() == [] and not state.leases()

@@ -14,6 +14,14 @@ learns from Ray:
 - **A restart** (the actor is restartable; it may also be killed): it starts empty, asks every
   client still alive (found by name) what it holds and what it waits for, restores that, and
   only then serves requests, so nothing is granted twice.
+
+**Kept leases.** A grant made while nothing waits says so (the time it was made): its client
+may then keep a lease whose task ended, for its next task of the same demand, without asking
+here (a stream of equal tasks costs no message to this actor). As soon as a request has to
+wait, every client told it may keep is recalled (``ClientActor.recall``): it gives back its
+idle kept leases at once and each busy one when its task ends. The core still makes every
+decision: a kept lease is a lease it granted and has not seen released, and the queue waits
+for it at most one task's length, as it waits for any lease.
 """
 
 from __future__ import annotations
@@ -26,7 +34,8 @@ from typing import Any
 
 from .._core._scheduler import Demand
 from . import _api
-from ._state import ClusterSnapshot, ClusterState, Key, NodeGPU, Outcome, Placement
+from ._client import Grant, Op
+from ._state import ClusterSnapshot, ClusterState, Key, MemoryDemand, NodeGPU, Outcome, Placement
 from ._turns import Turns
 from ._worker import probe_node
 
@@ -39,6 +48,9 @@ PROBE_TIMEOUT_S = 60.0
 RECLAIM_TIMEOUT_S = 10.0
 RECLAIM_TRIES = 3
 _TOMBSTONES = 10_000  # cancelled keys remembered, for a request that arrives after its cancel
+SIZE_RESOURCE = "hwpool_gpu_mib"
+"""A node resource giving the memory of each of the node's GPUs in MiB, for GPUs whose memory
+the node probe cannot read (logical GPUs, nodes without nvidia-smi)."""
 
 log = logging.getLogger("hwpool.ray")
 
@@ -60,6 +72,9 @@ class SchedulerActor:
         self._started: asyncio.Task[None] | None = None
         self._syncing: asyncio.Lock | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._keepers: set[str] = set()  # clients told they may keep leases, not yet recalled
+        self._handles: dict[str, Any] = {}  # clients watched: their actor handles
+        self._outbox: dict[str, list[Grant]] = {}  # grants to push, per client, this turn
 
     # ----------------------------------------------------------------- for clients
     async def ready(self) -> None:
@@ -67,13 +82,22 @@ class SchedulerActor:
         await self._ready()
 
     async def request(
-        self, client: str, number: int, count: int, units: int, sent: int | None = None
-    ) -> Placement:
-        """Wait until request ``number`` of ``client`` is granted; return where.
+        self,
+        client: str,
+        number: int,
+        count: int,
+        units: int,
+        sent: int | None = None,
+        *,
+        memory: bool = False,
+    ) -> tuple[Placement, float | None]:
+        """Wait until request ``number`` of ``client`` is granted; return where, and since
+        when ``client`` may keep its leases (this actor's clock; None if someone waits).
 
         ``sent`` numbers the client's sends (1, 2, ...): Ray may start this actor's calls in
         another order, so each waits here for the sends before it, and a client's requests
-        join the queue in the order it sent them. Asking again for the same request (after a
+        join the queue in the order it sent them. ``memory``: ``units`` are MiB on one GPU
+        (``memory=``), not a share of ``UNITS_PER_GPU``. Asking again for the same request (after a
         restart, say) waits for the same grant. Raises ValueError if no node could ever hold
         ``count`` GPUs of ``units``.
         """
@@ -85,7 +109,7 @@ class SchedulerActor:
         self._watch(client)
         placement = self._state.lease(key)
         if placement is not None:
-            return placement
+            return placement, self._keep_since(client)
         if key in self._cancelled:
             raise ValueError(f"request {number} of {client} was cancelled")
         reason = self._failed.pop(key, None)
@@ -97,12 +121,112 @@ class SchedulerActor:
             out = (
                 None
                 if self._state.is_waiting(key)
-                else self._state.request(key, Demand(count, units), now=time.monotonic())
+                else self._state.request(key, _demand(count, units, memory), now=time.monotonic())
             )
             self._futures[key] = future
             if out is not None:
                 self._apply(out)
-        return await asyncio.shield(future)
+        if not future.done():  # it waits: no lease may be kept any longer
+            self._recall()
+        placement = await asyncio.shield(future)
+        return placement, self._keep_since(client)
+
+    def _keep_since(self, client: str) -> float | None:
+        """Now, if nothing waits (``client`` may keep its leases, until recalled); else None."""
+        if self._state.waiting():
+            return None
+        self._keepers.add(client)
+        return time.time()
+
+    def _recall(self) -> None:
+        """Tell every client that may keep leases to give them back (a request waits)."""
+        if not self._keepers:
+            return
+        since = time.time()
+        for client in self._keepers:
+            self._spawn(self._send_recall(client, since))
+        self._keepers.clear()
+
+    async def _send_recall(self, client: str, since: float) -> None:
+        handle: Any = self._handles.get(client)
+        try:
+            if handle is None:
+                handle = await asyncio.to_thread(_api.get_actor, client, self._namespace)
+            await handle.recall.remote(since)
+        except Exception:  # gone: what it kept is dropped when its watch fails
+            log.debug("recalling the leases of %s failed", client, exc_info=True)
+
+    async def submit(self, client: str, sent: int, ops: list[Op], handle: Any) -> None:
+        """Apply a batch of ``client``'s requests, releases and cancels, in their order.
+
+        ``sent`` numbers the client's batches (1, 2, ...): each waits here for the batches
+        before it, and nothing awaits from there until the whole batch is applied, so a
+        client's requests join the queue in the order it made them. Grants are pushed to
+        ``handle`` (``ClientActor.granted``), a batch of them per loop turn; a request that
+        no node could ever hold is answered with the reason. A release after a node died
+        (``node_lost``) reads the nodes first, so that the dead node's GPUs are withdrawn
+        rather than granted again.
+        """
+        await self._ready()
+        self._handles.setdefault(client, handle)
+        if any(op[0] == "release" and op[2] for op in ops):
+            await self._sync_nodes()
+        await self._order_of(client).wait(sent)
+        self._watch(client)
+        waits = False
+        for op in ops:
+            key = (client, op[1])
+            if op[0] == "request":
+                waits = self._queue(key, _demand(op[2], op[3], op[4])) or waits
+            elif op[0] == "release":
+                self._apply(self._state.release(key, now=time.monotonic()))
+            else:
+                self._withdraw(key)
+        if waits:  # someone waits: no lease may be kept any longer
+            self._recall()
+
+    def _queue(self, key: Key, demand: Demand) -> bool:
+        """Queue a pushed request (answered at once if it is granted or fails); whether it
+        waits. One known already (restored after a restart) is not queued twice."""
+        placement = self._state.lease(key)
+        if placement is not None:
+            self._push(key, placement, None)
+            return False
+        if self._state.is_waiting(key) or key in self._cancelled:
+            return self._state.is_waiting(key)
+        try:
+            out = self._state.request(key, demand, now=time.monotonic())
+        except ValueError as exc:
+            self._push(key, None, str(exc))
+            return False
+        self._apply(out)
+        return self._state.is_waiting(key)
+
+    def _push(self, key: Key, placement: Placement | None, reason: str | None) -> None:
+        """Answer request ``key`` with the next batch of grants to its client."""
+        if not self._outbox:
+            asyncio.get_running_loop().call_soon(self._flush_grants)
+        self._outbox.setdefault(key[0], []).append((key[1], placement, reason))
+
+    def _flush_grants(self) -> None:
+        """Send each client its grants of this loop turn in one call, saying whether it may
+        keep leases (nothing waits) or not."""
+        outbox, self._outbox = self._outbox, {}
+        for client, grants in outbox.items():
+            keep = self._keep_since(client)
+            handle = self._handles.get(client)
+            if handle is not None:
+                handle.granted.remote(grants, keep)
+            else:  # pragma: no cover - a client that pushed nothing yet (restored)
+                self._spawn(self._send_grants(client, grants, keep))
+
+    async def _send_grants(self, client: str, grants: list[Grant], keep: float | None) -> None:
+        try:
+            handle = await asyncio.to_thread(_api.get_actor, client, self._namespace)
+            self._handles[client] = handle
+            await handle.granted.remote(grants, keep)
+        except Exception:  # gone: its watch withdraws what it had
+            log.debug("pushing grants to %s failed", client, exc_info=True)
 
     def _order_of(self, client: str) -> Turns:
         turns = self._orders.get(client)
@@ -113,7 +237,9 @@ class SchedulerActor:
     async def cancel(self, client: str, number: int) -> None:
         """Withdraw a request (or release its lease if it was granted meanwhile)."""
         await self._ready()
-        key = (client, number)
+        self._withdraw((client, number))
+
+    def _withdraw(self, key: Key) -> None:
         if self._state.lease(key) is None and not self._state.is_waiting(key):
             self._cancelled[key] = None  # it may still be on its way
             while len(self._cancelled) > _TOMBSTONES:
@@ -174,6 +300,7 @@ class SchedulerActor:
             leases += held
             waiting += [(since, key, demand) for key, demand, since in asked]
             self._orders[name] = Turns(first=sent + 1)  # sends up to there: restored or retried
+            self._keepers.add(name)  # it may have been told it may keep: recall it when need be
             self._watch(name)
         waiting.sort(key=lambda item: item[0])
         if leases or waiting:
@@ -193,6 +320,7 @@ class SchedulerActor:
             handle = await asyncio.to_thread(_api.get_actor, name, self._namespace)
         except Exception:  # gone: whatever it held ended with it
             return None
+        self._handles[name] = handle
         for _ in range(RECLAIM_TRIES):
             try:
                 held: tuple[list[Placement], list[tuple[Key, Demand, float]], int]
@@ -220,11 +348,12 @@ class SchedulerActor:
             self._syncing = asyncio.Lock()
         async with self._syncing:
             listed = await asyncio.to_thread(_api.nodes)
-            alive = {
-                str(node["NodeID"]): int(node.get("Resources", {}).get("GPU", 0))
+            resources = {
+                str(node["NodeID"]): node.get("Resources", {})
                 for node in listed
                 if node.get("Alive")
             }
+            alive = {node: int(r.get("GPU", 0)) for node, r in resources.items()}
             alive = {node: count for node, count in alive.items() if count > 0}
             known = self._state.nodes
             for node, node_gpus in known.items():
@@ -232,21 +361,28 @@ class SchedulerActor:
                     log.info("node %s left with %d GPUs", node, len(node_gpus))
                     self._apply(self._state.remove_node(node, now=time.monotonic()))
             joining = [node for node in alive if node not in self._state.nodes]
-            probed = await asyncio.gather(*(self._probe(node, alive[node]) for node in joining))
+            probed = await asyncio.gather(
+                *(
+                    self._probe(node, alive[node], resources[node].get(SIZE_RESOURCE))
+                    for node in joining
+                )
+            )
             for node, node_gpus in zip(joining, probed, strict=True):
                 log.info("node %s joined with %d GPUs", node, len(node_gpus))
                 self._apply(self._state.add_node(node, node_gpus, now=time.monotonic()))
 
-    async def _probe(self, node: str, count: int) -> tuple[NodeGPU, ...]:
-        """Ask the node what its GPUs are; plain indices if it cannot say."""
+    async def _probe(self, node: str, count: int, size: object = None) -> tuple[NodeGPU, ...]:
+        """Ask the node what its GPUs are; plain indices if it cannot say. ``size``: the
+        node's ``hwpool_gpu_mib`` resource, the memory of each GPU whose memory the probe did
+        not find."""
         ref = _probe.options(scheduling_strategy=_api.affinity(node)).remote(count)
         try:
             gpus: tuple[NodeGPU, ...] = await asyncio.wait_for(ref, PROBE_TIMEOUT_S)
         except Exception:
             log.warning("node %s did not say what its GPUs are; using indices", node)
             _api.cancel(ref, force=True)
-            return tuple(NodeGPU(i, str(i)) for i in range(count))
-        return gpus
+            gpus = tuple(NodeGPU(i, str(i)) for i in range(count))
+        return _sized(gpus, size)
 
     # ----------------------------------------------------------------- clients
     def _watch(self, client: str) -> None:
@@ -258,10 +394,14 @@ class SchedulerActor:
         """Wait for ``client`` to die, then withdraw and release everything it had."""
         try:
             handle = await asyncio.to_thread(_api.get_actor, client, self._namespace)
+            self._handles[client] = handle
             await handle.watch.remote()
         except Exception:
             pass
         self._watched.discard(client)
+        self._handles.pop(client, None)
+        self._outbox.pop(client, None)
+        self._keepers.discard(client)
         self._orders.pop(client, None)
         log.info("client %s is gone: withdrawing its requests and leases", client)
         for key in [k for k in self._futures if k[0] == client]:
@@ -274,14 +414,16 @@ class SchedulerActor:
         """Wake the requests placed, fail those that can never be placed, log lost leases."""
         for placement in out.placed:
             future = self._futures.pop(placement.key, None)
-            if future is not None and not future.done():
+            if future is None:  # asked through submit (or restored): pushed
+                self._push(placement.key, placement, None)
+            elif not future.done():
                 future.set_result(placement)
         for key, reason in out.failed:
             future = self._futures.pop(key, None)
-            if future is not None and not future.done():
+            if future is None:
+                self._push(key, None, reason)
+            elif not future.done():
                 future.set_exception(ValueError(reason))
-            else:
-                self._failed[key] = reason
         for placement in out.lost:
             log.warning("lease %s lost with node %s", placement.key, placement.node_id)
 
@@ -294,3 +436,23 @@ class SchedulerActor:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+def _demand(count: int, units: int, memory: bool) -> Demand:
+    """A client's request as the cluster state takes it (MiB on one GPU if ``memory``)."""
+    return MemoryDemand(count, units) if memory else Demand(count, units)
+
+
+def _sized(gpus: tuple[NodeGPU, ...], size: object) -> tuple[NodeGPU, ...]:
+    """``gpus`` with ``size`` MiB (a node resource, a whole positive number) as the memory of
+    each whose memory is unknown; as they are if ``size`` is not such a number."""
+    if not isinstance(size, int | float) or size < 1 or size != int(size):
+        if size is not None:
+            log.warning("%s=%r is not a whole number of MiB: ignored", SIZE_RESOURCE, size)
+        return gpus
+    return tuple(
+        gpu
+        if gpu.memory_mib is not None
+        else NodeGPU(gpu.index, gpu.device_id, gpu.uuid, int(size))
+        for gpu in gpus
+    )

@@ -15,6 +15,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 __all__ = [
     "affinity",
     "cancel",
+    "current_actor",
     "get",
     "get_actor",
     "here",
@@ -78,6 +79,11 @@ def kill(handle: Any, *, no_restart: bool = True) -> None:
 def is_initialized() -> bool:
     """Whether this process is connected to Ray."""
     return bool(_ray.is_initialized())
+
+
+def current_actor() -> Any:
+    """The handle of the actor this code runs in."""
+    return _ray.get_runtime_context().current_actor
 
 
 def here() -> str:

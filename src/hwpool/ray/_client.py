@@ -21,24 +21,36 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from ray.exceptions import NodeDiedError, RayActorError, RayError, TaskUnschedulableError
+from ray.exceptions import NodeDiedError, RayActorError, TaskUnschedulableError
 
 from .._core._scheduler import Demand
 from . import _api
-from ._state import Key, Placement
+from ._state import Key, MemoryDemand, Placement
 from ._turns import PATIENCE_S, Turns
 from ._worker import WATCH_GROUP, device_env, leased_class, run_leased, task_name
 
-__all__ = ["Call", "ClientActor", "TaskOptions"]
+__all__ = ["Call", "ClientActor", "Grant", "Op", "TaskOptions"]
+
+Op = tuple[Any, ...]
+"""One entry of a batch to the scheduler: ``("request", number, count, units, memory)``,
+``("release", number, node_lost)`` or ``("cancel", number)``."""
+Grant = tuple[int, Placement | None, str | None]
+"""The scheduler's answer to a request: ``(number, placement, None)`` or ``(number, None,
+reason)``."""
 
 SCHEDULER_RETRY_S = 120.0
-"""How long a request keeps asking a scheduler that is restarting (or gone) before failing."""
+"""How long the driver keeps asking a scheduler that is restarting (or gone) before failing."""
 RETRY_PAUSE_S = 0.2
 CANCEL_WAIT_S = 30.0
 ORDER_WAIT_S = PATIENCE_S
 """How long a call waits for an earlier one of the driver's to arrive (see ``_turns``)."""
 LAUNCH_ATTEMPTS = 3
 """Grants a task may get on nodes that die before it starts there, before it fails."""
+LAUNCHERS = 1024
+"""Remote functions with options kept for reuse (function name, options, node) at most."""
+KEEP_S = 0.2
+"""How long a client keeps the lease of a finished task for the next task of the same demand,
+while the scheduler lets it (nobody waits); 0 gives every lease back at once."""
 
 _run_fresh = _api.remote(run_leased, max_calls=1)
 _run_reusing = _api.remote(run_leased)
@@ -47,11 +59,12 @@ _run_reusing = _api.remote(run_leased)
 @dataclass(frozen=True, slots=True)
 class TaskOptions:
     """How leased work is launched: CPUs reserved through Ray, and whether a worker process
-    may serve several leases (CUDA reads ``CUDA_VISIBLE_DEVICES`` once, so by default each
-    task gets a fresh process, as Ray does for its own GPU tasks)."""
+    may serve several leases (the default, as fast as plain Ray; ``False`` gives each task a
+    fresh process, for work that keeps a CUDA context: CUDA reads ``CUDA_VISIBLE_DEVICES``
+    once per process)."""
 
     num_cpus: float = 0.0
-    reuse_worker: bool = False
+    reuse_worker: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,12 +76,20 @@ class Call:
     count: int
     units: int
     options: TaskOptions
+    memory: bool = False  # units are MiB on one GPU (memory=)
+
+    @property
+    def demand(self) -> Demand:
+        """What the call asks for, in the cluster state's words."""
+        return MemoryDemand(1, self.units) if self.memory else Demand(self.count, self.units)
 
 
 class ClientActor:
     """Waits for grants, launches work on them and releases them (see the module)."""
 
-    def __init__(self, scheduler_name: str, namespace: str, name: str) -> None:
+    def __init__(
+        self, scheduler_name: str, namespace: str, name: str, keep_s: float = KEEP_S
+    ) -> None:
         self._scheduler = _api.get_actor(scheduler_name, namespace)
         self._name = name
         self._numbers = itertools.count(1)
@@ -77,6 +98,19 @@ class ClientActor:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._turns = Turns(ORDER_WAIT_S)
         self._sent = 0  # requests sent to the scheduler: each is numbered in the order sent
+        # Kept leases (see keep_s in connect): idle ones by demand, each with its expiry; the
+        # scheduler's word on keeping (granted "keep" after the last recall seen); and the
+        # requests this client has on their way or waiting there (none while it reuses one).
+        self._keep_s = keep_s
+        self._idle: dict[Demand, dict[int, asyncio.TimerHandle]] = {}
+        self._may_keep = False
+        self._recalled_at = 0.0
+        self._asking = 0
+        # What goes to the scheduler: one batch per loop turn; the requests sent, by number.
+        self._outbox: list[Op] = []
+        self._asked: dict[int, asyncio.Future[Placement]] = {}
+        self._me: Any = None  # this actor's handle, sent with each batch for the grants
+        self._launchers: dict[tuple[str, TaskOptions, str], Any] = {}
 
     def __repr__(self) -> str:
         # Ray shows it in the header of every error a task of this client raises.
@@ -94,6 +128,18 @@ class ClientActor:
         waiting = [((self._name, n), d, since) for n, (d, since) in self._waiting.items()]
         return list(self._leases.values()), waiting, self._sent
 
+    async def recall(self, since: float) -> None:
+        """Someone waits (the scheduler's clock said ``since``): give back every kept lease
+        now idle, and each busy one as its task ends, until a grant says keeping is fine
+        again."""
+        self._recalled_at = max(self._recalled_at, since)
+        self._may_keep = False
+        idle, self._idle = self._idle, {}
+        for numbers in idle.values():
+            for number, expiry in numbers.items():
+                expiry.cancel()
+                self._release(number)
+
     # ----------------------------------------------------------------- for the driver
     async def run(
         self,
@@ -108,20 +154,13 @@ class ClientActor:
         (at the back of the queue); if it goes while the task runs, the task fails, as a
         Ray task without retries does.
         """
-        demand, options = Demand(call.count, call.units), call.options
+        demand, options = call.demand, call.options
         for attempt in itertools.count(1):
-            number = next(self._numbers)
-            placement = await self._acquire(number, demand, call.seq if attempt == 1 else None)
+            number, placement = await self._acquire(demand, call.seq if attempt == 1 else None)
             node_lost = False
             try:
-                remote = _run_reusing if options.reuse_worker else _run_fresh
-                ref = remote.options(
-                    name=task_name(fn),
-                    num_cpus=options.num_cpus,
-                    num_gpus=0,
-                    max_retries=0,
-                    scheduling_strategy=_api.affinity(placement.node_id),
-                ).remote(fn, placement.gpus, placement.devices, *args, **kwargs)
+                launch = self._launcher(task_name(fn), options, placement.node_id)
+                ref = launch.remote(fn, placement.gpus, placement.devices, *args, **kwargs)
                 return await _outcome(ref)
             except TaskUnschedulableError:
                 node_lost = True
@@ -132,8 +171,26 @@ class ClientActor:
                 raise
             finally:
                 # Sent before the result goes back, not awaited: the next task need not wait.
-                self._release(number, node_lost)
+                self._finished(number, demand, node_lost)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _launcher(self, name: str, options: TaskOptions, node_id: str) -> Any:
+        """The leased task's remote function with its options, made once per function name,
+        options and node (Ray's ``.options()`` costs about as much as a launch)."""
+        key = (name, options, node_id)
+        launcher = self._launchers.get(key)
+        if launcher is None:
+            if len(self._launchers) >= LAUNCHERS:
+                self._launchers.clear()
+            remote = _run_reusing if options.reuse_worker else _run_fresh
+            launcher = self._launchers[key] = remote.options(
+                name=name,
+                num_cpus=options.num_cpus,
+                num_gpus=0,
+                max_retries=0,
+                scheduling_strategy=_api.affinity(node_id),
+            )
+        return launcher
 
     async def start_actor(
         self,
@@ -144,8 +201,7 @@ class ClientActor:
     ) -> Any:
         """Wait for the GPUs, start an actor of ``cls`` on them and return its handle; the
         lease lasts as long as the actor does."""
-        number = next(self._numbers)
-        placement = await self._acquire(number, Demand(call.count, call.units), call.seq)
+        number, placement = await self._acquire(call.demand, call.seq)
         try:
             actor_class = _api.remote(
                 leased_class(cls, placement.gpus),
@@ -170,56 +226,133 @@ class ClientActor:
         await self._turns.skip(seq)
 
     # ----------------------------------------------------------------- internals
-    async def _acquire(self, number: int, demand: Demand, seq: int | None) -> Placement:
+    async def _acquire(self, demand: Demand, seq: int | None) -> tuple[int, Placement]:
+        """A lease for ``demand``, in the driver's order: a kept one if the scheduler lets
+        this client keep and it asks for nothing else, else a new one; its number and where."""
+        number = next(self._numbers)
         self._waiting[number] = (demand, time.time())
         try:
             if seq is not None:  # in the driver's order (copies of the pool have none)
                 await self._turns.wait(seq)
+            kept = self._take_kept(demand)
+            if kept is not None:
+                return kept, self._leases[kept]
             placement = await self._request(number, demand)
         finally:
             del self._waiting[number]
         self._leases[number] = placement
-        return placement
+        return number, placement
+
+    def _take_kept(self, demand: Demand) -> int | None:
+        """An idle kept lease of ``demand`` (its expiry cancelled), or None. None too while
+        one of this client's requests is on its way or waits: the core orders those."""
+        idle = self._idle.get(demand)
+        if not idle or not self._may_keep or self._asking:
+            return None
+        number, expiry = idle.popitem()
+        expiry.cancel()
+        return number
+
+    def _finished(self, number: int, demand: Demand, node_lost: bool) -> None:
+        """A task ended on lease ``number``: keep the lease for the next task of ``demand``
+        (for ``keep_s``) if the scheduler lets this client keep and nothing of it waits
+        there; else give it back."""
+        if node_lost or not self._may_keep or self._asking or number not in self._leases:
+            self._release(number, node_lost)
+            return
+        loop = asyncio.get_running_loop()
+        expiry = loop.call_later(self._keep_s, self._expire, number, demand)
+        self._idle.setdefault(demand, {})[number] = expiry
+
+    def _expire(self, number: int, demand: Demand) -> None:
+        """Kept lease ``number`` waited ``keep_s`` for a task in vain: give it back."""
+        idle = self._idle.get(demand, {})
+        if idle.pop(number, None) is not None:
+            self._release(number)
+
+    def _granted(self, keep_since: float | None) -> None:
+        """What a grant says about keeping: allowed since the scheduler's ``keep_since``
+        (unless a later recall came first), or not (someone waited)."""
+        if keep_since is None:
+            self._may_keep = False
+        elif keep_since > self._recalled_at and self._keep_s > 0:
+            self._may_keep = True
 
     async def _request(self, number: int, demand: Demand) -> Placement:
-        """Ask the scheduler, again while it restarts (the request is idempotent there).
+        """Queue the request in the next batch to the scheduler and wait for its grant, which
+        the scheduler pushes (:meth:`granted`). A request in a batch lost to a scheduler
+        restart is not sent again: the restarted scheduler restores it from :meth:`held`."""
+        future = asyncio.get_running_loop().create_future()
+        self._asked[number] = future
+        memory = isinstance(demand, MemoryDemand)
+        self._send(("request", number, demand.count, demand.units, memory))
+        self._asking += 1
+        try:
+            placement: Placement = await future
+        except asyncio.CancelledError:  # withdrawn (released there if granted meanwhile)
+            self._asked.pop(number, None)
+            self._send(("cancel", number))
+            raise
+        finally:
+            self._asking -= 1
+        return placement
 
-        Each send is numbered in the order sent, so that the scheduler (an async actor, which
-        Ray may start in another order) queues this client's requests in that order.
-        """
-        deadline = time.monotonic() + SCHEDULER_RETRY_S
-        while True:
-            self._sent += 1
-            ref = self._scheduler.request.remote(
-                self._name, number, demand.count, demand.units, self._sent
-            )
-            try:
-                placement: Placement = await ref
-            except asyncio.CancelledError:
-                self._spawn(self._call(self._scheduler.cancel, number))
-                self._spawn(self._give_back_if_granted(ref, number))
-                raise
-            except RayActorError:
-                if time.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(RETRY_PAUSE_S)
-                continue
-            return placement
-
-    async def _give_back_if_granted(self, ref: Any, number: int) -> None:
-        """A request cancelled here may still be granted there: give that grant back."""
-        with contextlib.suppress(Exception):
-            await ref
-            await self._call(self._scheduler.release, number)
+    async def granted(self, grants: list[Grant], keep_since: float | None) -> None:
+        """The scheduler's answers to requests: ``(number, placement, None)`` for a grant,
+        ``(number, None, reason)`` for a request no node can hold any more; ``keep_since``
+        says whether this client may keep leases (see :meth:`_granted`). A grant that nobody
+        waits for here any more (its call was cancelled) goes back at once."""
+        for number, placement, reason in grants:
+            future = self._asked.pop(number, None)
+            if future is None or future.done():
+                if placement is not None:
+                    self._send(("release", number, False))
+            elif placement is None:
+                future.set_exception(ValueError(reason))
+            else:
+                future.set_result(placement)
+        self._granted(keep_since)
 
     def _release(self, number: int, node_lost: bool = False) -> None:
-        if self._leases.pop(number, None) is not None:
-            self._spawn(self._call(self._scheduler.release, number, node_lost))
-
-    async def _call(self, method: Any, number: int, *more: Any) -> None:
         # A release lost to a scheduler restart is not reclaimed either: nothing leaks.
-        with contextlib.suppress(RayError):
-            await method.remote(self._name, number, *more)
+        if self._leases.pop(number, None) is not None:
+            self._send(("release", number, node_lost))
+
+    def _send(self, op: Op) -> None:
+        """Add ``op`` to the batch sent to the scheduler at the end of this loop turn."""
+        if not self._outbox:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._outbox.append(op)
+
+    def _flush(self) -> None:
+        """Send this loop turn's requests, releases and cancels, in their order, as one call
+        numbered in the order sent (the scheduler, an async actor that Ray may start in
+        another order, applies this client's batches in that order). Not awaited."""
+        ops, self._outbox = self._outbox, []
+        if ops:
+            if self._me is None:
+                self._me = _api.current_actor()
+            self._sent += 1
+            self._spawn(
+                self._confirm(self._scheduler.submit.remote(self._name, self._sent, ops, self._me))
+            )
+
+    async def _confirm(self, ref: Any) -> None:
+        """Wait for a batch to be applied. One lost to a scheduler restart is not sent again:
+        the scheduler is called until it answers, and, restarted, it restores from
+        :meth:`held` what this client waits for and holds (a release it never saw frees
+        nothing in use, a cancel it never saw left nothing to restore). Without that call a
+        restarted scheduler that nobody else calls would never start."""
+        try:
+            await ref
+        except RayActorError:
+            deadline = time.monotonic() + SCHEDULER_RETRY_S
+            while time.monotonic() < deadline:
+                try:
+                    await self._scheduler.ready.remote()
+                    return
+                except RayActorError:
+                    await asyncio.sleep(RETRY_PAUSE_S)
 
     async def _hold_while_alive(self, number: int, watch: Any) -> None:
         try:

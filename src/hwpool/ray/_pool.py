@@ -20,12 +20,13 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from .._check import check_bool, check_callable, check_int, check_real
 from .._core._capacity import UNITS_PER_GPU, fraction_to_units
+from .._core._memory import parse_memory
 from .._core._scheduler import Demand
 from .._errors import PoolClosedError
 from . import _api
 from ._actor import CLIENT_PREFIX, SCHEDULER_NAME, SchedulerActor
-from ._client import RETRY_PAUSE_S, SCHEDULER_RETRY_S, Call, ClientActor, TaskOptions
-from ._state import ClusterSnapshot, infeasible
+from ._client import KEEP_S, RETRY_PAUSE_S, SCHEDULER_RETRY_S, Call, ClientActor, TaskOptions
+from ._state import ClusterSnapshot, MemoryDemand, infeasible
 from ._worker import task_name
 
 __all__ = ["LeasedFunction", "RayGPUPool", "connect"]
@@ -33,26 +34,40 @@ __all__ = ["LeasedFunction", "RayGPUPool", "connect"]
 P = ParamSpec("P")
 R = TypeVar("R")
 
+RUNS_KEPT = 1024
+"""The client's ``run`` methods with options (one per task name) a pool keeps, at most."""
 MAX_CONCURRENCY = 100_000
 """Calls one scheduler or client actor serves at once: every waiting request is one."""
 
 
 def connect(
-    *, namespace: str = "hwpool", num_cpus: float = 0, reuse_workers: bool = False
+    *,
+    namespace: str = "hwpool",
+    num_cpus: float = 0,
+    reuse_workers: bool = True,
+    keep_s: float = KEEP_S,
 ) -> RayGPUPool:
     """Join the cluster's hwpool scheduler (starting it if need be) and open this driver's pool.
 
     Call ``ray.init(...)`` first. ``namespace`` names the Ray namespace of the scheduler and
     clients: pools of one namespace share one queue over the cluster's GPUs. ``num_cpus`` is
     what each leased task or actor reserves through Ray besides its GPUs (0: the GPU lease is
-    the admission control, and a granted task never waits for a CPU while holding its GPUs);
-    ``reuse_workers=True`` lets one worker process run several leased tasks, which is faster
-    but safe only for work that does not keep a CUDA context (CUDA reads
-    ``CUDA_VISIBLE_DEVICES`` once per process).
+    the admission control, and a granted task never waits for a CPU while holding its GPUs).
+    ``reuse_workers`` (default True) lets one worker process run several leased tasks, as
+    plain Ray's CPU tasks do; ``False`` starts a fresh process for each (``max_calls=1``), for
+    work that keeps a CUDA context (CUDA reads ``CUDA_VISIBLE_DEVICES`` once per process).
+    ``keep_s`` (seconds, default 0.2; 0 turns it off): how long this driver keeps the lease of
+    a finished task for its next task of the same demand, while the scheduler sees nobody
+    waiting; a stream of equal tasks then costs no scheduler message per task, and a request
+    that has to wait makes every kept lease go back (an idle one at once, a busy one when its
+    task ends).
     """
     if not isinstance(namespace, str) or not namespace:
         raise TypeError(f"namespace must be a non-empty str, got {namespace!r}")
     options = _task_options(num_cpus, reuse_workers)
+    keep = check_real("keep_s", keep_s)
+    if not 0 <= keep < float("inf"):
+        raise ValueError(f"keep_s must be a finite number of seconds >= 0, got {keep_s!r}")
     if not _api.is_initialized():
         raise RuntimeError("hwpool.ray.connect() needs Ray: call ray.init(...) first")
     scheduler = _scheduler(namespace)
@@ -69,9 +84,10 @@ def connect(
             max_concurrency=MAX_CONCURRENCY,
             scheduling_strategy=_api.affinity(here),
         )
-        .remote(SCHEDULER_NAME, namespace, name)
+        .remote(SCHEDULER_NAME, namespace, name, keep)
     )
-    largest = _ask(scheduler.snapshot).largest_node
+    snapshot = _ask(scheduler.snapshot)
+    largest = (snapshot.largest_node, snapshot.largest_gpu_mib)
     return RayGPUPool(namespace, scheduler, client, options, largest)
 
 
@@ -122,10 +138,15 @@ def _task_options(num_cpus: object, reuse_worker: object) -> TaskOptions:
     return TaskOptions(cpus, check_bool("reuse_worker", reuse_worker))
 
 
-def _demand(fraction: object, gpus: object) -> Demand:
-    """The demand of ``fraction`` of one GPU or of ``gpus`` whole GPUs (one GPU if neither)."""
-    if fraction is not None and gpus is not None:
-        raise ValueError(f"give fraction or gpus, not both (fraction={fraction!r}, gpus={gpus!r})")
+def _demand(fraction: object, gpus: object, memory: object = None) -> Demand:
+    """The demand of ``fraction`` of one GPU, of ``gpus`` whole GPUs, or of ``memory`` (MiB,
+    or a text such as ``"6GiB"``) on one GPU; one whole GPU if none is given."""
+    given = {"fraction": fraction, "gpus": gpus, "memory": memory}
+    named = [f"{name}={value!r}" for name, value in given.items() if value is not None]
+    if len(named) > 1:
+        raise ValueError(f"give one of fraction, gpus or memory, not several ({', '.join(named)})")
+    if memory is not None:
+        return MemoryDemand(1, parse_memory(memory, "memory"))
     if gpus is not None:
         return Demand(check_int("gpus", gpus, minimum=1), UNITS_PER_GPU)
     return Demand(1, UNITS_PER_GPU if fraction is None else fraction_to_units(fraction))
@@ -145,7 +166,7 @@ class RayGPUPool:
         scheduler: Any,
         client: Any,
         options: TaskOptions,
-        largest: int,
+        largest: tuple[int, int | None],
         *,
         ordered: bool = True,
     ) -> None:
@@ -156,8 +177,9 @@ class RayGPUPool:
         self._scheduler = scheduler
         self._client = client
         self._options = options
-        self._largest = largest
+        self._largest = largest  # GPUs of the largest node, MiB of the largest GPU (or None)
         self._closed = False
+        self._runs: dict[str, Any] = {}  # the client's run method with each task name
 
     def __repr__(self) -> str:
         options = self._options
@@ -181,16 +203,21 @@ class RayGPUPool:
         *args: Any,
         fraction: float | None = None,
         gpus: int | None = None,
+        memory: int | str | None = None,
         **kwargs: Any,
     ) -> Any:
-        """Run ``fn(*args, **kwargs)`` on ``fraction`` of one GPU or on ``gpus`` whole GPUs of
-        one node (one whole GPU if neither is given); return its ``ObjectRef`` at once.
+        """Run ``fn(*args, **kwargs)`` on ``fraction`` of one GPU, on ``gpus`` whole GPUs of
+        one node, or on ``memory`` MiB (or ``"6GiB"``) of one GPU (one whole GPU if none is
+        given); return its ``ObjectRef`` at once.
 
         Raises TypeError/ValueError as ``GPUPool.acquire`` does, and ValueError for more GPUs
-        than any node has or for both ``fraction`` and ``gpus``; nothing is queued then.
+        than any node has, more memory than any GPU has (or memory on a cluster where some
+        GPU's size is unknown), or more than one of ``fraction``, ``gpus`` and ``memory``;
+        nothing is queued then.
         """
         check_callable("fn", fn)
-        return self._submit(fn, self._checked(fraction, gpus), self._options, args, kwargs)
+        demand = self._checked(fraction, gpus, memory)
+        return self._submit(fn, demand, self._options, args, kwargs)
 
     @overload
     def remote(self, fn: Callable[P, R], /) -> LeasedFunction[P, R]: ...
@@ -202,6 +229,7 @@ class RayGPUPool:
         *,
         fraction: float | None = None,
         gpus: int | None = None,
+        memory: int | str | None = None,
         num_cpus: float | None = None,
         reuse_worker: bool | None = None,
     ) -> _Decorator: ...
@@ -212,13 +240,15 @@ class RayGPUPool:
         *,
         fraction: float | None = None,
         gpus: int | None = None,
+        memory: int | str | None = None,
         num_cpus: float | None = None,
         reuse_worker: bool | None = None,
     ) -> LeasedFunction[..., Any] | _Decorator:
         """Decorate a function to run on a GPU share: ``@pool.remote(fraction=0.25)``, then
         ``f.remote(*args) -> ObjectRef``. Bare ``@pool.remote`` asks for one whole GPU;
-        ``num_cpus`` and ``reuse_worker`` override the pool's for this function."""
-        demand = self._checked(fraction, gpus)
+        ``memory=`` asks for MiB of one GPU, as in ``submit``; ``num_cpus`` and
+        ``reuse_worker`` override the pool's for this function."""
+        demand = self._checked(fraction, gpus, memory)
         options = _task_options(
             self._options.num_cpus if num_cpus is None else num_cpus,
             self._options.reuse_worker if reuse_worker is None else reuse_worker,
@@ -234,6 +264,7 @@ class RayGPUPool:
         *args: Any,
         fraction: float | None = None,
         gpus: int | None = None,
+        memory: int | str | None = None,
         **kwargs: Any,
     ) -> Any:
         """Start ``cls(*args, **kwargs)`` as a Ray actor holding a GPU share for its lifetime;
@@ -244,7 +275,7 @@ class RayGPUPool:
         """
         if not inspect.isclass(cls):
             raise TypeError(f"cls must be a class, got {cls!r} ({type(cls).__name__})")
-        demand = self._checked(fraction, gpus)
+        demand = self._checked(fraction, gpus, memory)
         return self._call(self._client.start_actor, demand, self._options, cls, args, kwargs)
 
     # ----------------------------------------------------------------- state
@@ -252,7 +283,7 @@ class RayGPUPool:
         """The cluster's GPU nodes with free capacity, every lease, and the queue in order."""
         self._check_open()
         snapshot: ClusterSnapshot = _ask(self._scheduler.snapshot)
-        self._largest = snapshot.largest_node
+        self._largest = (snapshot.largest_node, snapshot.largest_gpu_mib)
         return snapshot
 
     def close(self) -> None:
@@ -274,11 +305,12 @@ class RayGPUPool:
         self.close()
 
     # ----------------------------------------------------------------- internals
-    def _checked(self, fraction: object, gpus: object) -> Demand:
-        demand = _demand(fraction, gpus)
-        if infeasible(demand, self._largest) is not None:  # it may have grown since we looked
-            self._largest = _ask(self._scheduler.sync_nodes).largest_node
-            reason = infeasible(demand, self._largest)
+    def _checked(self, fraction: object, gpus: object, memory: object) -> Demand:
+        demand = _demand(fraction, gpus, memory)
+        if infeasible(demand, *self._largest) is not None:  # it may have grown since we looked
+            snapshot = _ask(self._scheduler.sync_nodes)
+            self._largest = (snapshot.largest_node, snapshot.largest_gpu_mib)
+            reason = infeasible(demand, *self._largest)
             if reason is not None:
                 raise ValueError(reason)
         return demand
@@ -295,7 +327,12 @@ class RayGPUPool:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> Any:
-        run = self._client.run.options(name=task_name(fn))
+        name = task_name(fn)
+        run = self._runs.get(name)
+        if run is None:  # Ray's .options() per call costs about as much as the call
+            if len(self._runs) >= RUNS_KEPT:
+                self._runs.clear()
+            run = self._runs[name] = self._client.run.options(name=name)
         return self._call(run, demand, options, fn, args, kwargs)
 
     def _call(self, method: Any, demand: Demand, options: TaskOptions, *rest: Any) -> Any:
@@ -304,7 +341,8 @@ class RayGPUPool:
         self._check_open()
         seq = None if self._seq is None else next(self._seq)
         try:
-            return method.remote(Call(seq, demand.count, demand.units, options), *rest)
+            memory = isinstance(demand, MemoryDemand)
+            return method.remote(Call(seq, demand.count, demand.units, options, memory), *rest)
         except BaseException:
             if seq is not None:
                 self._client.skip.remote(seq)
@@ -312,7 +350,11 @@ class RayGPUPool:
 
 
 def _unpickled(
-    namespace: str, scheduler: Any, client: Any, options: TaskOptions, largest: int
+    namespace: str,
+    scheduler: Any,
+    client: Any,
+    options: TaskOptions,
+    largest: tuple[int, int | None],
 ) -> RayGPUPool:
     return RayGPUPool(namespace, scheduler, client, options, largest, ordered=False)
 

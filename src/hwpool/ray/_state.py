@@ -16,6 +16,14 @@ and backfill; this module adds only what a cluster has and one host has not:
   node: those whose work is expected to end first. Nothing new is placed there, so the
   request starts once that work ends, as on one machine.
 
+**GPUs of known sizes.** Where every GPU's memory is known (``NodeGPU.memory_mib``), the core
+counts MiB (its GPUs' totals are their sizes) and a :class:`MemoryDemand` asks for MiB on one
+GPU; a fraction is then a share of whichever GPU it lands on (the core's relative demand) and a
+whole GPU is a whole GPU of any size. Where one size is unknown, the core counts fractions of
+``UNITS_PER_GPU`` and memory cannot be asked for. A request is kept in the words it was made
+in (:meth:`ClusterState._core_demand` turns it into the core's), so it survives a rebuild over
+other GPUs.
+
 Invariants after every call: on every GPU the units of its leases plus its free units in the
 core equal one GPU; a request is waiting, leased or gone; every lease lies on one node.
 """
@@ -33,6 +41,7 @@ __all__ = [
     "ClusterState",
     "Key",
     "LeaseSnapshot",
+    "MemoryDemand",
     "NodeGPU",
     "NodeSnapshot",
     "Outcome",
@@ -44,6 +53,13 @@ __all__ = [
 
 Key = tuple[str, int]
 """A request's identity: the name of the client that asked and its number there."""
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryDemand(Demand):
+    """``units`` MiB on one GPU (``count`` is 1): a request made with ``memory=``. A plain
+    :class:`Demand` counts ``UNITS_PER_GPU`` per GPU: ``count`` whole GPUs, or a fraction of
+    one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,23 +105,27 @@ class NodeSnapshot:
 
 @dataclass(frozen=True, slots=True)
 class LeaseSnapshot:
-    """A held lease: whose (``client``, ``request``), where, and the share of each GPU."""
+    """A held lease: whose (``client``, ``request``), where, and the share of each GPU
+    (with its MiB where the GPUs' sizes are known)."""
 
     client: str
     request: int
     node_id: str
     gpus: tuple[int, ...]
     fraction: float
+    memory_mib: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class WaitingSnapshot:
-    """A waiting request, in queue order: ``count`` GPUs of ``fraction`` each."""
+    """A waiting request, in queue order: ``count`` GPUs of ``fraction`` each, or
+    ``memory_mib`` on one GPU (``fraction`` is then 0)."""
 
     client: str
     request: int
     count: int
     fraction: float
+    memory_mib: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,9 +146,24 @@ class ClusterSnapshot:
         """The GPUs of the node with the most (0 without GPU nodes)."""
         return max((len(node.gpus) for node in self.nodes), default=0)
 
+    @property
+    def largest_gpu_mib(self) -> int | None:
+        """The memory of the largest GPU, if every GPU's is known (else None)."""
+        return _largest_mib(gpu for node in self.nodes for gpu in node.gpus)
+
+
+def _largest_mib(gpus: Iterable[NodeGPU]) -> int | None:
+    sizes = [gpu.memory_mib for gpu in gpus]
+    if not sizes or any(size is None for size in sizes):
+        return None
+    return max(size for size in sizes if size is not None)
+
 
 def asked(demand: Demand) -> str:
-    """``demand`` as the user asked for it: ``fraction=0.25``, ``one GPU`` or ``gpus=2``."""
+    """``demand`` as the user asked for it: ``fraction=0.25``, ``one GPU``, ``gpus=2`` or
+    ``memory=24576MiB``."""
+    if isinstance(demand, MemoryDemand):
+        return f"memory={demand.units}MiB"
     if demand.count > 1:
         return f"gpus={demand.count}"
     if demand.units < UNITS_PER_GPU:
@@ -136,9 +171,10 @@ def asked(demand: Demand) -> str:
     return "one GPU"
 
 
-def infeasible(demand: Demand, largest: int) -> str | None:
-    """Why no node of a cluster whose largest node has ``largest`` GPUs could ever hold
-    ``demand`` (naming the demand and what to do), or None if one could."""
+def infeasible(demand: Demand, largest: int, largest_mib: int | None = None) -> str | None:
+    """Why no node of a cluster whose largest node has ``largest`` GPUs (and whose largest
+    GPU has ``largest_mib``, None if some GPU's size is unknown) could ever hold ``demand``
+    (naming the demand and what to do), or None if one could."""
     if largest == 0:
         return (
             f"{asked(demand)} cannot be granted: the Ray cluster has no GPUs; on a machine "
@@ -149,6 +185,17 @@ def infeasible(demand: Demand, largest: int) -> str | None:
         return (
             f"gpus={demand.count} is more than any node of the cluster has "
             f"(the largest has {largest})"
+        )
+    if isinstance(demand, MemoryDemand) and largest_mib is None:
+        return (
+            f"{asked(demand)} needs the memory of every GPU of the cluster, and some node's is "
+            "unknown: on nodes without nvidia-smi, give each GPU's size as the node resource "
+            "hwpool_gpu_mib (ray start --resources='{\"hwpool_gpu_mib\": 24576}')"
+        )
+    if isinstance(demand, MemoryDemand) and largest_mib is not None and demand.units > largest_mib:
+        return (
+            f"{asked(demand)} is more than any GPU of the cluster has "
+            f"(the largest has {largest_mib} MiB)"
         )
     return None
 
@@ -166,6 +213,7 @@ class ClusterState:
         self._tickets: dict[int, Key] = {}  # core ticket -> waiting request
         self._ticket_of: dict[Key, int] = {}
         self._now: float | None = None  # the time of the input being handled
+        self._sizes: tuple[int, ...] | None = None  # each logical GPU's MiB, where all known
 
     # ----------------------------------------------------------------- queries
     @property
@@ -206,33 +254,49 @@ class ClusterState:
         return [self._labels[g] for gpus in self._core.reservations().values() for g in gpus]
 
     def free_units(self, node_id: str, index: int) -> int:
-        """Free units of one GPU in the core."""
+        """Free units of one GPU in the core: MiB where the GPUs' sizes are known, else of
+        ``UNITS_PER_GPU``."""
         assert self._core is not None
         return self._core.free[self._logical[node_id, index]]
+
+    @property
+    def sized(self) -> bool:
+        """Whether the core counts MiB (every GPU's memory is known)."""
+        return self._sizes is not None
+
+    def _free_fraction(self, node_id: str, gpu: NodeGPU) -> float:
+        free = self.free_units(node_id, gpu.index)
+        total = UNITS_PER_GPU if gpu.memory_mib is None or not self.sized else gpu.memory_mib
+        return free / total
+
+    def _lease_snapshot(self, p: Placement) -> LeaseSnapshot:
+        if not self.sized:
+            return LeaseSnapshot(p.key[0], p.key[1], p.node_id, p.gpus, units_to_fraction(p.units))
+        size = {gpu.index: gpu.memory_mib or 1 for gpu in self._nodes[p.node_id]}[p.gpus[0]]
+        mib = p.units or size  # a whole GPU of any size holds its size (units 0)
+        return LeaseSnapshot(p.key[0], p.key[1], p.node_id, p.gpus, mib / size, mib)
+
+    def _waiting_snapshot(self, key: Key, d: Demand) -> WaitingSnapshot:
+        if isinstance(d, MemoryDemand):
+            return WaitingSnapshot(key[0], key[1], d.count, 0.0, d.units)
+        return WaitingSnapshot(key[0], key[1], d.count, units_to_fraction(d.units))
 
     def snapshot(self) -> ClusterSnapshot:
         """Nodes with free capacity per GPU, the leases, and the queue in order."""
         nodes = tuple(
-            NodeSnapshot(
-                node,
-                gpus,
-                tuple(units_to_fraction(self.free_units(node, g.index)) for g in gpus),
-            )
+            NodeSnapshot(node, gpus, tuple(self._free_fraction(node, g) for g in gpus))
             for node, gpus in self._nodes.items()
         )
-        leases = tuple(
-            LeaseSnapshot(p.key[0], p.key[1], p.node_id, p.gpus, units_to_fraction(p.units))
-            for p in self._leases.values()
-        )
-        waiting = tuple(
-            WaitingSnapshot(key[0], key[1], d.count, units_to_fraction(d.units))
-            for key, d in self.waiting()
-        )
+        leases = tuple(self._lease_snapshot(p) for p in self._leases.values())
+        waiting = tuple(self._waiting_snapshot(key, d) for key, d in self.waiting())
         return ClusterSnapshot(nodes, leases, waiting)
 
     def infeasible(self, demand: Demand) -> str | None:
         """Why no node of the cluster could ever hold ``demand``, or None if one could."""
-        return infeasible(demand, self.largest_node)
+        return infeasible(demand, self.largest_node, _largest_mib(self._all_gpus()))
+
+    def _all_gpus(self) -> Iterable[NodeGPU]:
+        return (gpu for gpus in self._nodes.values() for gpu in gpus)
 
     # ----------------------------------------------------------------- inputs
     def request(self, key: Key, demand: Demand, *, now: float | None = None) -> Outcome:
@@ -260,9 +324,18 @@ class ClusterState:
         placement = self._leases.pop(key, None)
         if placement is not None:
             assert self._core is not None
-            pairs = [(self._logical[placement.node_id, g], placement.units) for g in placement.gpus]
+            pairs = list(self._held(placement))
             self._absorb(self._core.release_many(pairs, now=self._now), out)
         return out
+
+    def _held(self, placement: Placement) -> Iterable[tuple[int, int]]:
+        """``(logical GPU, units)`` that ``placement`` holds (units 0: a whole GPU of any
+        size, which holds the GPU's total)."""
+        assert self._core is not None
+        totals = self._core.totals
+        for g in placement.gpus:
+            logical = self._logical[placement.node_id, g]
+            yield logical, placement.units or totals[logical]
 
     def cancel(self, key: Key, *, now: float | None = None) -> Outcome:
         """Withdraw ``key``: a waiting request leaves the queue, a lease is released."""
@@ -331,8 +404,14 @@ class ClusterState:
         self._nodes = nodes
         self._labels = [(node, gpu.index) for node, gpus in nodes.items() for gpu in gpus]
         self._logical = {label: i for i, label in enumerate(self._labels)}
+        sizes = [gpu.memory_mib for gpus in nodes.values() for gpu in gpus]
+        known = [size for size in sizes if size is not None]
+        self._sizes = tuple(known) if known and len(known) == len(sizes) else None
         groups = [node for node, _ in self._labels]  # rule 12: one node's GPUs for a task
-        self._core = Scheduler(len(self._labels), groups=groups) if self._labels else None
+        if not self._labels:
+            self._core = None
+        else:
+            self._core = Scheduler(self._sizes or len(self._labels), groups=groups)
         self._leases, self._demands = {}, {}
         self._tickets, self._ticket_of = {}, {}
         out = Outcome()
@@ -354,8 +433,15 @@ class ClusterState:
         if self._core is None or placement.key in self._leases:
             return False
         try:
-            gpus = tuple(self._logical[placement.node_id, g] for g in placement.gpus)
-            self._core.restore(gpus, placement.units)
+            held = list(self._held(placement))
+            if placement.units:
+                self._core.restore(tuple(g for g, _ in held), placement.units)
+            else:  # whole GPUs of different sizes: each holds its own total
+                free = self._core.free
+                if any(free[g] < units for g, units in held):
+                    return False
+                for g, units in held:
+                    self._core.restore((g,), units)
         except (KeyError, ValueError):
             return False
         self._leases[placement.key] = placement
@@ -365,10 +451,20 @@ class ClusterState:
         """Queue ``demand`` in the core; its grant, if it was granted at once."""
         assert self._core is not None
         self._demands[key] = demand
-        ticket, grant = self._core.submit(demand, now=self._now)
+        ticket, grant = self._core.submit(self._core_demand(demand), now=self._now)
         self._tickets[ticket] = key
         self._ticket_of[key] = ticket
         return [] if grant is None else [grant]
+
+    def _core_demand(self, demand: Demand) -> Demand:
+        """``demand`` in the core's units: as is on GPUs of unknown sizes (fractions of
+        ``UNITS_PER_GPU``); on GPUs of known sizes, MiB as is, whole GPUs of any size, and a
+        fraction as a share of whichever GPU it lands on."""
+        if self._sizes is None or isinstance(demand, MemoryDemand):
+            return Demand(demand.count, demand.units)
+        if demand.count > 1 or demand.units == UNITS_PER_GPU:
+            return Demand(demand.count, UNITS_PER_GPU, whole=True)
+        return Demand(1, demand.units, relative=True)
 
     def _absorb(self, grants: list[Grant], out: Outcome) -> None:
         """Turn the core's grants into placements."""

@@ -1,0 +1,100 @@
+"""Where a hwpool.ray task's time goes: the Ray hops it is made of, each timed alone.
+
+On the 2 x 2 fake-GPU cluster of ``bench_ray.py``, one task at a time, best of 3 rounds of
+``--tasks`` each: a plain Ray task; a call to an async actor; an async actor's call to another;
+a task launched and awaited by an async actor (the client actor's hop, without hwpool); and
+hwpool.ray tasks with a kept lease (the default), without one (``keep_s=0``: a request and a
+release per task) and with a fresh worker per task. Run: ``python bench/profile_ray.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_ray
+
+
+def noop() -> int:
+    return 1
+
+
+class Echo:
+    """An async actor like the client: it answers, calls another, or launches a task."""
+
+    async def ping(self) -> int:
+        return 1
+
+    async def relay(self, other: Any) -> int:
+        return int(await other.ping.remote())
+
+    async def launch(self, task: Any) -> int:
+        return int(await task.remote())
+
+
+def timed(label: str, once: Callable[[], object], tasks: int) -> str:
+    once()  # warm
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        for _ in range(tasks):
+            once()
+        best = min(best, (time.perf_counter() - start) / tasks)
+    return f"{label:<58}{best * 1e3:8.2f} ms"
+
+
+def submitter(pool: Any) -> Callable[[], object]:
+    import ray  # noqa: PLC0415
+
+    return lambda: ray.get(pool.submit(noop, fraction=0.25))
+
+
+def hops(tasks: int) -> list[str]:
+    import ray  # noqa: PLC0415
+
+    import hwpool.ray  # noqa: PLC0415
+
+    share = ray.remote(noop).options(num_gpus=0.25, num_cpus=0)
+    bare = ray.remote(noop).options(num_gpus=0, num_cpus=0)
+    actor = ray.remote(num_cpus=0)(Echo)
+    a, b = actor.remote(), actor.remote()
+    rows = [
+        timed("plain Ray task, num_gpus=0.25", lambda: ray.get(share.remote()), tasks),
+        timed("driver -> async actor call", lambda: ray.get(a.ping.remote()), tasks),
+        timed("driver -> async actor -> actor call", lambda: ray.get(a.relay.remote(b)), tasks),
+        timed(
+            "driver -> async actor -> task (no hwpool)",
+            lambda: ray.get(a.launch.remote(bare)),
+            tasks,
+        ),
+    ]
+    for label, options in (
+        ("hwpool.ray fraction=0.25, kept lease (default)", {}),
+        ("hwpool.ray fraction=0.25, keep_s=0 (request+release)", {"keep_s": 0}),
+        ("hwpool.ray fraction=0.25, reuse_workers=False", {"reuse_workers": False}),
+    ):
+        pool = hwpool.ray.connect(namespace=f"hops-{len(rows)}", **options)
+        try:
+            count = 3 if "reuse_workers" in options else tasks
+            rows.append(timed(label, submitter(pool), count))
+        finally:
+            pool.close()
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> str:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=30, help="tasks per round")
+    args = parser.parse_args(argv)
+    with bench_ray.local_cluster():
+        return "\n".join(hops(args.tasks))
+
+
+if __name__ == "__main__":
+    print(main())
