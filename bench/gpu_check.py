@@ -10,10 +10,17 @@ count, name and UUID of device 0) and keeps a CUDA context open, while this scri
 nvidia-smi which GPU each child's process runs on (``--query-compute-apps``). nvidia-smi inside a
 child lists every GPU: it reads NVML, which ignores ``CUDA_VISIBLE_DEVICES``; it is printed too.
 Exit status 1 if a child ran on a GPU other than its lease's.
+
+Last, the watcher against the real driver (NVML through ``nvidia-ml-py`` if it imports, else
+nvidia-smi): a job on half a GPU (a shell, as ``hwpool run`` would start it) starts a
+grandchild that calls ``hwpool.torch_limit()`` and allocates 256 MiB (torch, else cupy; the
+check is skipped, saying so, when neither imports); the watcher must list that grandchild on
+the leased GPU, under the job's lease, with at least that memory.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -29,6 +36,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 import hwpool  # noqa: E402
 from hwpool import GPUSource, detect_gpus  # noqa: E402
+from hwpool._watch import LeaseProcs, Watcher, open_sampler  # noqa: E402
 
 BOUND = 60.0
 
@@ -82,6 +90,7 @@ def main() -> int:
         return 0
     print(f"gpu_check: {found.count} GPUs: " + ", ".join(f"{g.index}={g.uuid}" for g in found.gpus))
     bad = check_local(env) + check_server(env, None) + check_server(env, found)
+    bad += check_watcher(env)
     print("gpu_check: " + ("every child ran on its lease's GPU" if not bad else f"{bad} wrong"))
     return 1 if bad else 0
 
@@ -143,6 +152,87 @@ def check_server(env: dict[str, str], found: Any) -> int:
         server.terminate()
         server.wait(BOUND)
         shutil.rmtree(directory, ignore_errors=True)
+
+
+ALLOC_MIB = 256
+ALLOC = rf"""
+import json, os, sys
+try:
+    import torch, hwpool
+    limit = hwpool.torch_limit()  # the lease's share, from HWPOOL_LEASE
+    keep = torch.empty({ALLOC_MIB} << 20, dtype=torch.uint8, device="cuda:0")
+    torch.cuda.synchronize()
+    how = "torch"
+except ImportError:
+    import cupy
+    limit, how = None, "cupy"
+    keep = cupy.empty({ALLOC_MIB} << 20, dtype=cupy.uint8)
+    cupy.cuda.Device(0).synchronize()
+out = {{"pid": os.getpid(), "with": how, "torch_limit": limit,
+       "XLA_PYTHON_CLIENT_MEM_FRACTION": os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION")}}
+print(json.dumps(out), flush=True)
+sys.stdin.readline()  # hold the memory until the parent has looked
+"""
+
+
+def check_watcher(env: dict[str, str]) -> int:
+    """The watcher sees a leased job's grandchild, with its memory, under the job's lease."""
+    print("\n== the watcher (real driver) sees a leased job's memory under its lease")
+    if not any(importlib.util.find_spec(name) for name in ("torch", "cupy")):
+        print("skipped: neither torch nor cupy imports here, so nothing allocates GPU memory")
+        return 0
+    os.environ.clear()
+    paths = [str(ROOT / "src"), *filter(None, [env.get("PYTHONPATH")])]  # hwpool, and torch's
+    os.environ.update(env, PYTHONPATH=os.pathsep.join(paths))
+    pool = hwpool.GPUPool()
+    sampler, why = open_sampler()
+    print(why)
+    watcher = Watcher(sampler)
+    lease = pool.lease(0.5)
+    with lease:
+        uuids = frozenset(str(pool.gpus[gpu].uuid) for gpu in lease.gpus)
+        # a shell that forks the allocating python (the ": " after it keeps sh from exec'ing)
+        job = lease.popen(["sh", "-c", '"$0" -c "$1"; :', sys.executable, ALLOC], **PIPES)
+        try:
+            return watch_for(watcher, job, uuids)
+        finally:
+            job.communicate("\n", timeout=BOUND)
+            watcher.close()
+
+
+def watch_for(watcher: Any, job: subprocess.Popen[str], uuids: frozenset[str]) -> int:
+    """Sample until the job's allocating grandchild shows up; 0 when it does, under lease 1."""
+    assert job.stdout is not None
+    report_line = job.stdout.readline()
+    print(report_line.strip() or "the job reported nothing")
+    if not report_line:
+        return 1
+    pid = json.loads(report_line)["pid"]
+    lease = LeaseProcs(lease=1, gpus=uuids, pids=frozenset({job.pid}))
+    deadline = time.monotonic() + BOUND
+    while True:
+        report = watcher.observe([lease], [], time.monotonic())
+        mine = [a for a in report.processes if a.process.pid == pid]
+        if mine or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    for item in report.processes:
+        print(f"  pid {item.process.pid} on {item.process.gpu}: {item.process.used_mib} MiB, "
+              f"lease {item.lease}, user {item.user}")  # fmt: skip
+    if report.sample.problem:
+        print(f"  the sample says: {report.sample.problem}")
+    if not mine:
+        print(f"FAIL: the watcher does not list pid {pid}")
+        return 1
+    found = mine[0]
+    used = found.process.used_mib
+    ok = found.lease == 1 and found.process.gpu in uuids
+    if used is None:
+        print("  (the driver cannot say this process's memory here: only attribution checked)")
+    else:
+        ok = ok and used >= ALLOC_MIB
+    print(("ok" if ok else "FAIL") + f": pid {pid} on {found.process.gpu}, lease {found.lease}")
+    return 0 if ok else 1
 
 
 def hwpool_device(info: Any) -> str:

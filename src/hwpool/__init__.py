@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time _HOMES says the same (a
     from ._gpu._connect import connect
     from ._gpu._lease import GPULease, current_gpus
     from ._gpu._pool import GPUPool
+    from ._gpu._torch import torch_limit
     from ._host._detect import GPUDetection, GPUInfo, GPUSource, detect_gpus, gpu_memory_in_use
     from ._host._sizing import effective_threads, set_threads
     from ._host._topology import CPUTopology, NumaNode, cpu_topology
@@ -65,6 +66,7 @@ __all__ = [
     "page_nodes",
     "set_threads",
     "submit",
+    "torch_limit",
 ]
 
 _HOMES: dict[str, str] = {
@@ -79,6 +81,7 @@ _HOMES: dict[str, str] = {
     "GPULease": "_gpu._lease",
     "current_gpus": "_gpu._lease",
     "GPUPool": "_gpu._pool",
+    "torch_limit": "_gpu._torch",
     "GPUDetection": "_host._detect",
     "GPUInfo": "_host._detect",
     "GPUSource": "_host._detect",

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
+import pwd
+import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from fakes.gpus import A100, H100_MIG, RTX, smi_script
-from hwpool._cli._info import _cpus_json, cpu_list, format_info, gather
+from fakes.live_nvml import FakeNVML, LiveGPU
+from hwpool._cli._info import _cpus_json, cpu_list, format_info, gather, live_json
+from hwpool._host._detect import detect_gpus
 from hwpool._host._topology import CPUTopology, NumaNode
 
 BIG_BOX = CPUTopology(
@@ -128,3 +133,82 @@ def test_info_names_its_source_once(source: str, detail: str, shown: str) -> Non
     info = gather()
     info["gpus"].update(source=source, detail=detail, devices=[])
     assert format_info(info).splitlines()[0] == f"GPUs: {info['gpus']['count']} ({shown})"
+
+
+# ----------------------------------------------------------------- the GPUs' live state
+GONE = 2**22 + 1  # above the kernel's pid_max: no such process
+ME = pwd.getpwuid(os.getuid()).pw_name
+
+
+def test_info_shows_the_gpus_live_state_from_nvidia_smi(fake_smi) -> None:  # type: ignore[no-untyped-def]
+    busy = replace(
+        RTX, used_mib=1536, utilization=37, processes=((os.getpid(), 1024), (GONE, None))
+    )
+    fake_smi(smi_script([busy, A100]))  # A100: used and utilisation [N/A], no process
+    info = json.loads(json.dumps(gather()))  # what --json users get back
+    live = info["gpus"]["live"]
+    assert (live["source"], live["problem"]) == ("nvidia-smi", "")
+    assert live["why"].startswith("watching with nvidia-smi (pynvml not installed")
+    assert live["devices"] == [
+        {
+            "uuid": RTX.uuid, "memory_mib": 24564, "memory_used_mib": 1536, "utilization": 37,
+            "processes": [
+                {"pid": os.getpid(), "user": ME, "memory_mib": 1024},
+                {"pid": GONE, "user": None, "memory_mib": None},
+            ],
+        },
+        {
+            "uuid": A100.uuid, "memory_mib": 81920, "memory_used_mib": None, "utilization": None,
+            "processes": [],
+        },
+    ]  # fmt: skip
+    lines = format_info(info).splitlines()
+    start = lines.index(next(line for line in lines if line.startswith("GPUs now")))
+    assert lines[start : start + 5] == [
+        "GPUs now, read with nvidia-smi (pynvml not installed: pip install 'hwpool[nvml]'):",
+        "  GPU 0: 1536 MiB / 24564 MiB used, 37% busy",
+        f"    pid {os.getpid():>7}  {ME:<12} 1024 MiB",
+        f"    pid {GONE:>7}  (gone)       ? MiB",
+        "  GPU 1: ? MiB / 81920 MiB used, utilisation unknown",
+    ]
+
+
+def test_info_reads_the_live_state_through_nvml(
+    fake_smi,
+    monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+) -> None:
+    fake_smi(smi_script([RTX]))
+    found = detect_gpus(describe=True)  # through the fake nvidia-smi: pynvml is not there
+    nvml = FakeNVML([LiveGPU(RTX.uuid, 24564, 3000, 55, {os.getpid(): 2048}, {GONE: 512})])
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    live = live_json(found)
+    assert live is not None and (live["source"], live["why"]) == ("nvml", "watching with NVML")
+    [device] = live["devices"]
+    assert (device["memory_used_mib"], device["utilization"]) == (3000, 55)
+    assert device["processes"] == [
+        {"pid": os.getpid(), "user": ME, "memory_mib": 2048},
+        {"pid": GONE, "user": None, "memory_mib": 512},
+    ]
+    assert nvml.shutdowns == nvml.inits == 1  # initialised for this reading, and let go
+
+
+def test_info_says_what_failed_in_the_live_reading(
+    fake_smi,
+    monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+) -> None:
+    fake_smi(smi_script([RTX]))
+    info = gather()
+    nvml = FakeNVML([LiveGPU(RTX.uuid)])
+    nvml.failing["nvmlDeviceGetCount"] = "GPU is lost"
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    info["gpus"]["live"] = live_json(detect_gpus(describe=True))
+    assert info["gpus"]["live"]["devices"] == []
+    line = next(line for line in format_info(info).splitlines() if line.startswith("GPUs now"))
+    assert line.startswith("GPUs now, read with NVML: ") and "GPU is lost" in line
+
+
+def test_info_reads_no_live_state_without_hardware(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HWPOOL_NUM_GPUS", "2")  # a count, no device that could be read
+    info = gather()
+    assert info["gpus"]["live"] is None
+    assert not any(line.startswith("GPUs now") for line in format_info(info).splitlines())

@@ -28,6 +28,8 @@ SERVER_SIDE = {
 PROTOCOL = {"hwpool._wire._protocol", "hwpool._core._scheduler"}
 JOB_TABLE = {"sqlite3", "hwpool._jobs._store"}
 METRICS = {"prometheus_client", "hwpool._server._metrics"}
+WATCHER = {"hwpool._watch", "hwpool._watch._open", "pynvml"}
+"""The GPU watcher: only ``hwpool info`` on a machine whose GPUs answered loads it."""
 
 RUN_MAIN = """
 import json, sys
@@ -40,13 +42,15 @@ print(json.dumps([code, sorted(sys.modules)]))
 """
 
 
-def loaded_by(tmp_path: Path, *argv: str) -> tuple[int, set[str]]:
+def loaded_by(
+    tmp_path: Path, *argv: str, extra: dict[str, str] | None = None
+) -> tuple[int, set[str]]:
     """``hwpool ARGV`` run by ``main`` in a fresh interpreter (no server, an empty state
-    directory): its status and the modules it loaded."""
+    directory; ``extra`` variables added): its status and the modules it loaded."""
     env = {
         **ENV, "HWPOOL_STATE_DIR": str(tmp_path / "state"),
         "HWPOOL_SOCKET": str(tmp_path / "none.sock"), "HWPOOL_AUTOSTART": "0",
-        "HWPOOL_SYSTEM_SOCKET": "",
+        "HWPOOL_SYSTEM_SOCKET": "", **(extra or {}),
     }  # fmt: skip
     done = subprocess.run(
         [sys.executable, "-c", RUN_MAIN, *argv], env=env, capture_output=True, text=True,
@@ -59,7 +63,7 @@ def loaded_by(tmp_path: Path, *argv: str) -> tuple[int, set[str]]:
 def test_the_parser_loads_no_command(tmp_path: Path) -> None:
     code, modules = loaded_by(tmp_path, "--version")
     assert code == 0
-    assert modules & (SERVER_SIDE | PROTOCOL | JOB_TABLE | METRICS | {"curses"}) == set()
+    assert modules & (SERVER_SIDE | PROTOCOL | JOB_TABLE | METRICS | WATCHER | {"curses"}) == set()
     assert {m for m in modules if m.startswith("hwpool._cli.")} == {
         "hwpool._cli._args", "hwpool._cli._env", "hwpool._cli._main", "hwpool._cli._parser",
         "hwpool._cli._text",
@@ -83,6 +87,14 @@ def test_the_job_commands_load_no_server_side(tmp_path: Path, argv: list[str]) -
     assert code in (0, 2)  # 2: no such job (the state directory is empty)
     assert "hwpool._cli._jobs_cmds" in modules
     assert modules & (SERVER_SIDE | PROTOCOL) == set()
+
+
+def test_info_without_gpu_hardware_loads_no_watcher(tmp_path: Path) -> None:
+    # a count from a variable: no device that could be read live
+    code, modules = loaded_by(tmp_path, "info", "--json", extra={"HWPOOL_NUM_GPUS": "2"})
+    assert code == 0
+    assert "hwpool._cli._info" in modules
+    assert modules & (WATCHER | METRICS | JOB_TABLE) == set()
 
 
 def test_submit_loads_no_server_side(tmp_path: Path) -> None:

@@ -51,7 +51,7 @@ def test_a_child_of_a_detected_pool_sees_the_uuid(fake_smi: Callable[[str], Path
     assert child["CUDA_VISIBLE_DEVICES"] == UUIDS[1]
     assert child["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     assert json.loads(child["HWPOOL_LEASE"] or "") == {
-        "gpus": [1], "fraction": 0.25, "devices": [UUIDS[1]],
+        "gpus": [1], "fraction": 0.25, "devices": [UUIDS[1]], "memory_share": 0.25,
     }  # fmt: skip
 
 
@@ -100,9 +100,75 @@ def test_env_keeps_the_base_and_drops_the_socket(monkeypatch: pytest.MonkeyPatch
     assert env["KEPT"] == "from os.environ" and "HWPOOL_SOCKET" not in env
     assert base == {
         "KEPT": "from base", "CUDA_VISIBLE_DEVICES": "0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-        "HWPOOL_LEASE": '{"gpus":[0],"fraction":0.5,"devices":["0"]}',
+        "HWPOOL_LEASE": '{"gpus":[0],"fraction":0.5,"devices":["0"],"memory_share":0.5}',
+        "XLA_PYTHON_CLIENT_PREALLOCATE": "false", "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.5",
+        "XLA_CLIENT_MEM_FRACTION": "0.5",
     }  # fmt: skip
     assert child["KEPT"] == "given" and child["HWPOOL_SOCKET"] is None
+
+
+JAX_VARS = (
+    "XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_CLIENT_MEM_FRACTION",
+)  # fmt: skip
+SHOW_JAX = f"import json, os; print(json.dumps({{k: os.environ.get(k) for k in {JAX_VARS!r}}}))"
+
+
+def jax_knobs(env: dict[str, str]) -> dict[str, str]:
+    """The JAX variables of ``env``."""
+    return {name: env[name] for name in JAX_VARS if name in env}
+
+
+def test_a_child_of_a_fraction_lease_gets_jaxs_memory_knobs() -> None:
+    pool = GPUPool(1)
+    lease = pool.lease(0.25)
+    with lease:
+        child = seen(lease.run([sys.executable, "-c", SHOW_JAX], capture_output=True, text=True))
+    assert child == {
+        "XLA_PYTHON_CLIENT_PREALLOCATE": "false", "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.25",
+        "XLA_CLIENT_MEM_FRACTION": "0.25",
+    }  # fmt: skip
+
+
+def test_a_memory_lease_caps_jax_at_its_mib_over_the_detected_total(
+    fake_smi: Callable[[str], Path],
+) -> None:
+    fake_smi(SMI.replace("81559, 0", "81559, 40599"))  # GPU 0: 81559 MiB, 40599 in use
+    pool = GPUPool(memory=True, reserve_in_use=True)
+    assert pool.gpu_memory == (40960, 40960)  # the pool shares half of GPU 0
+    lease = pool.lease(memory="10GiB")
+    with pool.lease(memory="30GiB") as gpus, lease:
+        env = lease.env({})
+    assert gpus == [0] and env["CUDA_VISIBLE_DEVICES"] == UUIDS[0]  # best fit: next to it
+    share = 10240 / 81559  # of the device, not of the pool's part of it
+    assert json.loads(env["HWPOOL_LEASE"])["memory_share"] == pytest.approx(share)
+    assert jax_knobs(env) == {
+        "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+        "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.1255",
+        "XLA_CLIENT_MEM_FRACTION": "0.1255",
+    }  # fmt: skip  (rounded down)
+
+
+def test_whole_gpus_get_no_framework_knob() -> None:
+    pool = GPUPool(2)
+    for lease in (pool.lease(1.0), pool.lease_full(2)):
+        with lease:
+            env = lease.env({})
+        assert jax_knobs(env) == {} and "memory_share" not in json.loads(env["HWPOOL_LEASE"])
+
+
+def test_a_knob_set_in_the_base_environment_wins() -> None:
+    pool = GPUPool(1)
+    lease = pool.lease(0.5)
+    with lease:
+        mine = lease.env({"XLA_PYTHON_CLIENT_PREALLOCATE": "true", "XLA_CLIENT_MEM_FRACTION": ".9"})
+        old_name = lease.env({"XLA_PYTHON_CLIENT_MEM_FRACTION": ".7"})
+    assert jax_knobs(mine) == {
+        "XLA_PYTHON_CLIENT_PREALLOCATE": "true",
+        "XLA_CLIENT_MEM_FRACTION": ".9",
+    }
+    assert jax_knobs(old_name) == {
+        "XLA_PYTHON_CLIENT_PREALLOCATE": "false", "XLA_PYTHON_CLIENT_MEM_FRACTION": ".7",
+    }  # fmt: skip
 
 
 def test_a_lease_that_holds_nothing_starts_no_child() -> None:

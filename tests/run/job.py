@@ -1,12 +1,12 @@
 """A job for ``hwpool run`` in the tests: says what it sees, waits for files, exits as told.
 
 ``job.py DIR NAME [wait=FILE]... [exit=N] [kill] [sleep] [grandchild] [stubborn]``: writes
-DIR/NAME.started (JSON: its environment's GPU variables, its pid and process group, and which
-files of DIR existed then), waits for each ``wait=`` file (30 s at most), writes DIR/NAME.done,
-then exits N (``kill``: SIGKILLs itself; ``sleep``: sleeps 60 s first; ``grandchild``: leaves a
-child in its process group that writes DIR/NAME.grandchild and sleeps 60 s; ``stubborn``: that
-grandchild ignores SIGTERM; ``stopped``: it handles SIGTERM and stops itself, SIGSTOP, before
-the job exits).
+DIR/NAME.started (JSON: its environment's GPU variables and JAX's memory knobs, its pid and
+process group, and which files of DIR existed then), waits for each ``wait=`` file (30 s at
+most), writes DIR/NAME.done, then exits N (``kill``: SIGKILLs itself; ``sleep``: sleeps 60 s
+first; ``grandchild``: leaves a child in its process group that writes DIR/NAME.grandchild and
+sleeps 60 s; ``stubborn``: that grandchild ignores SIGTERM; ``stopped``: it handles SIGTERM and
+stops itself, SIGSTOP, before the job exits).
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ def main() -> None:
     seen = {
         "pid": os.getpid(), "pgid": os.getpgrp(), "files": sorted(os.listdir(root)),
         **{k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
-                                          "HWPOOL_LEASE")},
+                                          "HWPOOL_LEASE", "XLA_PYTHON_CLIENT_MEM_FRACTION",
+                                          "XLA_PYTHON_CLIENT_PREALLOCATE")},
     }  # fmt: skip
     write(root / f"{name}.started", json.dumps(seen))
     if "grandchild" in words:

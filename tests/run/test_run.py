@@ -52,6 +52,8 @@ def test_the_child_sees_the_uuid_of_its_gpu(
     assert seen["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     lease = json.loads(seen["HWPOOL_LEASE"])
     assert (lease["gpus"], lease["fraction"], lease["devices"]) == ([1], 0.5, [UUIDS[1]])
+    assert seen["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.5"  # lease.env()'s framework knobs
+    assert seen["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
     assert err.strip().splitlines() == [
         f"hwpool run: 0.5 of GPU 1 (device {UUIDS[1]}) granted after "
         + err.split(" after ")[1].split(" s;")[0]

@@ -63,6 +63,7 @@ def test_the_job_sees_its_lease_its_cwd_and_the_submitting_environment(box: Box)
     assert seen["env"]["MY_SETTING"] == "kept"
     assert seen["env"]["HWPOOL_JOB_ID"] == job.id
     assert json.loads(seen["env"]["HWPOOL_LEASE"])["fraction"] == 0.5
+    assert seen["env"]["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.5"  # lease.env()'s knobs
     assert seen["stdin"] == ""  # /dev/null
     assert list(job.gpu_ids) == seen["env"]["CUDA_VISIBLE_DEVICES"].split(",")
 

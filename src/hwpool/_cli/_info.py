@@ -1,24 +1,31 @@
 """``hwpool info``: what the library detects on this machine, and from where.
 
 :func:`gather` builds one JSON-ready dict (the ``--json`` output); :func:`format_info` renders
-the same dict as text, so the two can never disagree.
+the same dict as text, so the two can never disagree. The GPUs' live state (memory used,
+utilisation, processes) is one reading of the watcher's sampler (``hwpool._watch``), imported
+only where the hardware answered detection.
 """
 
 from __future__ import annotations
 
 import os
+import pwd
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._host._detect import GPUDetection, detect_gpus
 from .._host._sizing import effective_threads
 from .._host._topology import CPUTopology, cpu_topology
 from .._numa._place import file_page_nodes
+from .._printable import printable
 from .._wire._paths import SYSTEM_SOCKET_VAR, client_socket, system_socket
 from ._env import autostart_from_env
 from ._text import plural
 
-__all__ = ["format_info", "gather"]
+if TYPE_CHECKING:
+    from .._watch import Sample
+
+__all__ = ["format_info", "gather", "live_json"]
 
 
 def gather(files: Sequence[str] = ()) -> dict[str, Any]:
@@ -29,7 +36,9 @@ def gather(files: Sequence[str] = ()) -> dict[str, Any]:
     """
     topology = cpu_topology()
     team = effective_threads(topology=topology)
-    gpus = _gpus_json(detect_gpus(describe=True))
+    found = detect_gpus(describe=True)
+    gpus = _gpus_json(found)
+    gpus["live"] = live_json(found)
     info: dict[str, Any] = {"gpus": gpus, "cpus": _cpus_json(topology, team)}
     info["server"] = server_json(os.environ)
     if files:
@@ -56,6 +65,58 @@ def server_json(environ: Mapping[str, str]) -> dict[str, Any]:
         "autostart": chosen.per_user and autostart_from_env(environ),
         "system_socket": None if system is None else str(system),
     }
+
+
+def live_json(found: GPUDetection) -> dict[str, Any] | None:
+    """One reading of the GPUs now (NVML, else nvidia-smi, as the server's watcher reads
+    them): per device its memory total and used, utilisation and processes (pid, user, MiB);
+    None where no device has a UUID (the count came from a variable or a default: no
+    hardware answered, so there is nothing to read)."""
+    if not any(gpu.uuid for gpu in found.gpus):
+        return None
+    from .._watch import open_sampler  # noqa: PLC0415  (only info with GPUs needs the watcher)
+
+    sampler, why = open_sampler()
+    try:
+        sample = sampler.sample()
+    finally:
+        sampler.close()
+    return _sample_json(sample, why)
+
+
+def _sample_json(sample: Sample, why: str) -> dict[str, Any]:
+    """A :class:`Sample` as plain JSON types, each process with its user."""
+    from .._watch import ProcFS  # noqa: PLC0415  (as above)
+
+    procs = ProcFS()
+    return {
+        "source": sample.source,
+        "why": why,
+        "problem": sample.problem,
+        "devices": [
+            {
+                "uuid": gpu.uuid,
+                "memory_mib": gpu.total_mib,
+                "memory_used_mib": gpu.used_mib,
+                "utilization": gpu.utilization,
+                "processes": None if gpu.processes is None else [
+                    {"pid": p.pid, "user": _user(procs.uid(p.pid)), "memory_mib": p.used_mib}
+                    for p in gpu.processes
+                ],
+            }
+            for gpu in sample.gpus
+        ],
+    }  # fmt: skip
+
+
+def _user(uid: int | None) -> str | None:
+    """The name of ``uid`` (its number where it has none); None for a process gone."""
+    if uid is None:
+        return None
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
 
 
 def _file_json(path: str) -> dict[str, Any]:
@@ -101,7 +162,7 @@ def _gpus_json(found: GPUDetection) -> dict[str, Any]:
 
 def format_info(info: dict[str, Any]) -> str:
     """The text form of :func:`gather`'s dict."""
-    lines = _gpu_lines(info["gpus"]) + _cpu_lines(info["cpus"])
+    lines = _gpu_lines(info["gpus"]) + _live_lines(info["gpus"]) + _cpu_lines(info["cpus"])
     if "server" in info:
         lines.append(server_line(info["server"]))
     for entry in info.get("files", []):
@@ -156,6 +217,36 @@ def _gpu_lines(gpus: dict[str, Any]) -> list[str]:
         suffix = f" ({', '.join(extra)})" if extra else ""
         lines.append(f"  GPU {dev['index']}: device {dev['device_id']}{suffix}")
     return lines
+
+
+def _live_lines(gpus: dict[str, Any]) -> list[str]:
+    """The live reading, nvidia-smi-like: a line per device, one per process under it."""
+    live = gpus.get("live")
+    if live is None:
+        return []
+    read = live["why"].removeprefix("watching ")  # "with nvidia-smi (pynvml not installed...)"
+    lines = [f"GPUs now, read {read}:" + (f" {live['problem']}" if live["problem"] else "")]
+    index = {dev["uuid"]: dev["index"] for dev in gpus["devices"] if dev.get("uuid")}
+    for dev in live["devices"]:
+        name = f"GPU {index[dev['uuid']]}" if dev["uuid"] in index else dev["uuid"]
+        used, total = _mib(dev["memory_used_mib"]), _mib(dev["memory_mib"])
+        busy = (
+            "utilisation unknown" if dev["utilization"] is None else f"{dev['utilization']}% busy"
+        )
+        lines.append(f"  {name}: {used} / {total} used, {busy}")
+        if dev["processes"] is None:
+            lines.append("    processes: unknown (the driver did not list them)")
+        for proc in dev["processes"] or ():
+            user = proc["user"] or "(gone)"
+            lines.append(
+                f"    pid {proc['pid']:>7}  {printable(user):<12} {_mib(proc['memory_mib'])}"
+            )
+    return lines
+
+
+def _mib(mib: int | None) -> str:
+    """``1536 MiB``; ``? MiB`` where unknown (unknown is not zero)."""
+    return f"{'?' if mib is None else mib} MiB"
 
 
 def _cpu_lines(cpus: dict[str, Any]) -> list[str]:

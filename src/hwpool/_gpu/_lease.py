@@ -192,19 +192,37 @@ class GPULease:
         """The environment for a child process on this lease's GPUs: ``base`` (default
         ``os.environ``) with ``CUDA_VISIBLE_DEVICES`` (``.devices``),
         ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` and ``HWPOOL_LEASE`` (JSON: ``gpus``, ``fraction``,
-        ``devices``; ``memory_mib`` on a pool sized in memory; ``id`` and ``socket`` for a
-        lease of the host server) set, and
-        ``HWPOOL_SOCKET`` removed. RuntimeError when the lease holds no GPU (not entered, or
+        ``devices``; ``memory_mib`` on a pool sized in memory; ``memory_share`` for part of a
+        GPU; ``id`` and ``socket`` for a lease of the host server) set, and
+        ``HWPOOL_SOCKET`` removed. For part of a GPU, also JAX's memory knobs
+        (``XLA_PYTHON_CLIENT_PREALLOCATE=false``, ``XLA_PYTHON_CLIENT_MEM_FRACTION``) where
+        ``base`` does not set them. RuntimeError when the lease holds no GPU (not entered, or
         released): a child started then would see every GPU."""
         grant = self._grant
         if grant is None:
             raise RuntimeError("this GPULease holds no GPU (enter it first): no env() to give")
         devices = _env.lease_devices(self._pool.gpus, grant.gpus)
+        share = self._memory_share(grant)
         about = _env.describe_lease(
             self._pool._backend, grant.ticket, grant.gpus, self.fraction, devices,
-            memory_mib=self.memory_mib,
+            memory_mib=self.memory_mib, share=share,
         )  # fmt: skip
-        return _env.lease_environment(devices, about, base)
+        return _env.lease_environment(devices, about, base, share)
+
+    def _memory_share(self, grant: Grant) -> float | None:
+        """The share of each leased GPU's total memory this lease may use: its fraction, or
+        its MiB over the GPU's total; None for whole GPUs, a share of 1 (a whole GPU too) or a
+        total not known."""
+        demand = self._demand
+        if demand.whole or demand.count > 1:
+            return None
+        totals = self._pool._totals
+        fraction = units_to_fraction(demand.units) if totals is None or demand.relative else None
+        share = _env.memory_share(
+            self._pool.gpus, grant.gpus, fraction=fraction, mib_each=demand.units,
+            pool_totals=totals,
+        )  # fmt: skip
+        return None if share is None or share >= 1.0 else share
 
     def popen(self, args: Any, **kwargs: Any) -> subprocess.Popen[Any]:
         """``subprocess.Popen(args, **kwargs)`` with ``env=self.env(kwargs.get("env"))``: every
