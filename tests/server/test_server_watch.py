@@ -263,6 +263,32 @@ def test_nvml_errors_mid_run_do_not_stop_the_server(
     assert server.proc.poll() is None
 
 
+def test_a_lease_on_a_gpu_whose_processes_cannot_be_read_uses_an_unknown_amount(
+    machine: Machine, tmp_path: Path
+) -> None:
+    """Unknown is not zero: while NVML cannot list a GPU's processes, a lease there is shown
+    as using an unknown amount (``uses ?``), not 0 MiB; it was 0 before."""
+    server = machine.start()
+    run = Run(server, tmp_path, "job", "wait=go", options=("--mem", "4GiB"))
+    try:
+        job = run.started()["pid"]
+        machine.set({job: 1500})
+        machine.until(lambda s: s["leases"][0].get("used_mib") == 1500, "the lease's use")
+        mark = len(server.lines)
+        machine.set({job: 1500}, failing={"nvmlDeviceGetComputeRunningProcesses": "oops"})
+        server.wait_for("nvmlDeviceGetComputeRunningProcesses failed", after=mark)
+        status = machine.until(
+            lambda s: "used_mib" in s["leases"][0] and s["leases"][0]["used_mib"] is None,
+            "the lease's use unknown",
+        )
+        assert status["leases"][0]["over_lease"] is False
+        code, out, _ = run_cli("status", "--socket", str(machine.socket))
+        assert code == 0 and "uses ?" in out, out
+    finally:
+        (tmp_path / "go").touch()
+        run.finish()
+
+
 def test_an_owners_own_policy_overrides_the_servers(machine: Machine, tmp_path: Path) -> None:
     config = machine.directory / "serve.toml"
     config.write_text(

@@ -322,8 +322,8 @@ def _live_line(gpu: dict[str, Any]) -> str:
     """``  (now: 9GiB of 16GiB used, 37% busy, 4GiB used outside the queue withheld)``: what
     the server's GPU watch read last."""
     live = gpu["live"]
-    if live is None:
-        return ""
+    if live is None or all(live[k] is None for k in ("used_mib", "total_mib", "utilization")):
+        return ""  # nothing read (the watch's line says why)
 
     def mib(value: int | None) -> str:
         return "?" if value is None else format_mib(value)

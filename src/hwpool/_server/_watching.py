@@ -344,7 +344,12 @@ class Watching:
             if a.process.gpu in gpu_of
         )
         uses = _uses(report.processes)
-        leases = _Decorated(reply.leases, uses, self._over)
+        unread = frozenset(  # GPUs whose processes are unknown: their leases' use is too
+            index
+            for index, uuid in self._uuids.items()
+            if (reading := readings.get(uuid)) is None or reading.processes is None
+        )
+        leases = _Decorated(reply.leases, uses, self._over, unread)
         return dataclasses.replace(
             reply, leases=leases, watch=watch, gpu_state=gpu_state, outside=records,
             outside_left_out=max(0, len(outside) - MAX_OUTSIDE),
@@ -405,20 +410,23 @@ class _Decorated(Sequence[LeaseRecord]):
     """The lease records of a status reply with what the watcher saw of each, added as they
     are read (the records are built lazily, a line at a time)."""
 
-    __slots__ = ("_leases", "_over", "_uses")
+    __slots__ = ("_leases", "_over", "_unread", "_uses")
 
     def __init__(
         self,
         leases: Sequence[LeaseRecord],
         uses: Mapping[int, int | None],
         over: Mapping[int, list[OverUse]],
+        unread: frozenset[int],
     ) -> None:
-        self._leases, self._uses, self._over = leases, uses, over
+        self._leases, self._uses, self._over, self._unread = leases, uses, over, unread
 
     def _add(self, record: LeaseRecord) -> LeaseRecord:
         flags = self._over.get(record.id)
+        unknown = any(gpu in self._unread for gpu, _ in record.held)
         return dataclasses.replace(
-            record, watched=True, used_mib=self._uses.get(record.id, 0),
+            record, watched=True,
+            used_mib=None if unknown else self._uses.get(record.id, 0),
             over_lease=bool(flags),
             allowed_mib=sum(f.allowed_mib for f in flags) if flags else None,
         )  # fmt: skip
