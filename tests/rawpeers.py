@@ -148,3 +148,35 @@ class Peer:
 
     def close(self) -> None:
         self.sock.close()
+
+
+class LinePeer:
+    """A raw protocol client that stays connected and reads one line at a time, as this user
+    (:class:`Peer` reads on until the reply to a given request instead)."""
+
+    def __init__(self, path: Path) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(BOUND)
+        self.sock.connect(str(path))
+        self.file = self.sock.makefile("rwb")
+        self.send(hello())
+        assert self.read()["op"] == "welcome"
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.file.write(json.dumps(message).encode() + b"\n")
+        self.file.flush()
+
+    def read(self) -> dict[str, Any]:
+        line = self.file.readline()
+        assert line, "the server closed the connection"
+        return json.loads(line)  # type: ignore[no-any-return]
+
+    def acquire(self, req: int, count: int = 1, units: int = UNITS_PER_GPU, **more: Any) -> str:
+        """Ask for ``count`` GPUs of ``units`` each (``more``: a name, a priority...); the
+        reply's op (granted, queued)."""
+        self.send({**acquire(req, count, units), **more})
+        return str(self.read()["op"])
+
+    def close(self) -> None:
+        self.file.close()
+        self.sock.close()

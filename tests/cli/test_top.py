@@ -9,12 +9,10 @@ bad ``--interval``.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import select
 import shutil
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -30,6 +28,7 @@ import pytest
 from hostserver import BOUND, ENV, Server, run_cli, status_of
 from hwpool._cli._top_view import bar, render, why_waiting
 from hwpool._core._capacity import UNITS_PER_GPU
+from rawpeers import LinePeer
 
 HALF = UNITS_PER_GPU // 2
 
@@ -160,48 +159,17 @@ def test_a_server_sized_in_memory_shows_mib() -> None:
 
 
 # ----------------------------------------------------------------- the command, for real
-class Holder:
-    """A raw protocol client on its own connection: acquires named requests."""
-
-    def __init__(self, path: Path) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(BOUND)
-        self.sock.connect(str(path))
-        self.file = self.sock.makefile("rwb")
-        self.send({"op": "hello", "version": 1, "client": "test"})
-        assert self.read()["op"] == "welcome"
-
-    def send(self, message: dict[str, Any]) -> None:
-        self.file.write(json.dumps(message).encode() + b"\n")
-        self.file.flush()
-
-    def read(self) -> dict[str, Any]:
-        line = self.file.readline()
-        assert line, "the server closed the connection"
-        return json.loads(line)  # type: ignore[no-any-return]
-
-    def acquire(self, req: int, units: int, name: str) -> str:
-        """Ask for ``units`` of one GPU, named ``name``; the reply's op (granted, queued)."""
-        self.send({"op": "acquire", "req": req, "count": 1, "units": units, "wait": True,
-                   "name": name})  # fmt: skip
-        return str(self.read()["op"])
-
-    def close(self) -> None:
-        self.file.close()
-        self.sock.close()
-
-
 @pytest.fixture
 def busy_server() -> Iterator[Server]:
     """A 1-GPU server: half of it leased as ``trainjob``, the other half as ``evaljob``, and
     ``waitjob`` (a whole GPU) waiting."""
     directory = Path(tempfile.mkdtemp(prefix="hwt", dir="/tmp"))
     server = Server(directory / "s.sock", "--gpus", "1").ready()
-    holder = Holder(server.socket)
+    holder = LinePeer(server.socket)
     try:
-        assert holder.acquire(1, HALF, "trainjob") == "granted"
-        assert holder.acquire(2, HALF, "evaljob") == "granted"
-        assert holder.acquire(3, UNITS_PER_GPU, "waitjob") == "queued"
+        assert holder.acquire(1, units=HALF, name="trainjob") == "granted"
+        assert holder.acquire(2, units=HALF, name="evaljob") == "granted"
+        assert holder.acquire(3, units=UNITS_PER_GPU, name="waitjob") == "queued"
         yield server
     finally:
         holder.close()

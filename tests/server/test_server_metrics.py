@@ -9,7 +9,6 @@ also checked directly on a snapshot with the live GPU fields a watching server a
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import shutil
@@ -19,7 +18,6 @@ import sys
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -38,6 +36,7 @@ from hwpool._server._metrics import (
     owner_label,
     size_class,
 )
+from rawpeers import LinePeer
 
 StartServer = Callable[..., Server]
 MIB = 1 << 20
@@ -46,42 +45,12 @@ Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
 # ----------------------------------------------------------------- helpers
-class Peer:
-    """A raw protocol client: one connection, one line at a time."""
-
-    def __init__(self, path: Path) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(BOUND)
-        self.sock.connect(str(path))
-        self.file = self.sock.makefile("rwb")
-        self.send({"op": "hello", "version": 1, "client": "test"})
-        assert self.read()["op"] == "welcome"
-
-    def send(self, message: dict[str, Any]) -> None:
-        self.file.write(json.dumps(message).encode() + b"\n")
-        self.file.flush()
-
-    def read(self) -> dict[str, Any]:
-        line = self.file.readline()
-        assert line, "the server closed the connection"
-        return json.loads(line)  # type: ignore[no-any-return]
-
-    def acquire(self, req: int, count: int = 1, units: int = UNITS_PER_GPU, **more: Any) -> str:
-        self.send({"op": "acquire", "req": req, "count": count, "units": units, "wait": True,
-                   **more})  # fmt: skip
-        return str(self.read()["op"])
-
-    def close(self) -> None:
-        self.file.close()
-        self.sock.close()
-
-
 @pytest.fixture
-def peers() -> Iterator[Callable[[Path], Peer]]:
-    opened: list[Peer] = []
+def peers() -> Iterator[Callable[[Path], LinePeer]]:
+    opened: list[LinePeer] = []
 
-    def open_peer(path: Path) -> Peer:
-        opened.append(Peer(path))
+    def open_peer(path: Path) -> LinePeer:
+        opened.append(LinePeer(path))
         return opened[-1]
 
     yield open_peer
@@ -130,7 +99,7 @@ def promtool_check(text: str) -> None:
 
 # ----------------------------------------------------------------- a real server
 def test_the_metrics_say_what_status_says(
-    start_server: StartServer, peers: Callable[[Path], Peer]
+    start_server: StartServer, peers: Callable[[Path], LinePeer]
 ) -> None:
     server = start_server("--gpus", "2", "--metrics-port", "0")
     url = metrics_url(server)
@@ -180,7 +149,7 @@ def test_the_metrics_say_what_status_says(
 
 
 def test_a_server_sized_in_memory_exports_bytes(
-    start_server: StartServer, peers: Callable[[Path], Peer]
+    start_server: StartServer, peers: Callable[[Path], LinePeer]
 ) -> None:
     server = start_server("--gpu-memory", "80GiB,24GiB", "--metrics-port", "0")
     url = metrics_url(server)
@@ -198,7 +167,7 @@ def test_a_server_sized_in_memory_exports_bytes(
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed")
 def test_promtool_accepts_the_metrics(
-    start_server: StartServer, peers: Callable[[Path], Peer]
+    start_server: StartServer, peers: Callable[[Path], LinePeer]
 ) -> None:
     server = start_server("--gpus", "1", "--metrics-port", "0")
     peer = peers(server.socket)
