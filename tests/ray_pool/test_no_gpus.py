@@ -7,19 +7,16 @@ The README's example run as is on a machine without GPUs starts a cluster with n
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
+
+from raydriver import run_driver
 
 pytest.importorskip("ray")
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(120)]
 
-SRC = Path(__file__).resolve().parents[2] / "src"
 
 # A cluster of its own (address="local": never the session's), one node, no GPUs, on loopback.
 DRIVER = textwrap.dedent(
@@ -41,22 +38,7 @@ DRIVER = textwrap.dedent(
 
 
 def test_a_fraction_on_a_cluster_without_gpus_fails_naming_it_and_the_way_out() -> None:
-    env = {
-        **os.environ,
-        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-        "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]),
-    }
-    env.pop("RAY_ADDRESS", None)
-    done = subprocess.run(
-        [sys.executable, "-c", DRIVER],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=100,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    message = done.stdout.strip().splitlines()[-1]
+    message = run_driver(DRIVER, timeout=100)
     assert "fraction=0.25" in message, message
     assert "gpus=1" not in message, message
     assert "ray.init(num_gpus=" in message, message

@@ -7,19 +7,16 @@ nvidia-smi could read). A cluster of its own, in a subprocess (the session's GPU
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
+
+from raydriver import run_driver
 
 pytest.importorskip("ray")
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(180)]
 
-SRC = Path(__file__).resolve().parents[2] / "src"
 
 DRIVER = textwrap.dedent(
     """
@@ -61,22 +58,8 @@ DRIVER = textwrap.dedent(
 
 
 def test_memory_lands_on_a_gpu_large_enough_and_bad_amounts_are_refused_naming_them() -> None:
-    env = {
-        **os.environ,
-        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-        "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]),
-    }
-    env.pop("RAY_ADDRESS", None)
-    done = subprocess.run(
-        [sys.executable, "-c", DRIVER],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=170,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    last = run_driver(DRIVER, timeout=170)
+    out = json.loads(last)
     assert out["20000"] == 81920  # fits only the large GPU
     assert out["16GiB"] == 16384  # best fit: fills the small GPU exactly
     errors = out["errors"]
