@@ -27,6 +27,7 @@ import re
 import tomllib
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
+from typing import TypeVar
 
 from .._check import duration_from_text as _duration
 from .._core._limits import LIMIT_MODES, OwnerLimits
@@ -56,6 +57,8 @@ OVER_LEASE_POLICIES = ("warn", "term", "off")
 
 Owner = int | str
 """Who the scheduler serves: a uid, or an account's name."""
+
+T = TypeVar("T")
 
 ACCOUNT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 """What an account may be called: it is printed in logs and ``hwpool status``, and must not
@@ -294,19 +297,10 @@ def _shares(
 ) -> dict[Owner, float]:
     """``[shares]``: owner -> share, an owner named by a user name, ``uid:N`` or an account's
     name (a user of an account has no share of its own: its account's is set instead)."""
-    if not isinstance(value, dict):
-        raise fail(None, "shares", "must be a table: [shares] with lines like alice = 2")
-    shares: dict[Owner, float] = {}
-    for name, share in value.items():
-        try:
-            owner: Owner = name if name in accounts else _user_owner(name, account_of, "share")
-            if owner in shares:
-                said = f"uid {owner}" if isinstance(owner, int) else f"account {owner!r}"
-                raise ValueError(f"names {said} twice")
-            shares[owner] = _share(share)
-        except ValueError as exc:
-            raise fail("shares", name, str(exc)) from None
-    return shares
+    return _per_owner(
+        value, "shares", example="alice = 2", check=_share, what="share",
+        account_of=account_of, accounts=accounts, fail=fail,
+    )  # fmt: skip
 
 
 def _over_lease_owners(
@@ -314,22 +308,38 @@ def _over_lease_owners(
 ) -> dict[Owner, str]:
     """``[over_lease_owners]``: owner -> its over-lease policy (``warn``, ``term``, ``off``),
     an owner named as in ``[shares]`` (a member of an account takes its account's)."""
+    return _per_owner(
+        value, "over_lease_owners", example='alice = "term"', check=_over_lease,
+        what="over_lease", account_of=account_of, accounts=accounts, fail=fail,
+    )  # fmt: skip
+
+
+def _per_owner(
+    value: object,
+    table: str,
+    *,
+    example: str,
+    check: Callable[[object], T],
+    what: str,
+    account_of: Mapping[int, str],
+    accounts: Mapping[str, object],
+    fail: Fail,
+) -> dict[Owner, T]:
+    """A table of ``[table]``: owner -> ``check(value)``, each owner a user name, ``uid:N`` or
+    an account's name, named once; ``fail`` names the table and the key that is wrong."""
     if not isinstance(value, dict):
-        raise fail(
-            None, "over_lease_owners",
-            'must be a table: [over_lease_owners] with lines like alice = "term"',
-        )  # fmt: skip
-    policies: dict[Owner, str] = {}
-    for name, policy in value.items():
+        raise fail(None, table, f"must be a table: [{table}] with lines like {example}")
+    out: dict[Owner, T] = {}
+    for name, item in value.items():
         try:
-            owner: Owner = name if name in accounts else _user_owner(name, account_of, "over_lease")
-            if owner in policies:
+            owner: Owner = name if name in accounts else _user_owner(name, account_of, what)
+            if owner in out:
                 said = f"uid {owner}" if isinstance(owner, int) else f"account {owner!r}"
                 raise ValueError(f"names {said} twice")
-            policies[owner] = _over_lease(policy)
+            out[owner] = check(item)
         except ValueError as exc:
-            raise fail("over_lease_owners", name, str(exc)) from None
-    return policies
+            raise fail(table, name, str(exc)) from None
+    return out
 
 
 def _user_owner(name: str, account_of: Mapping[int, str], what: str) -> int:
