@@ -52,7 +52,12 @@ class Signal:
 
 
 def signal_actor() -> Any:
-    return ray.remote(num_cpus=0)(Signal).remote()
+    """A :class:`Signal` on the driver's node, which no test removes (one on a node that a
+    test removes would die with it, and the tasks waiting on it would fail)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: PLC0415
+
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    return ray.remote(num_cpus=0)(Signal).options(scheduling_strategy=here).remote()
 
 
 def record(units: int, seconds: float = 0.0, gate: Any = None) -> dict[str, Any]:
