@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -58,24 +59,34 @@ def test_the_scheduler_queues_a_clients_requests_in_the_order_sent_whatever_orde
     from hwpool.ray._actor import SchedulerActor  # noqa: PLC0415
     from hwpool.ray._state import NodeGPU  # noqa: PLC0415
 
-    async def scenario() -> list[int]:
+    class Client:  # stands in for the client actor's handle: takes the pushed grants
+        def __init__(self) -> None:
+            self.granted = self
+            self.grants: list[Any] = []
+
+        def remote(self, grants: list[Any], keep: object) -> None:
+            self.grants += grants
+
+    async def scenario() -> tuple[list[int], list[Any]]:
         actor = SchedulerActor("test")
         actor._state.add_node("A", [NodeGPU(0, "0")])
         started = asyncio.get_running_loop().create_future()
         started.set_result(None)
         actor._started = started  # type: ignore[assignment]  # nodes known: no Ray here
         actor._watched.add("c")  # and no Ray to watch the client through
-        await actor.request("c", 1, 1, UNITS_PER_GPU, 1)  # holds the only GPU
-        arrival = [2, 3, 4, 5, 6, 13, 7, 8, 9, 10, 11, 12, *range(14, 27)]
-        calls = [asyncio.create_task(actor.request("c", n, 1, UNITS_PER_GPU, n)) for n in arrival]
-        for _ in range(10_000):  # until all have reached the queue (bounded)
-            if len(actor._state.waiting()) == len(arrival):
-                break
-            await asyncio.sleep(0)
-        queued = [number for (_, number), _ in actor._state.waiting()]
-        for call in calls:
-            call.cancel()
-        await asyncio.gather(*calls, return_exceptions=True)
-        return queued
+        client = Client()
 
-    assert asyncio.run(asyncio.wait_for(scenario(), 10)) == list(range(2, 27))
+        def batch(number: int) -> list[Any]:
+            return [("request", number, 1, UNITS_PER_GPU, False)]
+
+        await actor.submit("c", 1, batch(1), client)  # holds the only GPU
+        arrival = [2, 3, 4, 5, 6, 13, 7, 8, 9, 10, 11, 12, *range(14, 27)]
+        calls = [asyncio.create_task(actor.submit("c", n, batch(n), client)) for n in arrival]
+        await asyncio.gather(*calls)  # each returns once its batch is queued
+        await asyncio.sleep(0)  # the grants of a loop turn are pushed at its end
+        queued = [number for (_, number), _ in actor._state.waiting()]
+        return queued, [(number, reason) for number, _, reason in client.grants]
+
+    queued, grants = asyncio.run(asyncio.wait_for(scenario(), 10))
+    assert queued == list(range(2, 27))
+    assert grants == [(1, None)]  # the first granted, the rest wait

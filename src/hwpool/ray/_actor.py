@@ -64,8 +64,6 @@ class SchedulerActor:
         self._namespace = namespace
         self._poll_s = poll_s
         self._state = ClusterState()
-        self._futures: dict[Key, asyncio.Future[Placement]] = {}
-        self._failed: dict[Key, str] = {}
         self._cancelled: dict[Key, None] = {}
         self._watched: set[str] = set()
         self._orders: dict[str, Turns] = {}  # per client: its requests in the order it sent them
@@ -80,56 +78,6 @@ class SchedulerActor:
     async def ready(self) -> None:
         """Return once the nodes are known and the clients' leases reclaimed."""
         await self._ready()
-
-    async def request(
-        self,
-        client: str,
-        number: int,
-        count: int,
-        units: int,
-        sent: int | None = None,
-        *,
-        memory: bool = False,
-    ) -> tuple[Placement, float | None]:
-        """Wait until request ``number`` of ``client`` is granted; return where, and since
-        when ``client`` may keep its leases (this actor's clock; None if someone waits).
-
-        ``sent`` numbers the client's sends (1, 2, ...): Ray may start this actor's calls in
-        another order, so each waits here for the sends before it, and a client's requests
-        join the queue in the order it sent them. ``memory``: ``units`` are MiB on one GPU
-        (``memory=``), not a share of ``UNITS_PER_GPU``. Asking again for the same request (after a
-        restart, say) waits for the same grant. Raises ValueError if no node could ever hold
-        ``count`` GPUs of ``units``.
-        """
-        await self._ready()
-        if sent is not None:
-            await self._order_of(client).wait(sent)
-        # From here to the queue, nothing awaits: the next send's turn starts after this one.
-        key = (client, number)
-        self._watch(client)
-        placement = self._state.lease(key)
-        if placement is not None:
-            return placement, self._keep_since(client)
-        if key in self._cancelled:
-            raise ValueError(f"request {number} of {client} was cancelled")
-        reason = self._failed.pop(key, None)
-        if reason is not None:
-            raise ValueError(reason)
-        future = self._futures.get(key)
-        if future is None:
-            future = asyncio.get_running_loop().create_future()
-            out = (
-                None
-                if self._state.is_waiting(key)
-                else self._state.request(key, _demand(count, units, memory), now=time.monotonic())
-            )
-            self._futures[key] = future
-            if out is not None:
-                self._apply(out)
-        if not future.done():  # it waits: no lease may be kept any longer
-            self._recall()
-        placement = await asyncio.shield(future)
-        return placement, self._keep_since(client)
 
     def _keep_since(self, client: str) -> float | None:
         """Now, if nothing waits (``client`` may keep its leases, until recalled); else None."""
@@ -234,29 +182,12 @@ class SchedulerActor:
             turns = self._orders[client] = Turns()
         return turns
 
-    async def cancel(self, client: str, number: int) -> None:
-        """Withdraw a request (or release its lease if it was granted meanwhile)."""
-        await self._ready()
-        self._withdraw((client, number))
-
     def _withdraw(self, key: Key) -> None:
         if self._state.lease(key) is None and not self._state.is_waiting(key):
             self._cancelled[key] = None  # it may still be on its way
             while len(self._cancelled) > _TOMBSTONES:
                 del self._cancelled[next(iter(self._cancelled))]
-        self._forget(key)
         self._apply(self._state.cancel(key, now=time.monotonic()))
-
-    async def release(self, client: str, number: int, node_lost: bool = False) -> None:
-        """Give back a lease; one already released or lost with its node frees nothing.
-
-        ``node_lost``: the work ended because its node died; the nodes are read first, so that
-        a dying node's GPUs are withdrawn rather than granted again.
-        """
-        await self._ready()
-        if node_lost:
-            await self._sync_nodes()
-        self._apply(self._state.release((client, number), now=time.monotonic()))
 
     async def snapshot(self) -> ClusterSnapshot:
         """Nodes and free capacity, leases, and the queue in order."""
@@ -404,33 +335,17 @@ class SchedulerActor:
         self._keepers.discard(client)
         self._orders.pop(client, None)
         log.info("client %s is gone: withdrawing its requests and leases", client)
-        for key in [k for k in self._futures if k[0] == client]:
-            self._forget(key)
-        self._failed = {k: v for k, v in self._failed.items() if k[0] != client}
         self._apply(self._state.drop_client(client, now=time.monotonic()))
 
     # ----------------------------------------------------------------- outcomes
     def _apply(self, out: Outcome) -> None:
         """Wake the requests placed, fail those that can never be placed, log lost leases."""
         for placement in out.placed:
-            future = self._futures.pop(placement.key, None)
-            if future is None:  # asked through submit (or restored): pushed
-                self._push(placement.key, placement, None)
-            elif not future.done():
-                future.set_result(placement)
+            self._push(placement.key, placement, None)
         for key, reason in out.failed:
-            future = self._futures.pop(key, None)
-            if future is None:
-                self._push(key, None, reason)
-            elif not future.done():
-                future.set_exception(ValueError(reason))
+            self._push(key, None, reason)
         for placement in out.lost:
             log.warning("lease %s lost with node %s", placement.key, placement.node_id)
-
-    def _forget(self, key: Key) -> None:
-        future = self._futures.pop(key, None)
-        if future is not None and not future.done():
-            future.cancel()
 
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
