@@ -2,7 +2,8 @@
 
 On the 2 x 2 fake-GPU cluster of ``bench_ray.py``, one task at a time, best of 3 rounds of
 ``--tasks`` each: a plain Ray task; a call to an async actor; an async actor's call to another;
-a task launched and awaited by an async actor (the client actor's hop, without hwpool); and
+a task launched and awaited by an async actor (the client actor's hop, without hwpool), by a
+threaded actor, and by an async actor ten in one call (the launch alone, without the call); and
 hwpool.ray tasks with a kept lease (the default), without one (``keep_s=0``: a request and a
 release per task) and with a fresh worker per task. Run: ``python bench/profile_ray.py``.
 """
@@ -19,6 +20,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_ray
+
+SEVERAL = 10
 
 
 def noop() -> int:
@@ -37,15 +40,31 @@ class Echo:
     async def launch(self, task: Any) -> int:
         return int(await task.remote())
 
+    async def launch_several(self, task: Any, count: int) -> int:
+        for _ in range(count):
+            await task.remote()
+        return count
 
-def timed(label: str, once: Callable[[], object], tasks: int) -> str:
+
+class Blocking:
+    """A threaded actor: launches a task and blocks on its result (no event loop)."""
+
+    def launch(self, task: Any) -> int:
+        import ray  # noqa: PLC0415
+
+        return int(ray.get(task.remote()))
+
+
+def timed(label: str, once: Callable[[], object], tasks: int, per: int = 1) -> str:
+    """The best of 3 rounds of ``tasks`` calls of ``once``, per call (per task if each call
+    runs ``per`` tasks)."""
     once()  # warm
     best = float("inf")
     for _ in range(3):
         start = time.perf_counter()
         for _ in range(tasks):
             once()
-        best = min(best, (time.perf_counter() - start) / tasks)
+        best = min(best, (time.perf_counter() - start) / (tasks * per))
     return f"{label:<58}{best * 1e3:8.2f} ms"
 
 
@@ -64,6 +83,7 @@ def hops(tasks: int) -> list[str]:
     bare = ray.remote(noop).options(num_gpus=0, num_cpus=0)
     actor = ray.remote(num_cpus=0)(Echo)
     a, b = actor.remote(), actor.remote()
+    blocking = ray.remote(num_cpus=0, max_concurrency=4)(Blocking).remote()
     rows = [
         timed("plain Ray task, num_gpus=0.25", lambda: ray.get(share.remote()), tasks),
         timed("driver -> async actor call", lambda: ray.get(a.ping.remote()), tasks),
@@ -72,6 +92,17 @@ def hops(tasks: int) -> list[str]:
             "driver -> async actor -> task (no hwpool)",
             lambda: ray.get(a.launch.remote(bare)),
             tasks,
+        ),
+        timed(
+            "driver -> threaded actor -> task (no hwpool)",
+            lambda: ray.get(blocking.launch.remote(bare)),
+            tasks,
+        ),
+        timed(
+            f"async actor -> task, {SEVERAL} in one call (per task)",
+            lambda: ray.get(a.launch_several.remote(bare, SEVERAL)),
+            max(1, tasks // SEVERAL),
+            per=SEVERAL,
         ),
     ]
     for label, options in (
