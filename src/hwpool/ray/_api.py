@@ -25,6 +25,7 @@ __all__ = [
     "named_actors",
     "nodes",
     "remote",
+    "wait",
 ]
 
 _ray: Any = ray
@@ -64,6 +65,14 @@ def get_actor(name: str, namespace: str) -> Any:
 def get(ref: Any, timeout: float | None = None) -> Any:
     """``ray.get``."""
     return _ray.get(ref, timeout=timeout)
+
+
+def wait(
+    refs: list[Any], *, num_returns: int, timeout: float | None
+) -> tuple[list[Any], list[Any]]:
+    """``ray.wait`` (ready and not ready)."""
+    ready, rest = _ray.wait(refs, num_returns=num_returns, timeout=timeout)
+    return list(ready), list(rest)
 
 
 def cancel(ref: Any, *, force: bool = False) -> None:

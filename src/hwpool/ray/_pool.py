@@ -26,6 +26,7 @@ from .._errors import PoolClosedError
 from . import _api
 from ._actor import CLIENT_PREFIX, SCHEDULER_NAME, SchedulerActor
 from ._client import KEEP_S, RETRY_PAUSE_S, SCHEDULER_RETRY_S, Call, ClientActor, TaskOptions
+from ._lending import LentLeases
 from ._state import ClusterSnapshot, MemoryDemand, infeasible
 from ._worker import task_name
 
@@ -88,7 +89,7 @@ def connect(
     )
     snapshot = _ask(scheduler.snapshot)
     largest = (snapshot.largest_node, snapshot.largest_gpu_mib)
-    return RayGPUPool(namespace, scheduler, client, options, largest)
+    return RayGPUPool(namespace, scheduler, client, options, largest, keep_s=keep)
 
 
 def _scheduler(namespace: str) -> Any:
@@ -169,6 +170,7 @@ class RayGPUPool:
         largest: tuple[int, int | None],
         *,
         ordered: bool = True,
+        keep_s: float = 0.0,
     ) -> None:
         self._namespace = namespace
         # The pool made by connect() numbers its calls, so that its client queues them in
@@ -180,6 +182,9 @@ class RayGPUPool:
         self._largest = largest  # GPUs of the largest node, MiB of the largest GPU (or None)
         self._closed = False
         self._runs: dict[str, Any] = {}  # the client's run method with each task name
+        # Kept leases the client lends this driver, to launch tasks on itself (see _lending);
+        # only the pool made by connect(): it alone knows the driver's order.
+        self._lent = LentLeases(client, keep_s) if ordered and keep_s > 0 else None
 
     def __repr__(self) -> str:
         options = self._options
@@ -291,6 +296,8 @@ class RayGPUPool:
         stopped (its leases return). Idempotent; other pools are not affected."""
         if not self._closed:
             self._closed = True
+            if self._lent is not None:
+                self._lent.close()
             _api.kill(self._client)
 
     def __enter__(self) -> RayGPUPool:
@@ -327,6 +334,11 @@ class RayGPUPool:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> Any:
+        if self._lent is not None:
+            self._check_open()
+            ref = self._lent.launch(fn, demand, options, args, kwargs)
+            if ref is not None:
+                return ref
         name = task_name(fn)
         run = self._runs.get(name)
         if run is None:  # Ray's .options() per call costs about as much as the call
@@ -342,11 +354,14 @@ class RayGPUPool:
         seq = None if self._seq is None else next(self._seq)
         try:
             memory = isinstance(demand, MemoryDemand)
-            return method.remote(Call(seq, demand.count, demand.units, options, memory), *rest)
+            ref = method.remote(Call(seq, demand.count, demand.units, options, memory), *rest)
         except BaseException:
             if seq is not None:
                 self._client.skip.remote(seq)
             raise
+        if self._lent is not None:
+            self._lent.through_client(ref)
+        return ref
 
 
 def _unpickled(

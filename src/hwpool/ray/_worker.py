@@ -25,7 +25,15 @@ from .._host._detect import GPUSource, detect_gpus
 from . import _api
 from ._state import NodeGPU
 
-__all__ = ["WATCH_GROUP", "device_env", "leased_class", "probe_node", "run_leased", "task_name"]
+__all__ = [
+    "WATCH_GROUP",
+    "bound_leased",
+    "device_env",
+    "leased_class",
+    "probe_node",
+    "run_leased",
+    "task_name",
+]
 
 VISIBLE_VAR = "CUDA_VISIBLE_DEVICES"
 ORDER_VAR = "CUDA_DEVICE_ORDER"
@@ -92,6 +100,18 @@ def run_leased(
         if inspect.isawaitable(result):
             result = asyncio.run(_awaited(result))
         return result
+
+
+def bound_leased(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``run_leased`` with ``fn`` bound: a function Ray ships to a worker once, where
+    ``run_leased`` ships ``fn`` with every call."""
+
+    def run_bound(
+        gpus: tuple[int, ...], devices: tuple[str, ...], /, *args: Any, **kwargs: Any
+    ) -> Any:
+        return run_leased(fn, gpus, devices, *args, **kwargs)
+
+    return run_bound
 
 
 async def _awaited(awaitable: Any) -> Any:
