@@ -398,9 +398,12 @@ def test_a_stream_of_equal_tasks_keeps_one_lease_while_nobody_waits(pool: RayGPU
     keeper = hwpool.ray.connect(namespace=pool.namespace, keep_s=60)
     try:
         seen = [ray.get(keeper.submit(lease_numbers, keeper, fraction=0.5), timeout=60)]
+        # The client lends the kept lease to the driver, which launches the next ones itself.
+        eventually(lambda: keeper._lent is not None and keeper._lent.held() == (1, 0))
         seen += [ray.get(keeper.submit(lease_numbers, keeper, fraction=0.5), timeout=60)]
         seen += [ray.get(keeper.submit(lease_numbers, keeper, fraction=0.5), timeout=60)]
         assert len(seen[0]) == 1 and seen == [seen[0]] * 3  # one lease, asked for once
+        assert keeper._lent.launched == 2
         (kept,) = pool.snapshot().leases  # kept after its task, for the next one
         assert kept.request == seen[0][0] and kept.fraction == 0.5
         other = ray.get(keeper.submit(lease_numbers, keeper, fraction=0.25), timeout=60)

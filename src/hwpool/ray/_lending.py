@@ -78,12 +78,10 @@ class LentLeases:
         None if there is none to use (the call then goes through the client)."""
         if not self._settled():
             return None
-        with self._lock:
-            idle = self._idle.get(demand) if not self._closed else None
-            if not idle:
-                return None
-            number, (placement, _) = idle.popitem()
-            self._busy[number] = (None, demand, placement)
+        taken = self._take(demand)
+        if taken is None:
+            return None
+        number, placement = taken
         try:
             ref = self._launchers.launch(fn, options, placement, args, kwargs)
         except BaseException:
@@ -118,11 +116,43 @@ class LentLeases:
             _api.cancel(ref, force=True)
 
     # ----------------------------------------------------------------- internals
+    def _take(self, demand: Demand) -> tuple[int, Placement] | None:
+        """An idle lent lease of ``demand``, now busy: its number and placement. A lease
+        whose task has ended counts as idle though Ray has not called back yet (it may do so
+        after ``ray.get`` returned the result: a stream of tasks would otherwise go through
+        the client every other time)."""
+        with self._lock:
+            if self._closed:
+                return None
+            if not self._idle.get(demand):
+                ended = {
+                    ref: number
+                    for number, (ref, d, _) in self._busy.items()
+                    if d == demand and ref is not None
+                }
+                if not ended:
+                    return None
+            else:
+                ended = {}
+        if ended:
+            ready, _ = _api.wait(list(ended)[:SETTLE_AT_MOST], num_returns=1, timeout=0)
+            for ref in ready:
+                self._end(ended[ref], ref, _lost_node(ref))
+        with self._lock:
+            idle = self._idle.get(demand)
+            if not idle or self._closed:
+                return None
+            number, (placement, _) = idle.popitem()
+            if not idle:
+                del self._idle[demand]
+            self._busy[number] = (None, demand, placement)
+            return number, placement
+
     def _settled(self) -> bool:
         """Whether none of the driver's calls through the client is unfinished; asks Ray
         about a few (their completion callbacks may not have run yet)."""
         with self._lock:
-            if not self._idle:
+            if not (self._idle or self._busy):
                 return False
             pending = list(self._through_client)
         if not pending:
@@ -140,9 +170,13 @@ class LentLeases:
             self._through_client.pop(ref, None)
 
     def _ended(self, number: int, ref: Any, future: Any) -> None:
-        """Lent lease ``number``'s task ended: keep the lease idle for the next task of its
-        demand, or give it back (recalled, closing, or its node lost)."""
-        node_lost = isinstance(future.exception(), _NODE_LOST)
+        self._end(number, ref, isinstance(future.exception(), _NODE_LOST))
+
+    def _end(self, number: int, ref: Any, node_lost: bool) -> None:
+        """Lent lease ``number``'s task (``ref``) ended: keep the lease idle for the next
+        task of its demand, or give it back (recalled, closing, or its node lost). Once per
+        task: the second caller (Ray's callback or a launch that saw it ready) finds it
+        done."""
         with self._lock:
             entry = self._busy.get(number)
             if entry is None or entry[0] is not ref:
@@ -210,3 +244,14 @@ class LentLeases:
         """The client is gone: its leases are free at the scheduler, so what runs on them
         here must stop."""
         self.close()
+
+
+def _lost_node(ref: Any) -> bool:
+    """Whether the task of ``ref`` (ended) failed with its node."""
+    try:
+        _api.get(ref, timeout=0)
+    except _NODE_LOST:
+        return True
+    except Exception:  # the task's own error, or another of Ray's
+        return False
+    return False
