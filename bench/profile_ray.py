@@ -4,8 +4,10 @@ On the 2 x 2 fake-GPU cluster of ``bench_ray.py``, one task at a time, best of 3
 ``--tasks`` each: a plain Ray task; a call to an async actor; an async actor's call to another;
 a task launched and awaited by an async actor (the client actor's hop, without hwpool), by a
 threaded actor, and by an async actor ten in one call (the launch alone, without the call); and
-hwpool.ray tasks with a kept lease (the default), without one (``keep_s=0``: a request and a
-release per task) and with a fresh worker per task. Run: ``python bench/profile_ray.py``.
+hwpool.ray tasks with a kept lease (the default: lent to the driver, which launches the task
+itself), with a kept lease that the client uses (through a copy of the pool, which is never
+lent one), without one (``keep_s=0``: a request and a release per task) and with a fresh worker
+per task. Run: ``python bench/profile_ray.py``.
 """
 
 from __future__ import annotations
@@ -106,14 +108,19 @@ def hops(tasks: int) -> list[str]:
         ),
     ]
     for label, options in (
-        ("hwpool.ray fraction=0.25, kept lease (default)", {}),
+        ("hwpool.ray fraction=0.25, kept lease lent (default)", {}),
+        ("hwpool.ray fraction=0.25, kept lease, through the client", {"copy": True}),
         ("hwpool.ray fraction=0.25, keep_s=0 (request+release)", {"keep_s": 0}),
         ("hwpool.ray fraction=0.25, reuse_workers=False", {"reuse_workers": False}),
     ):
+        copy = bool(options.pop("copy", False))
         pool = hwpool.ray.connect(namespace=f"hops-{len(rows)}", **options)
         try:
             count = 3 if "reuse_workers" in options else tasks
-            rows.append(timed(label, submitter(pool), count))
+            # A copy of the pool (as a task gets) calls the client without the driver's order,
+            # so the client never lends it a lease: the task goes through the client.
+            user = ray.cloudpickle.loads(ray.cloudpickle.dumps(pool)) if copy else pool
+            rows.append(timed(label, submitter(user), count))
         finally:
             pool.close()
     return rows

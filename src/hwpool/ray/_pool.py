@@ -61,7 +61,9 @@ def connect(
     a finished task for its next task of the same demand, while the scheduler sees nobody
     waiting; a stream of equal tasks then costs no scheduler message per task, and a request
     that has to wait makes every kept lease go back (an idle one at once, a busy one when its
-    task ends).
+    task ends). The client lends its kept leases to this driver, which then launches a task of
+    the same demand itself, as fast as a plain Ray task, while none of its calls through the
+    client is unfinished (docs/ray.md, "Kept leases").
     """
     if not isinstance(namespace, str) or not namespace:
         raise TypeError(f"namespace must be a non-empty str, got {namespace!r}")
