@@ -8,11 +8,16 @@ hwpool.ray tasks with a kept lease (the default: lent to the driver, which launc
 itself), with a kept lease that the client uses (through a copy of the pool, which is never
 lent one), without one (``keep_s=0``: a request and a release per task) and with a fresh worker
 per task. Run: ``python bench/profile_ray.py``.
+
+``--mix``: instead, the CPU time each kind of process spends on ``bench_ray.py``'s 20 ms mix
+(read from ``/proc`` before and after, Linux only), for hwpool.ray and for plain Ray: where a
+mix of short tasks through the queue spends its time on a 2-core machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -126,12 +131,100 @@ def hops(tasks: int) -> list[str]:
     return rows
 
 
+KINDS = (
+    ("ray::SchedulerActor", "hwpool scheduler actor"),
+    ("ray::ClientActor", "hwpool client actor"),
+    ("gcs_server", "Ray GCS"),
+    ("raylet", "Ray raylets"),
+    ("ray::", "Ray workers (the tasks)"),
+)
+
+
+def cpu_by_process() -> dict[int, tuple[str, float]]:
+    """Each process's kind (this one is the driver) and CPU seconds used so far."""
+    tick = os.sysconf("SC_CLK_TCK")
+    used: dict[int, tuple[str, float]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:  # ended meanwhile
+            continue
+        if int(entry) == os.getpid():
+            kind = "driver"
+        else:
+            kind = next((name for mark, name in KINDS if mark in cmdline), "other")
+        used[int(entry)] = (kind, (int(fields[11]) + int(fields[12])) / tick)
+    return used
+
+
+def spent_by_kind(
+    before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]
+) -> dict[str, float]:
+    """CPU seconds each kind of process used between two readings: processes alive at the
+    second (those started meanwhile for all their time); those that ended are not counted."""
+    spent: dict[str, float] = {}
+    for pid, (kind, seconds) in after.items():
+        earlier = before.get(pid)
+        start = earlier[1] if earlier is not None and earlier[0] == kind else 0.0
+        spent[kind] = spent.get(kind, 0.0) + seconds - start
+    return spent
+
+
+def started_by_kind(
+    before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]
+) -> dict[str, int]:
+    """How many processes of each kind started between two readings (and still run)."""
+    started: dict[str, int] = {}
+    for pid, (kind, _) in after.items():
+        if pid not in before:
+            started[kind] = started.get(kind, 0) + 1
+    return started
+
+
+def mix_cpu() -> list[str]:
+    """CPU time per task of each kind of process over the 20 ms mix, per contender (after a
+    warm-up round each). Processes that end during the mix are not counted."""
+    import hwpool.ray  # noqa: PLC0415
+
+    scale = bench_ray.FULL
+    pool = hwpool.ray.connect(namespace="mix-cpu")
+    contenders = {"hwpool.ray": bench_ray.hwpool_submitter(pool), "Ray": bench_ray.ray_submitter()}
+    rows = []
+    try:
+        for name, submit in contenders.items():
+            bench_ray.mixed(submit, scale)  # warm
+            before, start = cpu_by_process(), time.perf_counter()
+            makespan = bench_ray.mixed(submit, scale)["makespan"]
+            wall, after = time.perf_counter() - start, cpu_by_process()
+            tasks = scale.small + scale.large
+            spent = spent_by_kind(before, after)
+            total = sum(spent.values())
+            rows.append(
+                f"{name}: makespan {makespan:.2f} s; CPU {total:.2f} s over {wall:.2f} s "
+                f"({total / wall:.2f} cores), {total / tasks * 1e3:.1f} ms per task:"
+            )
+            started = started_by_kind(before, after)
+            for kind, seconds in sorted(spent.items(), key=lambda kv: -kv[1]):
+                if seconds > 0:
+                    new = f" ({started[kind]} started meanwhile)" if started.get(kind) else ""
+                    rows.append(f"  {kind:<28}{seconds / tasks * 1e3:7.2f} ms per task{new}")
+    finally:
+        pool.close()
+    return rows
+
+
 def main(argv: Sequence[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=30, help="tasks per round")
+    parser.add_argument("--mix", action="store_true", help="CPU per process kind on the mix")
     args = parser.parse_args(argv)
     with bench_ray.local_cluster():
-        return "\n".join(hops(args.tasks))
+        return "\n".join(mix_cpu() if args.mix else hops(args.tasks))
 
 
 if __name__ == "__main__":
