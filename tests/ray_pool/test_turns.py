@@ -51,6 +51,25 @@ def test_an_overdue_number_stops_holding_the_others_up_and_passes_when_late() ->
     assert asyncio.run(main()) == ([1, 3], [2], 4)
 
 
+def test_a_call_cancelled_while_it_waits_its_turn_lets_the_later_ones_through() -> None:
+    async def main() -> list[int]:
+        turns = Turns(patience_s=60)
+        order: list[int] = []
+
+        async def call(number: int) -> None:
+            await turns.wait(number)
+            order.append(number)
+
+        later = [asyncio.create_task(call(n)) for n in (3, 2)]
+        await asyncio.sleep(0)  # both wait for 1
+        later[1].cancel()  # 2 will never come through
+        await asyncio.wait_for(asyncio.gather(call(1), later[0]), 10)
+        assert later[1].cancelled()
+        return order
+
+    assert asyncio.run(main()) == [1, 3]
+
+
 def test_the_scheduler_queues_a_clients_requests_in_the_order_sent_whatever_order_they_start() -> (
     None
 ):
@@ -90,3 +109,47 @@ def test_the_scheduler_queues_a_clients_requests_in_the_order_sent_whatever_orde
     queued, grants = asyncio.run(asyncio.wait_for(scenario(), 10))
     assert queued == list(range(2, 27))
     assert grants == [(1, None)]  # the first granted, the rest wait
+
+
+def test_a_restarted_scheduler_is_told_a_drivers_waiting_calls_in_the_drivers_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Ray started the driver's second call before its first: what the client says it waits
+    # for (and since when) must still put the first first, as the restored queue will.
+    from hwpool._core._capacity import UNITS_PER_GPU  # noqa: PLC0415
+    from hwpool._core._scheduler import Demand  # noqa: PLC0415
+    from hwpool.ray import _client  # noqa: PLC0415
+
+    class Scheduler:  # stands in for the scheduler actor's handle: takes the batches
+        def __init__(self) -> None:
+            self.submit = self
+            self.batches: list[Any] = []
+
+        def remote(self, *batch: Any) -> asyncio.Future[None]:
+            self.batches.append(batch)
+            done = asyncio.get_running_loop().create_future()
+            done.set_result(None)
+            return done
+
+    scheduler = Scheduler()
+    monkeypatch.setattr(_client._api, "get_actor", lambda name, namespace: scheduler)
+    monkeypatch.setattr(_client._api, "current_actor", lambda: "client handle")
+
+    async def scenario() -> list[Demand]:
+        client = _client.ClientActor("scheduler", "test", "c")
+        options = _client.TaskOptions()
+        half = _client.Call(1, 1, UNITS_PER_GPU // 2, options)
+        whole = _client.Call(2, 1, UNITS_PER_GPU, options)
+        second = asyncio.create_task(client._acquire(whole.demand, whole.seq))
+        await asyncio.sleep(0)  # it waits for its turn
+        first = asyncio.create_task(client._acquire(half.demand, half.seq))
+        while sum(len(batch[2]) for batch in scheduler.batches) < 2:
+            await asyncio.sleep(0)  # both through their turns, their requests sent
+        _, waiting, _ = await client.held()
+        for call in (first, second):
+            call.cancel()
+        await asyncio.gather(first, second, return_exceptions=True)
+        return [demand for _, demand, _ in sorted(waiting, key=lambda w: w[2])]
+
+    order = asyncio.run(asyncio.wait_for(scenario(), 10))
+    assert order == [Demand(1, UNITS_PER_GPU // 2), Demand(1, UNITS_PER_GPU)]

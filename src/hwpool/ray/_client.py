@@ -354,10 +354,13 @@ class ClientActor:
         """A lease for ``demand``, in the driver's order: a kept one if the scheduler lets
         this client keep and it asks for nothing else, else a new one; its number and where."""
         number = next(self._numbers)
+        if seq is not None:  # in the driver's order (copies of the pool have none)
+            await self._turns.wait(seq)
+        # Waiting from its turn on, so that a restarted scheduler, which queues what clients
+        # wait for by when it was asked, restores a driver's requests in the driver's order
+        # (Ray may start its calls in another); one not yet through its turn was not sent.
         self._waiting[number] = (demand, time.time())
         try:
-            if seq is not None:  # in the driver's order (copies of the pool have none)
-                await self._turns.wait(seq)
             kept = self._take_kept(demand)
             if kept is not None:
                 return kept, self._leases[kept]

@@ -35,16 +35,26 @@ class Turns:
         return self._next
 
     async def wait(self, number: int) -> None:
-        """Return once every number before ``number`` is through (or skipped, or overdue)."""
-        if number > self._next:
-            future = self._waiting[number] = asyncio.get_running_loop().create_future()
-            try:
-                await asyncio.wait_for(asyncio.shield(future), self._patience_s)
-            except TimeoutError:  # an earlier call is overdue: stop waiting for it
-                self._next = max(self._next, number)
-            finally:
-                self._waiting.pop(number, None)
-        self._through(number)
+        """Return once every number before ``number`` is through (or skipped, or overdue).
+        A call cancelled while it waits lets the later ones through as if skipped."""
+        try:
+            if number > self._next:
+                await self._turn(number)
+        finally:
+            self._through(number)
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            # Python 3.11's wait_for may return as its task is cancelled: stop here anyway.
+            raise asyncio.CancelledError
+
+    async def _turn(self, number: int) -> None:
+        future = self._waiting[number] = asyncio.get_running_loop().create_future()
+        try:
+            await asyncio.wait_for(asyncio.shield(future), self._patience_s)
+        except TimeoutError:  # an earlier call is overdue: stop waiting for it
+            self._next = max(self._next, number)
+        finally:
+            self._waiting.pop(number, None)
 
     async def skip(self, number: int) -> None:
         """Call ``number`` will never come: let the later ones through."""
