@@ -107,11 +107,18 @@ class LentLeases:
             self._poll(None)
 
     def close(self) -> None:
-        """Stop the tasks launched here (the client, killed next, frees their leases)."""
+        """Stop the tasks launched here that still run (the client, killed next, frees their
+        leases). One that has ended, though Ray has not called back yet, is not cancelled:
+        Ray 2.x can crash the driver when a cancel crosses a task's last reply
+        (ray-project/ray#54527); asking first leaves only a task ending at that very moment
+        exposed."""
         with self._lock:
             self._closed = True
             self._idle.clear()
-            running = [ref for ref, _, _ in self._busy.values() if ref is not None]
+            busy = [ref for ref, _, _ in self._busy.values() if ref is not None]
+        if not busy:
+            return
+        _, running = _api.wait(busy, num_returns=len(busy), timeout=0)
         for ref in running:
             _api.cancel(ref, force=True)
 
