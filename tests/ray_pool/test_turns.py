@@ -153,3 +153,45 @@ def test_a_restarted_scheduler_is_told_a_drivers_waiting_calls_in_the_drivers_or
 
     order = asyncio.run(asyncio.wait_for(scenario(), 10))
     assert order == [Demand(1, UNITS_PER_GPU // 2), Demand(1, UNITS_PER_GPU)]
+
+
+@pytest.mark.parametrize("ended", [True, False])
+def test_a_cancelled_run_kills_its_task_only_if_it_still_runs(
+    monkeypatch: pytest.MonkeyPatch, ended: bool
+) -> None:
+    # A cancel that crosses a task's last reply can end the client's process in Ray 2.x
+    # (ray-project/ray#54527): a task Ray says has ended is left alone.
+    from hwpool.ray import _client  # noqa: PLC0415
+
+    cancelled: list[object] = []
+
+    class Ref:  # awaited as an ObjectRef is: cancelling the wait leaves the task's result
+        def __init__(self, result: asyncio.Future[str]) -> None:
+            self.result = result
+
+        def __await__(self) -> Any:
+            return asyncio.shield(self.result).__await__()
+
+    async def scenario() -> None:
+        task_result: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        monkeypatch.setattr(
+            _client._api,
+            "wait",
+            lambda refs, num_returns, timeout: (refs, []) if ended else ([], refs),
+        )
+
+        def cancel(ref: object, force: bool) -> None:
+            cancelled.append(ref)
+            task_result.set_exception(RuntimeError("cancelled"))
+
+        monkeypatch.setattr(_client._api, "cancel", cancel)
+        run = asyncio.create_task(_client._outcome(Ref(task_result)))
+        await asyncio.sleep(0)  # it awaits the task's result
+        run.cancel()
+        if ended:
+            task_result.set_result("done")
+        with pytest.raises(asyncio.CancelledError):
+            await run
+
+    asyncio.run(asyncio.wait_for(scenario(), 10))
+    assert len(cancelled) == (0 if ended else 1)

@@ -500,11 +500,15 @@ class ClientActor:
 
 async def _outcome(ref: Any) -> Any:
     """The result of the leased task; if this call is cancelled, the task is killed first and
-    awaited, so that its GPUs are given back only once nothing runs on them."""
+    awaited, so that its GPUs are given back only once nothing runs on them. A task that has
+    ended is not cancelled: in Ray 2.x a cancel that crosses a task's last reply can end the
+    process that owns it (ray-project/ray#54527), here this client with all it runs."""
     try:
         return await ref
     except asyncio.CancelledError:
-        _api.cancel(ref, force=True)
+        _, running = _api.wait([ref], num_returns=1, timeout=0)
+        if running:
+            _api.cancel(ref, force=True)
         with contextlib.suppress(BaseException):
             await asyncio.wait_for(_settled(ref), CANCEL_WAIT_S)
         raise
