@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -31,9 +32,16 @@ def need_pid_wrap() -> None:
         pytest.skip(f"{NS_LAST_PID} is not writable here (no pid wrap can be forced)")
 
 
-def popen_at_pid(pid: int, argv: Sequence[str], **popen: Any) -> subprocess.Popen[Any]:
+def popen_at_pid(
+    pid: int, argv: Sequence[str], *, after: int | None = None, **popen: Any
+) -> subprocess.Popen[Any]:
     """``subprocess.Popen(argv, **popen)`` whose process has pid ``pid`` (which must be free:
-    its last holder ended and was reaped). AssertionError after :data:`TRIES` misses."""
+    its last holder ended and was reaped). ``after``: the start time of that last holder
+    (clock ticks after boot): the new process starts in a later tick, as a pid reused on a
+    real machine does (a start time tells two processes apart only a tick apart).
+    AssertionError after :data:`TRIES` misses."""
+    if after is not None:
+        _wait_past_tick(after)
     for _ in range(TRIES):
         fd = os.open(NS_LAST_PID, os.O_WRONLY)
         try:
@@ -46,3 +54,17 @@ def popen_at_pid(pid: int, argv: Sequence[str], **popen: Any) -> subprocess.Pope
         proc.kill()  # another fork took the pid first (or it is not free): try again
         proc.communicate(timeout=10)
     raise AssertionError(f"could not start a process on pid {pid} in {TRIES} tries")
+
+
+def boot_tick() -> int:
+    """The boot clock now, in clock ticks: a process started before now started at or
+    before this tick."""
+    return int(time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK"))
+
+
+def _wait_past_tick(start: int) -> None:
+    """Wait (bounded: a tick is 10 ms or less) until the boot clock is past tick ``start``."""
+    deadline = time.monotonic() + 10
+    while boot_tick() < start + 2:
+        assert time.monotonic() < deadline, "the boot clock does not move"
+        time.sleep(0.005)

@@ -24,7 +24,7 @@ from fakemachine import Machine
 
 from hostserver import BOUND, CLIENT, ENV, ClientProc, Server, _readline, run_cli, status_of
 from hwpool._core._capacity import UNITS_PER_GPU
-from pidwrap import need_pid_wrap, popen_at_pid
+from pidwrap import boot_tick, need_pid_wrap, popen_at_pid
 from rawpeers import Peer, acquire, connect_as, hello
 from runproc import Run, eventually
 from users import Users
@@ -68,6 +68,7 @@ def test_a_reused_pid_of_another_user_is_never_signalled(
     need_pid_wrap()
     server = machine.start("--over-lease", "term", "--over-lease-grace", "0", memory=False)
     sock = connect_as(0, 0, machine.socket)  # its connecting process has ended, reaped
+    started = boot_tick()  # it started before this
     peer = Peer(sock)
     try:
         peer.send(hello(), acquire(1, 1, UNITS_PER_GPU // 4))
@@ -76,8 +77,8 @@ def test_a_reused_pid_of_another_user_is_never_signalled(
         other = users.user()
         argv = users.argv(other, [users.python(other), "-c", _VICTIM])
         victim = popen_at_pid(
-            dead, argv, stdout=subprocess.PIPE, text=True, start_new_session=True,
-            env=users.env(),
+            dead, argv, after=started, stdout=subprocess.PIPE, text=True,
+            start_new_session=True, env=users.env(),
         )  # fmt: skip
         procs.append(victim)
         assert _readline(victim, BOUND) == "ready"

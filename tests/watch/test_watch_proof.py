@@ -104,8 +104,10 @@ def test_a_signal_reaches_the_process_recorded_and_never_a_later_holder_of_its_p
     assert not signal_process(recorded, signal.SIGTERM)  # gone: nothing sent
     script = "import signal, time; signal.signal(signal.SIGTERM, lambda *_: print('TERM')); "
     script += "print('ready', flush=True); time.sleep(60)"
-    later = popen_at_pid(recorded.pid, [sys.executable, "-c", script], stdout=subprocess.PIPE,
-                         text=True)  # fmt: skip
+    later = popen_at_pid(
+        recorded.pid, [sys.executable, "-c", script], after=recorded.start,
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
     try:
         assert later.stdout is not None and later.stdout.readline() == "ready\n"
         assert not signal_process(recorded, signal.SIGTERM)  # the same pid, another process

@@ -14,26 +14,38 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+from collections.abc import Callable
 
-from ._procs import ProcessId, is_process
+from ._procs import ProcessId, is_process, process_start
 
-__all__ = ["signal_process"]
+__all__ = ["signal_process", "signal_started"]
 
 
 def signal_process(ident: ProcessId, signum: int) -> bool:
     """Send ``signum`` to the process ``ident`` names if it is still that process (the same
     pid, start time and uid); whether it was sent. Never raises for a process that is gone
     or not this process's to signal."""
+    return _send(ident.pid, signum, lambda: is_process(ident))
+
+
+def signal_started(pid: int, start: int, signum: int) -> bool:
+    """Send ``signum`` to ``pid`` if it is still the process that started at ``start``
+    (clock ticks after boot; whoever owns it: kill(2) decides that); whether it was sent."""
+    return _send(pid, signum, lambda: process_start(pid) == start)
+
+
+def _send(pid: int, signum: int, same: Callable[[], bool]) -> bool:
+    """Open a pidfd of ``pid``, then, if ``same()`` (asked after the open), signal it."""
     try:
-        pidfd = _pidfd(ident.pid)
+        pidfd = _pidfd(pid)
     except ProcessLookupError:
         return False
     try:
-        if not is_process(ident):
+        if not same():
             return False
         with contextlib.suppress(ProcessLookupError, PermissionError):
             if pidfd is None:
-                os.kill(ident.pid, signum)
+                os.kill(pid, signum)
             else:
                 signal.pidfd_send_signal(pidfd, signum)
             return True

@@ -16,6 +16,7 @@ import signal
 from pathlib import Path
 
 from .._host._procs import process_start
+from .._host._signal import signal_started
 
 __all__ = ["CANCEL_SIGNAL", "is_running", "process_start", "signal_if_running"]
 
@@ -43,9 +44,12 @@ def is_running(pid: int, start: int | None) -> bool:
 
 def signal_if_running(pid: int, start: int | None, signum: int) -> bool:
     """Send ``signum`` to ``pid`` if it is still the process recorded (see :func:`is_running`);
-    whether it was sent. The check and the send are two steps: a pid reused in between (a
-    process that ended and a new one that got its pid within microseconds) is not excluded,
-    which is why only the user's own processes can be reached (kill(2) refuses others')."""
+    whether it was sent. With ``/proc`` and a recorded start the check and the send name one
+    process (through a pidfd where there is one: a pid reused in between is never reached);
+    without, a live pid is taken at its word, and only the user's own processes can be
+    reached (kill(2) refuses others')."""
+    if start is not None and (_PROC / "self" / "stat").exists():
+        return signal_started(pid, start, signum)
     if not is_running(pid, start):
         return False
     with contextlib.suppress(ProcessLookupError):
