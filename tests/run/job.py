@@ -6,7 +6,8 @@ process group, and which files of DIR existed then), waits for each ``wait=`` fi
 most), writes DIR/NAME.done, then exits N (``kill``: SIGKILLs itself; ``sleep``: sleeps 60 s
 first; ``grandchild``: leaves a child in its process group that writes DIR/NAME.grandchild and
 sleeps 60 s; ``stubborn``: that grandchild ignores SIGTERM; ``stopped``: it handles SIGTERM and
-stops itself, SIGSTOP, before the job exits).
+stops itself, SIGSTOP, before the job exits; ``trap``: on SIGTERM it writes DIR/NAME.term and
+goes on, as a job that saves its work in its grace does).
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ def main() -> None:
                                           "HWPOOL_LEASE", "XLA_PYTHON_CLIENT_MEM_FRACTION",
                                           "XLA_PYTHON_CLIENT_PREALLOCATE")},
     }  # fmt: skip
+    if "trap" in words:
+        signal.signal(signal.SIGTERM, lambda *_: write(root / f"{name}.term", ""))
     write(root / f"{name}.started", json.dumps(seen))
     if "grandchild" in words:
         ignore = "signal.signal(signal.SIGTERM, signal.SIG_IGN); " if "stubborn" in words else ""

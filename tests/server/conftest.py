@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from fakemachine import machine  # noqa: F401  (a fake GPU machine, for the watch tests)
 
 from hostserver import BOUND, ClientProc, Server
 from rawpeers import Pair, Peer

@@ -199,7 +199,9 @@ def test_other_users_may_not_cancel_but_admins_may_revoke() -> None:
     assert info.value.code is ErrorCode.FORBIDDEN and state.core.free == (0,)
     out = state.cancel(admin, p.Cancel(1, 1), 0.0)
     assert out == [(admin, p.Done(1, "lease")), (owner, p.Revoked(3, 1, 500))]
-    assert state.core.free == (FULL,) and owner.entries == {}
+    assert state.core.free == (0,) and owner.entries == {}  # held until its holder is gone
+    state.disconnect(owner, 1.0)
+    assert state.core.free == (FULL,)
     with pytest.raises(ProtocolError) as info:
         state.cancel(admin, p.Cancel(2, 1), 0.0)
     assert info.value.code is ErrorCode.NOT_FOUND
@@ -211,6 +213,8 @@ def test_a_revoked_lease_cannot_be_released_twice() -> None:
     state.cancel(root, p.Cancel(1, 1), 0.0)
     with pytest.raises(ProtocolError):
         state.release(owner, p.Release(4, 3), 0.0)
+    assert state.core.free == (0,)  # its holder's processes may still run
+    state.disconnect(owner, 1.0)
     assert state.core.free == (FULL,)
 
 
@@ -650,13 +654,46 @@ def test_a_lease_past_its_limit_is_revoked_and_its_capacity_granted_on() -> None
     assert state.next_limit_end() == 6.0
     assert state.expire(5.999) == []
     out = state.expire(6.0)
-    assert out == [(a, p.Revoked(1, 1, 1000, "limit")), (b, p.Granted(1, 2, (0,), FULL))]
+    assert out == [(a, p.Revoked(1, 1, 1000, "limit"))]  # held while its processes end
     assert state.next_limit_end() is None and state.released == 1
+    assert state.disconnect(a, 6.5) == [(b, p.Granted(1, 2, (0,), FULL))]
     journaled = {e.id: e for e in state.journal().entries}
     assert set(journaled) == {2} and journaled[2].limit_end is None
     with pytest.raises(ProtocolError) as caught:  # the revoked lease is gone for its client
         state.release(a, p.Release(2, 1), 7.0)
     assert caught.value.code is ErrorCode.NOT_FOUND
+
+
+def test_a_revoked_leases_gpus_go_back_at_the_end_of_its_hold_unless_its_job_runs() -> None:
+    """A revoked lease's holder keeps its connection: its GPUs go back ``revoked_hold_s``
+    after the revoke, and not while its job still runs (asked again later)."""
+    state, a, b = host(1), client(pid=1), client(pid=2, number=2)
+    running = [True]
+    state.job_runs = lambda holder: holder is a and running[0]
+    acquire(state, a, 1)
+    acquire(state, b, 1)
+    state.cancel(client(uid=0, number=3), p.Cancel(1, 1), 10.0)
+    end = 10.0 + state.revoked_hold_s
+    assert state.next_deadline() == end
+    assert state.expire(end - 0.001) == []
+    assert state.expire(end) == [] and state.core.free == (0,)  # its job still runs
+    later = state.next_deadline()
+    assert later is not None and later > end
+    running[0] = False
+    assert state.expire(later) == [(b, p.Granted(1, 2, (0,), FULL))]
+    assert state.next_deadline() is None
+
+
+def test_a_lease_ended_for_overuse_holds_its_gpus_until_its_holder_is_gone() -> None:
+    state, a, b = host(1), client(pid=1), client(pid=2, number=2)
+    acquire(state, a, 1)
+    acquire(state, b, 1)
+    lease = state.lease(1)
+    assert lease is not None
+    assert state.end_for_overuse(lease, 0, 1.0) == [(a, p.Revoked(1, 1, 0, "overuse"))]
+    assert [e.id for e in state.revoked_leases()] == [1] and state.held_leases() == []
+    assert state.disconnect(a, 2.0) == [(b, p.Granted(1, 2, (0,), FULL))]
+    assert state.revoked_leases() == []
 
 
 def test_a_lease_released_before_its_limit_is_not_revoked() -> None:

@@ -156,7 +156,8 @@ def test_status_and_cancel_work_for_a_user_with_every_connection_it_may_have(
     assert cancelled.returncode == 0, cancelled.stderr
     assert (
         cancelled.stdout
-        == f"#{ident}: revoked the lease of root pid {os.getpid()}: its GPUs are free\n"
+        == f"#{ident}: revoked the lease of root pid {os.getpid()}: its GPUs are free once its "
+        "processes are gone\n"
     )
     assert status_of(server.socket)["leases"] == []
     pool.close()

@@ -104,15 +104,16 @@ def test_the_metrics_say_what_status_says(
     server = start_server("--gpus", "2", "--metrics-port", "0")
     url = metrics_url(server)
     me = status_of(server.socket)["server"]["user"]
-    first, second = peers(server.socket), peers(server.socket)
-    assert first.acquire(1, name="whole") == "granted"  # GPU 0
+    holder, first, second = peers(server.socket), peers(server.socket), peers(server.socket)
+    assert holder.acquire(1, name="whole") == "granted"  # GPU 0
     assert first.acquire(2, units=HALF, name="half") == "granted"  # half of GPU 1
     assert second.acquire(1, units=3 * UNITS_PER_GPU // 4, name="most") == "queued"
     assert second.acquire(2, count=2, name="both") == "queued"  # 2 whole GPUs
     whole = next(x["id"] for x in status_of(server.socket)["leases"] if x["name"] == "whole")
     code, _, err = run_cli("cancel", "--socket", str(server.socket), str(whole))
     assert code == 0, err
-    assert first.read()["op"] == "revoked"
+    assert holder.read()["op"] == "revoked"
+    holder.close()  # its GPU is free once its holder is gone
     assert second.read()["op"] == "granted"  # "most", first in the queue, takes GPU 0
 
     report = status_of(server.socket)  # the server is quiet now: nothing moves

@@ -364,7 +364,8 @@ def test_cancel_takes_several_ids_and_says_what_happened_to_each(one_gpu: Server
     assert code == 2  # one of them was refused
     assert out.splitlines() == [
         f"#{waiter_id}: withdrew the waiting request of root pid {pid} [queued-one]",
-        f"#{lease_id}: revoked the lease of root pid {pid} [job]: its GPUs are free",
+        f"#{lease_id}: revoked the lease of root pid {pid} [job]: its GPUs are free once its "
+        "processes are gone",
     ]
     assert err == "hwpool: error: no lease or waiter #999\n"  # and an id given twice, once
     assert waiter.read()["code"] == "cancelled"

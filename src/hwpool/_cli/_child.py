@@ -31,6 +31,8 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from .._host._procs import ProcFS
+
 if TYPE_CHECKING:
     from .._gpu._lease import GPULease
 
@@ -345,8 +347,7 @@ def _wait_gone(pgid: int, timeout: float) -> bool:
 def group_alive(pgid: int) -> bool:
     """Whether process group ``pgid`` has a live member. On Linux zombies do not count (a
     process whose parent never reaps it holds no GPU); elsewhere any member counts."""
-    proc = Path("/proc")
-    if not (proc / "self" / "stat").exists():
+    if not Path("/proc/self/stat").exists():
         try:
             os.killpg(pgid, 0)
         except ProcessLookupError:
@@ -354,14 +355,4 @@ def group_alive(pgid: int) -> bool:
         except PermissionError:
             return True
         return True
-    for entry in os.scandir(proc):
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = Path(entry.path, "stat").read_bytes()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-            return True
-    return False
+    return bool(ProcFS().members(pgid))

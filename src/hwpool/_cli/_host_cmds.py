@@ -160,6 +160,9 @@ def _selection(args: argparse.Namespace, admin: bool) -> str:
     return f"no request{mine}{named}"
 
 
+FREED = "its GPUs are free once its processes are gone"  # a revoked lease's, see security.md
+
+
 def _cancel_one(wire: Wire, req: int, ident: int, record: Record | None) -> tuple[str, bool]:
     """Cancel ``ident``: the line that says what happened, and whether it was done."""
     wire.send_bytes(encode(Cancel(req, ident)))
@@ -170,7 +173,7 @@ def _cancel_one(wire: Wire, req: int, ident: int, record: Record | None) -> tupl
         raise ConnectionError(f"unexpected reply to cancel: {reply.op}")
     whose = "" if record is None else f" of {_whose(record)}"
     if reply.cancelled == "lease":  # what it was when cancelled (a waiter may have been granted)
-        return f"#{ident}: revoked the lease{whose}: its GPUs are free", True
+        return f"#{ident}: revoked the lease{whose}: {FREED}", True
     if reply.cancelled == "waiter":
         return f"#{ident}: withdrew the waiting request{whose}", True
     return f"#{ident}: cancelled{whose}", True  # a server that does not say which

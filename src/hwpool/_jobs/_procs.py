@@ -2,7 +2,8 @@
 
 A pid alone names a process only while it lives: once it ends, the kernel may give the same
 pid to any later process. The job table therefore keeps each job launcher's pid with its
-start time (field 22 of ``/proc/PID/stat``, in clock ticks after boot), and a process is the
+start time (field 22 of ``/proc/PID/stat``, in clock ticks after boot: read by
+:mod:`hwpool._host._procs`, as the server and the watcher read it), and a process is the
 recorded one only while both match. Where ``/proc`` is missing (not Linux) the start time is
 unknown (``None``) and a live pid is taken at its word.
 """
@@ -14,6 +15,9 @@ import os
 import signal
 from pathlib import Path
 
+from .._host._procs import process_start
+from .._host._signal import signal_started
+
 __all__ = ["CANCEL_SIGNAL", "is_running", "process_start", "signal_if_running"]
 
 # What a job's launcher takes as "cancel this job": it then ends the job's process group
@@ -22,19 +26,6 @@ __all__ = ["CANCEL_SIGNAL", "is_running", "process_start", "signal_if_running"]
 CANCEL_SIGNAL = signal.SIGUSR1
 
 _PROC = Path("/proc")
-
-
-def process_start(pid: int) -> int | None:
-    """The start time of process ``pid`` (clock ticks after boot), or None when no such
-    process lives (or a zombie: it has ended) or ``/proc`` is not there."""
-    try:
-        stat = (_PROC / str(pid) / "stat").read_bytes()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    if len(fields) < 20 or fields[0] in (b"Z", b"X"):
-        return None
-    return int(fields[19])
 
 
 def is_running(pid: int, start: int | None) -> bool:
@@ -53,9 +44,12 @@ def is_running(pid: int, start: int | None) -> bool:
 
 def signal_if_running(pid: int, start: int | None, signum: int) -> bool:
     """Send ``signum`` to ``pid`` if it is still the process recorded (see :func:`is_running`);
-    whether it was sent. The check and the send are two steps: a pid reused in between (a
-    process that ended and a new one that got its pid within microseconds) is not excluded,
-    which is why only the user's own processes can be reached (kill(2) refuses others')."""
+    whether it was sent. With ``/proc`` and a recorded start the check and the send name one
+    process (through a pidfd where there is one: a pid reused in between is never reached);
+    without, a live pid is taken at its word, and only the user's own processes can be
+    reached (kill(2) refuses others')."""
+    if start is not None and (_PROC / "self" / "stat").exists():
+        return signal_started(pid, start, signum)
     if not is_running(pid, start):
         return False
     with contextlib.suppress(ProcessLookupError):

@@ -3,7 +3,13 @@
 
 from pathlib import Path
 
-__all__ = ["DEFAULT_CONFIG", "MAX_REQUESTS_PER_CONNECTION", "MAX_REQUESTS_PER_USER"]
+__all__ = [
+    "DEFAULT_CONFIG",
+    "MAX_REQUESTS_PER_CONNECTION",
+    "MAX_REQUESTS_PER_USER",
+    "REVOKED_HOLD_S",
+    "REVOKED_RECHECK_S",
+]
 
 DEFAULT_CONFIG = Path("/etc/hwpool/serve.toml")
 """The machine-wide server's config file, read when it exists (``hwpool serve --config``)."""
@@ -11,3 +17,9 @@ MAX_REQUESTS_PER_CONNECTION = 1024
 """The default cap on one connection's leases and waiters together."""
 MAX_REQUESTS_PER_USER = 4096
 """The default cap on one uid's leases and waiters, over all its connections."""
+REVOKED_HOLD_S = 15.0
+"""How long a revoked lease's GPUs stay held at most while its connection stays open and no
+job of its holder runs: a job's SIGTERM grace (10 s for a launcher, 5 s for ``hwpool run``)
+and a margin for its holder to see it gone and close the connection."""
+REVOKED_RECHECK_S = 5.0
+"""Past that, while the holder's job still runs, how often the hold is looked at again."""

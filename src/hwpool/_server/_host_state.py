@@ -19,6 +19,13 @@ the secret ticket ``give`` answered): it then belongs to the taker's connection 
 taker had made it (its release, its disconnection, its reclaim after a restart: the journal
 names the taker's pid and token), and its owner, id, GPUs and time limit stay the same.
 
+A revoked lease (``hwpool cancel``, its time limit, ended for overuse) is gone for its client
+and the journal at once, but its GPUs stay held (granted to no one else) until its holder's
+processes are gone: until its connection closes (``hwpool run`` and a job's launcher close
+it once the job has ended), or, at the latest, ``revoked_hold_s`` after the revoke (the
+launcher's SIGTERM grace and a margin) unless ``job_runs`` says the holder's job still runs
+then (asked again every ``REVOKED_RECHECK_S``). A restart forgets the hold.
+
 One client cannot flood the others: a connection holds at most ``max_per_connection``
 requests (leases and waiters), a uid at most ``max_per_user`` over all its connections.
 """
@@ -36,6 +43,7 @@ from .._core._capacity import UNITS_PER_GPU
 from .._core._fairshare import DEFAULT_HALF_LIFE
 from .._core._limits import LimitExceeded, LimitHold, OwnerLimits, describe_limit
 from .._core._scheduler import Demand, Grant, Scheduler
+from .._host._procs import ProcessId
 from .._printable import printable
 from .._wire._protocol import (
     MAX_OWNERS,
@@ -66,7 +74,12 @@ from .._wire._protocol import (
     request_for,
 )
 from ._config import Owner
-from ._defaults import MAX_REQUESTS_PER_CONNECTION, MAX_REQUESTS_PER_USER
+from ._defaults import (
+    MAX_REQUESTS_PER_CONNECTION,
+    MAX_REQUESTS_PER_USER,
+    REVOKED_HOLD_S,
+    REVOKED_RECHECK_S,
+)
 from ._journal import Counters, Journal, JournalEntry
 
 __all__ = [
@@ -105,9 +118,16 @@ class Client:
     control: bool = False
     user: str = ""
     notices: bool = False  # its hello said it reads ``notice`` messages
+    start: int | None = None  # the pid's start time when the connection was accepted
 
     def __str__(self) -> str:
         return f"{self.user or f'uid {self.uid}'} pid {self.pid}"
+
+    @property
+    def holder(self) -> ProcessId | None:
+        """The process that connected, as recorded when the server accepted it (its pid,
+        start time and uid); None when its start time could not be read."""
+        return None if self.start is None else ProcessId(self.pid, self.start, self.uid)
 
 
 @dataclass(eq=False)
@@ -133,6 +153,7 @@ class Entry:
     units: int = 0  # a lease's units on each GPU, as its grant said (0: whole GPUs, mixed)
     partial: bool = False  # a lease partly released: it cannot be handed over
     handover: str | None = None  # the ticket that takes this lease over (``give``), or None
+    revoked_until: float | None = None  # revoked: when its GPUs go back at the latest
 
 
 Delivery = tuple[Client, ServerMessage]
@@ -253,6 +274,11 @@ class HostState:
         self._per_uid: dict[int, int] = {}  # requests (leases and waiters) per uid
         # Leases with a time limit: (end, id), the earliest first (stale ones skipped).
         self._ends: list[tuple[float, int]] = []
+        self._revoked: dict[int, Entry] = {}  # revoked leases whose GPUs are still held
+        self.revoked_hold_s = REVOKED_HOLD_S
+        # Whether a client's job still runs (its processes are not gone): asked at the end of
+        # a revoked lease's hold. The server reads /proc; by default, no job is known to run.
+        self.job_runs: Callable[[Client], bool] = lambda client: False
         self.granted = self.released = self.cancelled = self.timed_out = 0
         # Told of every grant: the owner, the request (count, units, unit), seconds waited.
         self.on_grant: Callable[[Owner, tuple[int, int, Unit], float], None] | None = None
@@ -519,8 +545,46 @@ class HostState:
             )
             notice = Revoked(entry.req, entry.id, entry.client.uid, "limit")
             out.append((entry.client, notice))
-            out += self._remove(entry, now)
+            self._hold_revoked(entry, now)
+        return out + self._end_holds(now)
+
+    def next_deadline(self) -> float | None:
+        """When :meth:`expire` has something to do next: a time limit runs out, or a revoked
+        lease's hold ends (None: nothing)."""
+        ends = [e.revoked_until for e in self._revoked.values() if e.revoked_until is not None]
+        limit = self.next_limit_end()
+        return min([*ends, *([] if limit is None else [limit])], default=None)
+
+    def _hold_revoked(self, entry: Entry, now: float) -> None:
+        """Lease ``entry`` was revoked: it is gone for its client and the journal, but its
+        GPUs stay held until its holder's processes are gone (see the module docstring)."""
+        self._drop(entry)
+        self.released += 1
+        entry.revoked_until = now + self.revoked_hold_s
+        self._revoked[entry.id] = entry
+        self.log(
+            f"hold {self._what(entry.held or {})} of revoked {_job(entry)} until the processes "
+            f"of {entry.client} are gone ({self.revoked_hold_s:g} s at most unless its job runs)"
+        )
+
+    def _end_holds(self, now: float) -> list[Delivery]:
+        """Free the revoked leases whose hold has run out by ``now``, unless the job of their
+        holder still runs (then ask again later)."""
+        out: list[Delivery] = []
+        for entry in [e for e in self._revoked.values() if (e.revoked_until or 0.0) <= now]:
+            if self.job_runs(entry.client):
+                entry.revoked_until = now + REVOKED_RECHECK_S
+            else:
+                out += self._free_revoked(entry, now, "its hold ran out, no job of it runs")
         return out
+
+    def _free_revoked(self, entry: Entry, now: float, why: str) -> list[Delivery]:
+        """Give back the GPUs of revoked lease ``entry``: the waiters they let through."""
+        del self._revoked[entry.id]
+        held = entry.held or {}
+        self.log(f"free {self._what(held)} of revoked {_job(entry)}: {why}")
+        grants = self.core.release_many(held.items(), ticket=entry.granted_as, now=now)
+        return self._deliver(grants, now)
 
     def _deliver(self, grants: list[Grant], now: float) -> list[Delivery]:
         return [self._granted(self._by_ticket.pop(g.ticket), g, now) for g in grants]
@@ -613,7 +677,11 @@ class HostState:
             self.cancelled += 1
             self.log(f"cancel {_job(entry)} of {owner} by {by}")
         was: Literal["lease", "waiter"] = "lease" if entry.held is not None else "waiter"
-        grants = self._remove(entry, now)
+        if entry.held is not None:
+            self._hold_revoked(entry, now)
+            grants = []
+        else:
+            grants = self._remove(entry, now)
         return [(actor, Done(msg.req, was)), (owner, notice), *grants]
 
     # ----------------------------------------------------------------- hand-over
@@ -708,11 +776,14 @@ class HostState:
         )  # fmt: skip
 
     def disconnect(self, client: Client, now: float) -> list[Delivery]:
-        """The connection closed: withdraw every waiter of ``client``, then free its leases."""
-        if not client.entries:
-            return []
-        entries = list(client.entries.values())
+        """The connection closed: withdraw every waiter of ``client``, then free its leases
+        (and its revoked leases' GPUs: its processes are gone, or no longer hwpool's)."""
         out: list[Delivery] = []
+        for revoked in [e for e in self._revoked.values() if e.client is client]:
+            out += self._free_revoked(revoked, now, f"its holder {client} has gone")
+        if not client.entries:
+            return out
+        entries = list(client.entries.values())
         freed: dict[int, int] = {}
         for entry in entries:
             if entry.held is None:
@@ -906,6 +977,11 @@ class HostState:
         """The leases held now, by id (for the GPU watch's view of them)."""
         return [e for e in sorted(self._by_id.values(), key=lambda e: e.id) if e.held is not None]
 
+    def revoked_leases(self) -> list[Entry]:
+        """The revoked leases whose GPUs are still held (their processes may still run), by
+        id: the GPU watch counts their processes as theirs, not outside the queue."""
+        return sorted(self._revoked.values(), key=lambda e: e.id)
+
     def lease(self, ident: int) -> Entry | None:
         """Lease ``ident`` if it is held now."""
         entry = self._by_id.get(ident)
@@ -923,7 +999,8 @@ class HostState:
         self.log(f"revoke {_job(entry)} of {entry.client}: ended for overuse: "
                  f"{self._what(entry.held or {})}")  # fmt: skip
         notice = Revoked(entry.req, entry.id, by, "overuse")
-        return [(entry.client, notice), *self._remove(entry, now)]
+        self._hold_revoked(entry, now)
+        return [(entry.client, notice)]
 
     # ----------------------------------------------------------------- views
     def status(

@@ -41,8 +41,10 @@ from typing import TYPE_CHECKING, TextIO
 from .._core._fairshare import DEFAULT_HALF_LIFE
 from .._core._limits import OwnerLimits
 from .._host._detect import GPUInfo
+from .._host._procs import ProcFS, process_start
 from .._printable import printable
 from .._version import __version__
+from .._watch._proof import has_job
 from .._wire._paths import start_lock_path
 from .._wire._protocol import (
     PROTOCOL_VERSION,
@@ -141,6 +143,7 @@ class _Connection(asyncio.Protocol):
         self.server = server
         self.transport: asyncio.Transport | None = None
         self.peer = Peer(0, -1, -1)
+        self.start: int | None = None  # the peer pid's start time, read when accepted
         self.client: Client | None = None
         self.buffer = LineBuffer()
         self.timer: asyncio.TimerHandle | None = None
@@ -164,6 +167,7 @@ class _Connection(asyncio.Protocol):
         self.transport = transport
         sock = transport.get_extra_info("socket")
         self.peer = peer_of(sock) if sock is not None else self.peer
+        self.start = process_start(self.peer.pid) if self.peer.pid > 0 else None
         refusal = self.server.admit(self)
         if refusal is not None:
             self.fail(ProtocolError(ErrorCode.REFUSED, refusal))
@@ -361,6 +365,8 @@ class _Server:
             half_life=config.half_life, limits=config.limits,
             default_limits=config.default_limits, accounts=config.accounts,
         )  # fmt: skip
+        procs = ProcFS()
+        self.state.job_runs = lambda client: has_job(client.holder, procs)
         self.journal_path = _journal.journal_path(config.socket)
         self.by_client: dict[Client, _Connection] = {}
         self.per_uid: dict[int, int] = {}  # connections, welcomed or not, per uid
@@ -494,6 +500,7 @@ class _Server:
         conn.client = Client(
             self.numbers, conn.peer.uid, conn.peer.pid, token=hello.token or "",
             control=hello.role == "control", user=self.who(conn.peer.uid), notices=hello.notices,
+            start=conn.start,
         )  # fmt: skip
         self.by_client[conn.client] = conn
         conn.send(
@@ -639,7 +646,7 @@ class _Server:
     def arm_limits(self) -> None:
         """Have the loop call :meth:`expire_limits` when the earliest time limit of a lease
         runs out (on the loop's clock, ``time.monotonic()``, the state's)."""
-        end = self.state.next_limit_end()
+        end = self.state.next_deadline()
         if end == self.limit_at or self.loop is None or self.stopping:
             return
         if self.limit_timer is not None:

@@ -12,8 +12,16 @@ two samples at once, and the next one is timed from the end of the last. What it
   memory it is (rounded up);
 - per lease flagged over its memory: the log and, for a client whose hello said ``notices``,
   a ``notice`` message (``hwpool run`` and a job's launcher print it on the job's stderr); with
-  the policy ``term``, once over for the grace: SIGTERM to the process groups of the lease's
-  GPU processes and the lease ended (``revoked``, reason ``overuse``).
+  the policy ``term``, once over for the grace: the lease ended (``revoked``, reason
+  ``overuse``) and SIGTERM to its job's process group, where that group is proven to be the
+  lease's (:mod:`hwpool._watch._proof`); where none is, nothing is signalled and nothing
+  ended: the log and the notice say why (warn only).
+
+A lease's processes are found from its holder only while the holder is still the process
+that connected (its pid, start time and uid as the server read them when it accepted the
+connection): a pid the kernel gave to another process after the holder ended is nobody's
+lease. A revoked lease whose GPUs are still held counts its processes too (as its own, not
+outside the queue), but is not checked against any allowance.
 
 Nothing here is journaled: a restarted server samples again (its hysteresis starts afresh).
 """
@@ -22,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import dataclasses
 import math
 import os
@@ -34,6 +41,8 @@ from fractions import Fraction
 from typing import overload
 
 from .._host._detect import GPUInfo
+from .._host._procs import is_process
+from .._host._signal import signal_process
 from .._watch import (
     Attributed,
     LeaseProcs,
@@ -46,6 +55,7 @@ from .._watch import (
     open_sampler,
     parse_policy,
 )
+from .._watch._proof import JobGroup, job_group
 from .._wire._protocol import (
     MAX_OUTSIDE,
     GPUStateRecord,
@@ -117,7 +127,8 @@ class Watching:
         self._problem = ""
         self._over: dict[int, list[OverUse]] = {}  # lease id -> its flags at the last sample
         self.ended_for_overuse = 0
-        self._to_terminate: list[int] = []  # process groups to SIGTERM after this flush
+        self._to_terminate: list[JobGroup] = []  # job groups to SIGTERM after this flush
+        self._unproven: set[int] = set()  # leases whose holder was said to be unproven
         self.samples = 0
 
     # ----------------------------------------------------------------- the loop
@@ -188,26 +199,47 @@ class Watching:
 
     # ----------------------------------------------------------------- the view
     def lease_view(self) -> tuple[list[LeaseProcs], list[LeaseShare]]:
-        """Per lease held now: its holder's processes (the client's pid, which ``hwpool
-        run``'s job and a launcher's job descend from; the pid's group and session where the
-        pid leads them, and only then: a group or session it shares may hold anything) and
+        """Per lease held now (and revoked lease still held): its holder's processes (the
+        client's pid, which ``hwpool run``'s job and a launcher's job descend from; the pid's
+        group and session where the pid leads them, and only then: a group or session it
+        shares may hold anything), none where the holder is not proven (see the module), and
         its share on each of its GPUs that has a UUID."""
-        procs: list[LeaseProcs] = []
+        procs = [self._procs_of(entry) for entry in self.state.revoked_leases()]
         shares: list[LeaseShare] = []
         for entry in self.state.held_leases():
             assert entry.held is not None
-            pid = entry.client.pid
-            stat = self._procs.stat(pid) if pid > 0 else None
-            pgid = pid if stat is not None and stat.pgid == pid else None
-            sid = pid if stat is not None and stat.sid == pid else None
-            uuids = frozenset(self._uuids[g] for g in entry.held if g in self._uuids)
-            pids = frozenset({pid}) if pid > 0 else frozenset()
-            procs.append(LeaseProcs(entry.id, uuids, pids, pgid, sid))
+            procs.append(self._procs_of(entry))
             policy = self.policy_of(entry)
             for gpu, units in entry.held.items():
                 if gpu in self._uuids:
                     shares.append(self._share(entry.id, self._uuids[gpu], units, policy))
         return procs, shares
+
+    def _procs_of(self, entry: Entry) -> LeaseProcs:
+        """What identifies ``entry``'s processes: its holder's pid, group and session, if the
+        holder is proven (still the process that connected); nothing otherwise."""
+        uuids = frozenset(self._uuids[g] for g in entry.held or {} if g in self._uuids)
+        holder = entry.client.holder
+        if holder is None or not is_process(holder):
+            self._say_unproven(entry)
+            return LeaseProcs(entry.id, uuids)
+        pid = holder.pid
+        stat = self._procs.stat(pid)
+        pgid = pid if stat is not None and stat.pgid == pid else None
+        sid = pid if stat is not None and stat.sid == pid else None
+        return LeaseProcs(entry.id, uuids, frozenset({pid}), pgid, sid)
+
+    def _say_unproven(self, entry: Entry) -> None:
+        """Log, once per lease, that its holder is not proven."""
+        if entry.id in self._unproven:
+            return
+        self._unproven.add(entry.id)
+        self._unproven &= {e.id for e in (*self.state.held_leases(), *self.state.revoked_leases())}
+        self.say(
+            f"lease #{entry.id}: its holder {entry.client} is not proven (it has ended, and "
+            "its pid may name another process now; or its start time was not known): no "
+            "process is counted against the lease or signalled for it"
+        )
 
     def policy_of(self, entry: Entry) -> str:
         """The over-lease policy of ``entry``'s owner (its uid or account)."""
@@ -297,31 +329,49 @@ class Watching:
         return [(entry.client, Notice(entry.req, entry.id, f"hwpool: {text}"))]
 
     def _end(self, entry: Entry, report: WatchReport, now: float) -> list[Delivery]:
-        """End ``entry`` for overuse and SIGTERM the process groups of its GPU processes:
-        the signals go once the ``revoked`` is written (the loop runs the journal's flush,
-        scheduled by then, first), so that its client knows why its job ends."""
-        groups = self._groups_of(entry.id, report.processes)
+        """End ``entry`` for overuse and SIGTERM its job's process group, proven to be the
+        lease's: the signals go once the ``revoked`` is written (the loop runs the journal's
+        flush, scheduled by then, first), so that its client knows why its job ends. Where
+        no group is proven, warn only: nothing is signalled, the lease is not ended, and the
+        log and the notice say why."""
+        groups, unproven = self._groups_of(entry, report.processes)
+        if not groups:
+            why = "; ".join(unproven) or "none of its processes is left"
+            text = (
+                f"lease #{entry.id} stayed over its memory for {self.grace_s:g} s but is not "
+                f"ended and nothing is signalled (warn only): {why}; hwpool signals only "
+                "processes it has proven belong to the lease"
+            )
+            self.say(f"{text} (holder {entry.client})")
+            notice = Notice(entry.req, entry.id, f"hwpool: {text}")
+            return [(entry.client, notice)] if entry.client.notices else []
         self._to_terminate += groups
         self.ended_for_overuse += 1
-        signalled = ", ".join(map(str, groups)) or "none left"
+        signalled = ", ".join(str(g.pgid) for g in groups)
+        also = f"; not signalled: {'; '.join(unproven)}" if unproven else ""
         self.say(
             f"lease #{entry.id} ended for overuse after {self.grace_s:g} s over its memory "
-            f"(SIGTERM to process group {signalled})"
+            f"(SIGTERM to its job's process group {signalled}{also})"
         )
         return self.state.end_for_overuse(entry, os.getuid(), now)
 
-    def _groups_of(self, lease: int, processes: Sequence[Attributed]) -> list[int]:
-        """The process groups of ``lease``'s GPU processes, never this server's own (nor 0
-        or 1)."""
+    def _groups_of(
+        self, entry: Entry, processes: Sequence[Attributed]
+    ) -> tuple[list[JobGroup], list[str]]:
+        """The job groups of ``entry``'s GPU processes proven to be the lease's, and why the
+        others are not (never this server's own group)."""
+        groups: dict[int, JobGroup] = {}
+        unproven: list[str] = []
         own = os.getpgrp()
-        groups = set()
         for item in processes:
-            if item.lease != lease:
+            if item.lease != entry.id:
                 continue
-            stat = self._procs.stat(item.process.pid)
-            if stat is not None and stat.pgid > 1 and stat.pgid != own:
-                groups.add(stat.pgid)
-        return sorted(groups)
+            found = job_group(entry.client.holder, item.process.pid, self._procs)
+            if isinstance(found, str):
+                unproven += [] if found in unproven else [found]
+            elif found.pgid != own:
+                groups[found.pgid] = found
+        return [groups[g] for g in sorted(groups)], unproven
 
     # ----------------------------------------------------------------- status
     def decorate(self, reply: StatusReply, now: float) -> StatusReply:
@@ -357,11 +407,12 @@ class Watching:
         )  # fmt: skip
 
 
-def _terminate(groups: Sequence[int]) -> None:
-    """SIGTERM each process group of ``groups`` (one gone, or not ours to signal, is left)."""
-    for pgid in groups:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGTERM)
+def _terminate(groups: Sequence[JobGroup]) -> None:
+    """SIGTERM every member of each of ``groups``, each only while it is still the process
+    that was proven (the same pid, start time and uid: see :func:`signal_process`)."""
+    for group in groups:
+        for member in group.members:
+            signal_process(member, signal.SIGTERM)
 
 
 def _reading(reading: object) -> tuple[int | None, int | None, int | None]:

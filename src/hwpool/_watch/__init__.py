@@ -6,6 +6,7 @@ Library code for the host server (not wired into it yet; see docs/observability.
 - :mod:`._sample`: the records of one reading; :mod:`._nvml` and :mod:`._smi` read them
   through NVML or nvidia-smi, and :mod:`._open` chooses between the two;
 - :mod:`._procfs`: a process's parent, group, session and uid, from /proc;
+- :mod:`._proof`: which of a lease's processes may be signalled (its proven job group);
 - :mod:`._attribute`: each GPU process to a lease, or outside the queue (pure);
 - :mod:`._hold`: how much outside memory to withhold, with hysteresis (pure);
 - :mod:`._overlease`: leases over their memory, and the ``warn``/``term``/``off`` policy (pure);
