@@ -22,10 +22,11 @@ names the taker's pid and token), and its owner, id, GPUs and time limit stay th
 A revoked lease (``hwpool cancel``, its time limit, ended for overuse) is gone for its client
 and the journal at once. Its GPUs go back at once unless ``job_runs`` says a job of its
 holder runs (a proven job group: ``hwpool run``, a job's launcher); then they stay held
-(granted to no one else) until the job's processes are gone: until its connection closes (``hwpool run`` and a job's launcher close
-it once the job has ended), or, at the latest, ``revoked_hold_s`` after the revoke (the
-launcher's SIGTERM grace and a margin) unless ``job_runs`` says the holder's job still runs
-then (asked again every ``REVOKED_RECHECK_S``). A restart forgets the hold.
+(granted to no one else) until the job's processes are gone: until its connection closes
+(``hwpool run`` and a job's launcher close it once the job has ended), or, at the latest,
+``revoked_hold_s`` after the revoke (the launcher's SIGTERM grace and a margin) unless
+``job_runs`` says the job still runs then (asked again every ``REVOKED_RECHECK_S``). A
+restart forgets the hold.
 
 One client cannot flood the others: a connection holds at most ``max_per_connection``
 requests (leases and waiters), a uid at most ``max_per_user`` over all its connections.
