@@ -198,9 +198,11 @@ def _log_paths(directory: Path, job: JobRecord) -> tuple[Path, Path]:
 
 
 def _open_log(path: Path) -> int:
-    """Open a job's log for writing from its start (the user's own regular file, never
-    through a symbolic link); inheritable, for the job."""
-    fd = open_side_file(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, what="job log")
+    """Open a job's log for appending (the user's own regular file, never through a
+    symbolic link); inheritable, for the job. Never truncated: a launcher opens the logs
+    before the table says whether it may run the job, and one turned away (the job runs
+    under another launcher) must leave the running job's output alone."""
+    fd = open_side_file(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, what="job log")
     os.set_blocking(fd, True)
     return fd
 

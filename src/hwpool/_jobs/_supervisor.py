@@ -39,6 +39,7 @@ from pathlib import Path
 
 from .._backends._unix import UnixBackend
 from .._core._scheduler import Demand, Grant
+from .._errors import RevokedError
 from .._gpu._pool import GPUPool, _limited, _owned
 from .._wire._bounds import MAX_TEXT
 from ._model import JobRecord, JobState
@@ -208,6 +209,9 @@ class Supervisor:
             raise
         except (ValueError, TypeError) as exc:  # a request this server can never grant
             self._give_up(job.id, f"the server refused its request: {exc}")
+            return
+        except RevokedError as exc:  # `hwpool cancel N` of its request: the job's cancel
+            self._give_up(job.id, f"its {exc}")
             return
         except Exception as exc:
             self._log(f"{job.id}: no share yet: {exc}")
