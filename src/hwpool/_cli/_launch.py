@@ -81,13 +81,25 @@ def _launch(directory: Path, handoff: dict[str, Any]) -> int:
         )  # fmt: skip
         try:
             pool = GPUPool(backend=backend)
-            lease = pool.take_over(int(handoff["lease"]), str(handoff["ticket"]))
+            lease = _take_over(store, job, pool, handoff)
             try:
                 return _run(store, directory, job, pool, lease)
             finally:
                 lease.__exit__(None, None, None)
         finally:
             backend.close()
+
+
+def _take_over(store: JobStore, job: JobRecord, pool: GPUPool, handoff: dict[str, Any]) -> GPULease:
+    """The job's lease, taken over; a refusal (the offer is gone: the supervisor died, or it
+    was not taken in time) is noted on the job's record, which stays queued, and raised."""
+    try:
+        return pool.take_over(int(handoff["lease"]), str(handoff["ticket"]))
+    except (ValueError, ConnectionError) as exc:
+        note = f"its launcher could not take its lease over ({exc}): queued again"
+        with contextlib.suppress(JobStateError):  # cancelled meanwhile
+            store.note_queued(job.id, note)
+        raise
 
 
 def _run(store: JobStore, directory: Path, job: JobRecord, pool: GPUPool, lease: GPULease) -> int:

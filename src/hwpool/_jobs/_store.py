@@ -367,6 +367,7 @@ class JobStore:
             "stdout_log": _optional_path("stdout_log", stdout_log),
             "stderr_log": _optional_path("stderr_log", stderr_log),
             "started_at": _now(now),
+            "reason": None,  # a note of why it was queued again (note_queued) is past
         }
         return self._transition(job_id, "mark_running", {JobState.QUEUED}, changes)
 
@@ -436,6 +437,13 @@ class JobStore:
             "ended_at": _now(now),
         }
         return self._transition(job_id, "mark_lost", {JobState.RUNNING}, changes)
+
+    def note_queued(self, job_id: str, reason: str) -> JobRecord:
+        """Say on the queued job ``job_id`` why it is queued again (its launcher died before
+        it started the job, say): its reason until it starts (``mark_running`` clears it).
+        JobStateError, changing nothing, for a job that is not queued."""
+        changes = {"reason": check_reason(reason)}
+        return self._transition(job_id, "note_queued", {JobState.QUEUED}, changes)
 
     def retry(self, job_id: str, *, now: float | None = None) -> JobRecord:
         """Queue a finished job again, as a new job (``retry_of`` names this one) with the
