@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -13,7 +14,9 @@ import hwpool
 from hostserver import status_of
 from hwpool._cli._supervise import LAUNCHER
 from hwpool._jobs._model import JobState
-from jobbox import LONG_BOUND, Box
+from hwpool._jobs._store import JobStore
+from hwpool._jobs._supervisor import GRACE_S, LIMIT_MARGIN_S
+from jobbox import JOB, LONG_BOUND, Box
 
 
 def launch(box: Box, job_id: str, lease_id: int, ticket: str) -> subprocess.CompletedProcess[str]:
@@ -73,3 +76,29 @@ def test_cancelling_the_request_behind_a_queued_job_cancels_the_job_with_why(box
     assert box.finished(first).state is JobState.SUCCEEDED
     assert box.job(second).state is JobState.CANCELLED
     assert not box.file("b.started").exists()
+
+
+def test_a_jobs_time_limit_counts_from_its_grant_as_the_server_counts_it(box: Box) -> None:
+    """The server counts a lease's time limit from its grant; so does the launcher, however
+    late it starts (here: after the job's whole time limit has passed since the grant, as on
+    a loaded machine). It then never starts the job, records it timed out, and gives the
+    lease back itself, before the server's limit (the time limit, the grace and a margin)."""
+    limit = 1
+    argv = [sys.executable, JOB, str(box.work), "a", "wait=never"]
+    with JobStore.open(box.state) as store:
+        job_id = store.add(argv, cwd=str(box.work), environment=dict(box.env), time_limit=limit).id
+    with hwpool.connect(box.server.socket) as pool:
+        lease = pool.lease(1.0, limit_s=limit + GRACE_S + LIMIT_MARGIN_S)
+        with lease:
+            granted = time.monotonic()
+            while time.monotonic() < granted + limit + 0.2:  # the job's time limit passes
+                time.sleep(0.05)
+            ident, ticket = lease.id, lease.hand_over()
+        assert ident is not None
+        done = launch(box, job_id, ident, ticket)
+    assert done.returncode == 0, done.stderr
+    job = box.job(job_id)
+    assert job.state is JobState.TIMED_OUT, job
+    assert not box.file("a.started").exists()
+    assert status_of(box.server.socket)["leases"] == []
+    assert not any("time limit ran out" in line for line in box.server.lines)

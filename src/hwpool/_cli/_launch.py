@@ -13,7 +13,9 @@ the server's socket. The launcher then:
 3. runs the job as ``hwpool run`` does (its own process group, killed if this process is
    killed) with the job's environment and working directory plus the lease's variables,
    stdin from ``/dev/null``, stdout and stderr to ``logs/<id>.out`` and ``logs/<id>.err``;
-   ends it at its time limit (SIGTERM, SIGKILL after the grace), or when ``hwpool cancel``
+   ends it at its time limit, counted from the lease's grant as the server counts it (one
+   clock: a launcher that starts late does not stretch it; SIGTERM, SIGKILL after the
+   grace), or when ``hwpool cancel``
    sends :data:`~hwpool._jobs._procs.CANCEL_SIGNAL`, or when the lease is revoked;
 4. records the end (succeeded, failed, timed-out, cancelled) and releases the lease.
 
@@ -126,15 +128,19 @@ def _execute(job: JobRecord, lease: GPULease, fds: list[int], pool: GPUPool) -> 
         return _child.JobEnd(0, False, True)
     env = lease.env(dict(job.environment))
     env[JOB_ID_VAR] = job.id
-    started = time.monotonic()
     limit = job.time_limit
+    deadline = None if limit is None else _granted_at(pool, lease) + limit
+    if deadline is not None and time.monotonic() >= deadline:
+        _child.say(f"hwpool: {job.id}'s time limit ({limit} s, counted from its grant, as the "
+                   "server counts it) ran out before it could start: not starting it")  # fmt: skip
+        return _child.JobEnd(0, True, False)
     _child.say(f"hwpool: {job.id} runs on {', '.join(lease.devices) or 'no GPU'}")
     stdin = os.open(os.devnull, os.O_RDONLY)
     try:
         return _child.run_job_to_end(
             job.argv, env, GRACE_S, lambda: not _Cancel.requested and not lease.revoked,
             lambda: _ending_why(job, lease),
-            deadline=None if limit is None else started + limit,
+            deadline=deadline,
             late=f"hwpool: {job.id} ran past its time limit ({limit} s): ending it (SIGTERM, "
             f"then SIGKILL after {GRACE_S:g} s)",
             cwd=job.cwd, stdio=(stdin, fds[0], fds[1]),
@@ -144,6 +150,15 @@ def _execute(job: JobRecord, lease: GPULease, fds: list[int], pool: GPUPool) -> 
         return _child.JobEnd(127 if isinstance(exc, FileNotFoundError) else 126, False, False)
     finally:
         os.close(stdin)
+
+
+def _granted_at(pool: GPUPool, lease: GPULease) -> float:
+    """When ``lease`` was granted (``time.monotonic()``): the server counts its time limit
+    from then, and so does the launcher, however late it started. Now where unknown."""
+    held_since = getattr(pool._backend, "held_since", None)
+    grant = lease._grant
+    since = None if held_since is None or grant is None else held_since(grant.ticket)
+    return time.monotonic() if since is None else float(since)
 
 
 def _ending_why(job: JobRecord, lease: GPULease) -> str:

@@ -5,8 +5,8 @@ One supervisor runs per user and state directory (``supervisor.lock``, an ``floc
 its life). It is a client of the host server like any other, on one connection:
 
 - every queued job (dependencies succeeded: ``JobStore.ready()``) waits in the server's queue
-  as one request, with the job's priority, its time limit plus the grace (the enforced
-  limit the server may count on) and its id and name as the request's label;
+  as one request, with the job's priority, its time limit plus the grace and a margin
+  (the enforced limit the server may count on) and its id and name as the request's label;
 - when a request is granted, the lease is offered for hand-over (``give``) and the job's
   *launcher* is started (``hwpool._cli._launch``), in a session of its own, with the lease's
   id and ticket on its stdin. The launcher takes the lease over (so that the lease is its
@@ -57,6 +57,7 @@ from ._store import JobStateError, JobStore
 __all__ = [
     "GRACE_S",
     "IDLE_S",
+    "LIMIT_MARGIN_S",
     "LOCK_NAME",
     "LOG_NAME",
     "SOCKET_NAME",
@@ -65,6 +66,7 @@ __all__ = [
 ]
 
 GRACE_S = 10.0  # after SIGTERM at a job's time limit or cancel, SIGKILL this much later
+LIMIT_MARGIN_S = 5.0  # past the grace, for the job's group to be gone and its lease released
 IDLE_S = 60.0  # with nothing to run or watch, the supervisor exits after this long
 PRUNE_EVERY_S = 3600.0  # how often the history is pruned while the supervisor runs
 POLL_S = 0.5  # how often the table is looked at for changes nobody woke it for
@@ -86,7 +88,10 @@ class _Launcher:
 
 def demand_of(pool: GPUPool, job: JobRecord, grace_s: float) -> Demand:
     """The server request for ``job``: its share (or memory), its priority, and its time
-    limit plus ``grace_s`` (when the launcher has surely ended it)."""
+    limit plus ``grace_s`` and :data:`LIMIT_MARGIN_S`. The launcher counts the time limit
+    from the grant, as the server does (one clock), ends the job then (SIGTERM, SIGKILL
+    ``grace_s`` later) and releases the lease once the job's processes are gone: before the
+    server's limit, which is only the backstop (a launcher that hangs)."""
     if job.memory_mib is not None:
         demand = pool._one_demand(None, job.memory_mib)
     elif isinstance(job.gpus, int):
@@ -94,7 +99,7 @@ def demand_of(pool: GPUPool, job: JobRecord, grace_s: float) -> Demand:
     else:
         demand = pool._one_demand(1.0 if job.gpus is None else float(job.gpus), None)
     demand = _owned(demand, None, job.priority)
-    limit = None if job.time_limit is None else job.time_limit + grace_s
+    limit = None if job.time_limit is None else job.time_limit + grace_s + LIMIT_MARGIN_S
     return _limited(demand, limit)
 
 
