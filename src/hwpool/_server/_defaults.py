@@ -5,6 +5,7 @@ from pathlib import Path
 
 __all__ = [
     "DEFAULT_CONFIG",
+    "HANDOVER_S",
     "MAX_REQUESTS_PER_CONNECTION",
     "MAX_REQUESTS_PER_USER",
     "REVOKED_HOLD_S",
@@ -23,3 +24,8 @@ job of its holder runs: a job's SIGTERM grace (10 s for a launcher, 5 s for ``hw
 and a margin for its holder to see it gone and close the connection."""
 REVOKED_RECHECK_S = 5.0
 """Past that, while the holder's job still runs, how often the hold is looked at again."""
+HANDOVER_S = 30.0
+"""How long a lease offered for hand-over (``give``) waits to be taken: then the offer is
+withdrawn and the lease released (its taker died, or could not be started), so that no GPU
+is held for good by an offer nobody will take. A launcher takes its lease within a second or
+two of its start."""
