@@ -78,10 +78,16 @@ class Users:
         ]  # fmt: skip
 
     def python(self, user: User) -> str:
-        """An interpreter ``user`` may run (this one if it can, else python3 on PATH, else the
-        system's): hwpool needs nothing beyond the standard library."""
+        """An interpreter ``user`` may run and see (this one if it can, else python3 on PATH,
+        else the system's): hwpool needs nothing beyond the standard library."""
         if self._python is None:
-            check = "import sys; sys.exit(sys.version_info < (3, 11))"
+            # It must also see itself: hwpool starts its helpers with sys.executable, and
+            # a link into a folder the user may not enter (a venv of root's) runs but
+            # cannot be looked at.
+            check = (
+                "import os, sys; "
+                "sys.exit(sys.version_info < (3, 11) or not os.access(sys.executable, os.X_OK))"
+            )
             system = ("/usr/bin/python3", "/usr/local/bin/python3")
             for candidate in (sys.executable, shutil.which("python3") or "", *system):
                 probe = self.argv(user, [candidate, "-c", check])
