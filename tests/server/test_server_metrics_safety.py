@@ -29,7 +29,7 @@ pytest.importorskip("prometheus_client", reason="the metrics need prometheus-cli
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from hostserver import BOUND, Server
+from hostserver import BOUND, Server, run_cli
 from rawpeers import LinePeer, Pair, Peer, acquire, connect_as, hello
 
 StartServer = Callable[..., Server]
@@ -239,6 +239,37 @@ def test_each_request_is_answered_once_and_closed(
         assert b"hwpool_gpus 1.0" in body
     if request_line.startswith(b"HEAD"):
         assert body == b""
+
+
+# ----------------------------------------------------------------- the bounds as settings
+def test_the_bounds_are_flags_and_config_keys(sockdir: Path) -> None:
+    config = sockdir / "serve.toml"
+    config.write_text('metrics_max_connections = 4\nmetrics_timeout = "2s"\n')
+    code, out, err = run_cli("serve", "--socket", str(sockdir / "s.sock"), "--config",
+                             str(config), "--check-config")  # fmt: skip
+    assert (code, err) == (0, "")
+    assert "metrics_max_connections = 4\n" in out and "metrics_timeout = 2.0\n" in out
+    code, out, _ = run_cli("serve", "--socket", str(sockdir / "s.sock"), "--check-config")
+    assert "metrics_max_connections = 16\n" in out and "metrics_timeout = 5.0\n" in out
+    config.write_text("metrics_max_connections = 0\n")
+    code, _, err = run_cli("serve", "--socket", str(sockdir / "s.sock"), "--config",
+                           str(config), "--check-config")  # fmt: skip
+    assert code == 2 and "line 1: metrics_max_connections: must be an integer >= 1" in err
+
+
+@pytest.mark.parametrize(
+    ("flag", "bad", "said"),
+    [
+        ("--metrics-max-connections", "0", "must be an integer >= 1, got 0"),
+        ("--metrics-timeout", "-1", "must be a number of seconds > 0, got '-1'"),
+    ],
+)
+def test_a_bad_bound_is_refused_naming_it(sockdir: Path, flag: str, bad: str, said: str) -> None:
+    path = sockdir / "s.sock"
+    code, out, err = run_cli("serve", "--socket", str(path), "--metrics-port", "0", flag, bad)
+    assert (code, out) == (2, "")
+    assert f"argument {flag}: {said}" in err
+    assert not path.exists()
 
 
 # ----------------------------------------------------------------- the port tells no one
