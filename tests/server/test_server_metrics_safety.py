@@ -11,6 +11,7 @@ what the port says about the members' leases and requests.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import pwd
@@ -30,6 +31,7 @@ pytest.importorskip("prometheus_client", reason="the metrics need prometheus-cli
 from prometheus_client.parser import text_string_to_metric_families
 
 from hostserver import BOUND, Server, run_cli
+from hwpool._server._metrics_http import MetricsListener, listen
 from rawpeers import LinePeer, Pair, Peer, acquire, connect_as, hello
 
 StartServer = Callable[..., Server]
@@ -198,6 +200,35 @@ def test_an_idle_or_half_sent_request_is_closed_after_the_timeout(
     assert read_to_end(idle) == b""
     assert read_to_end(half) == b""
     assert "# TYPE hwpool_gpus gauge" in scrape(address)  # the server goes on answering
+
+
+def test_an_answer_not_taken_is_dropped_after_the_timeout() -> None:
+    """A client that asks and never reads: the answer (larger than the sockets' buffers)
+    cannot be sent, and the connection is dropped after the timeout (the port itself, in
+    this process, on a real socket: the server's answers are too small to fill a buffer)."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        body = b"x" * (32 << 20)
+        port = MetricsListener(listen("127.0.0.1", 0), lambda: ("text/plain", body), 4, 0.3)
+        port.start(loop)
+        client = socket.socket()
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        client.setblocking(False)
+        try:
+            await loop.sock_connect(client, port.sock.getsockname())
+            await loop.sock_sendall(client, b"GET /metrics HTTP/1.1\r\n\r\n")
+            deadline = loop.time() + BOUND
+            while not port.tasks:  # accepted in a later turn of the loop
+                assert loop.time() < deadline, "never accepted"
+                await asyncio.sleep(0)
+            _, pending = await asyncio.wait(set(port.tasks), timeout=BOUND)
+            assert not pending, "the connection is still served after BOUND"
+        finally:
+            client.close()
+            port.stop()
+
+    asyncio.run(main())
 
 
 def test_a_request_too_large_is_refused(
