@@ -48,15 +48,19 @@ def status_of(socket: Path) -> dict[str, Any]:
 
 
 class Server:
-    """One ``hwpool serve`` process; its stderr is collected line by line."""
+    """One ``hwpool serve`` process; its stderr is collected line by line. ``nofile``: the
+    descriptors it may open (its RLIMIT_NOFILE, soft and hard), where a test needs it small."""
 
-    def __init__(self, socket: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, socket: Path, *args: str, env: dict[str, str] | None = None,
+        nofile: int | None = None,
+    ) -> None:  # fmt: skip
         self.socket = socket
         self.args = args
         self.lines: list[str] = []
         self._changed = threading.Condition()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "hwpool", "serve", "--socket", str(socket), *args],
+            [*_limited(nofile), "serve", "--socket", str(socket), *args],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             text=True, env=ENV if env is None else env,
         )  # fmt: skip
@@ -105,6 +109,22 @@ class Server:
         self._drainer.join(BOUND)  # it ends at the end of the pipe
         if self.proc.stderr is not None:
             self.proc.stderr.close()
+
+
+_LIMITED = (
+    "import os, resource, sys; n = int(sys.argv[1]); "
+    "resource.setrlimit(resource.RLIMIT_NOFILE, (n, n)); "
+    "os.execv(sys.executable, [sys.executable, '-m', 'hwpool', *sys.argv[2:]])"
+)
+
+
+def _limited(nofile: int | None) -> list[str]:
+    """The command that runs ``hwpool`` (its arguments follow), allowed ``nofile``
+    descriptors at most where that is given (set before the exec: no preexec_fn in a
+    process with threads)."""
+    if nofile is None:
+        return [sys.executable, "-m", "hwpool"]
+    return [sys.executable, "-c", _LIMITED, str(nofile)]
 
 
 @contextlib.contextmanager

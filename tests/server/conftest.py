@@ -29,11 +29,14 @@ def sockdir() -> Iterator[Path]:
 
 @pytest.fixture
 def start_server(sockdir: Path) -> Iterator[Callable[..., Server]]:
-    """``start_server(*args, socket=None)`` starts a server and waits until it serves."""
+    """``start_server(*args, socket=None, nofile=None)`` starts a server and waits until it
+    serves (``nofile``: its descriptor limit, see ``Server``)."""
     servers: list[Server] = []
 
-    def start(*args: str, socket: Path | None = None, wait: bool = True) -> Server:
-        server = Server(socket or sockdir / "s.sock", *args)
+    def start(
+        *args: str, socket: Path | None = None, wait: bool = True, nofile: int | None = None
+    ) -> Server:
+        server = Server(socket or sockdir / "s.sock", *args, nofile=nofile)
         servers.append(server)
         return server.ready() if wait else server
 

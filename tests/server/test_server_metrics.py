@@ -33,7 +33,6 @@ from hwpool._server._metrics import (
     Snapshot,
     WaitCounts,
     families,
-    owner_label,
     size_class,
 )
 from rawpeers import LinePeer
@@ -103,7 +102,6 @@ def test_the_metrics_say_what_status_says(
 ) -> None:
     server = start_server("--gpus", "2", "--metrics-port", "0")
     url = metrics_url(server)
-    me = status_of(server.socket)["server"]["user"]
     holder, first, second = peers(server.socket), peers(server.socket), peers(server.socket)
     assert holder.acquire(1, name="whole") == "granted"  # GPU 0
     assert first.acquire(2, units=HALF, name="half") == "granted"  # half of GPU 1
@@ -126,7 +124,7 @@ def test_the_metrics_say_what_status_says(
                             gpu["free"])  # fmt: skip
     assert value(found, "hwpool_leases") == len(report["leases"]) == 2
     assert value(found, "hwpool_queue_length") == len(report["waiting"]) == 1
-    assert value(found, "hwpool_queue_requests", owner=me, size="2gpus") == 1
+    assert value(found, "hwpool_queue_requests", size="2gpus") == 1
     counters = report["counters"]
     assert value(found, "hwpool_grants_total") == counters["granted"] == 3
     assert value(found, "hwpool_releases_total") == counters["released"] == 1
@@ -140,9 +138,9 @@ def test_the_metrics_say_what_status_says(
     oldest = value(found, "hwpool_queue_oldest_wait_seconds")
     assert oldest >= report["waiting"][0]["waited_s"]  # the scrape came after the status
     # The waits of the grants: whole and half at once, most after waiting.
-    assert value(found, "hwpool_wait_seconds_count", owner=me, size="1gpu") == 1
-    assert value(found, "hwpool_wait_seconds_count", owner=me, size="fraction") == 2
-    assert value(found, "hwpool_wait_seconds_bucket", owner=me, size="fraction", le="0.01") >= 1
+    assert value(found, "hwpool_wait_seconds_count", size="1gpu") == 1
+    assert value(found, "hwpool_wait_seconds_count", size="fraction") == 2
+    assert value(found, "hwpool_wait_seconds_bucket", size="fraction", le="0.01") >= 1
     assert sum(v for (name, _), v in found.items()
                if name == "hwpool_wait_seconds_count") == counters["granted"]  # fmt: skip
     assert not any(name.startswith("hwpool_gpu_memory") for name, _ in found)  # not watching
@@ -162,8 +160,7 @@ def test_a_server_sized_in_memory_exports_bytes(
         index = str(gpu["index"])
         assert value(found, "hwpool_gpu_free_bytes", gpu=index) == gpu["free_mib"] * MIB
         assert value(found, "hwpool_gpu_capacity_bytes", gpu=index) == gpu["total_mib"] * MIB
-    assert value(found, "hwpool_wait_seconds_count", owner=report["server"]["user"],
-                 size="memory") == 1  # fmt: skip
+    assert value(found, "hwpool_wait_seconds_count", size="memory") == 1
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed")
@@ -230,7 +227,7 @@ def test_the_config_file_sets_the_metrics_port(sockdir: Path) -> None:
 
 
 # ----------------------------------------------------------------- the families, directly
-def test_size_classes_and_owner_labels() -> None:
+def test_size_classes() -> None:
     full = UNITS_PER_GPU
     assert [size_class(1, HALF, "gpu", full), size_class(1, full, "gpu", full),
             size_class(2, full, "gpu", full), size_class(4, full, "gpu", full),
@@ -238,16 +235,12 @@ def test_size_classes_and_owner_labels() -> None:
             size_class(1, 6144, "mib", full)] == [
         "fraction", "1gpu", "2gpus", "3-4gpus", "5-8gpus", "9+gpus", "memory"
     ]  # fmt: skip
-    names: dict[int, str] = {}
-    assert owner_label(0, None, names) == "root"
-    assert names == {0: "root"}
-    assert owner_label(1000, "ml", names) == "account:ml"
-    assert owner_label(2**31 - 7, None, names) == str(2**31 - 7)  # no such user
 
 
 def test_the_live_gpu_fields_are_exported_when_present() -> None:
     """What a watching server adds to its status (docs/observability.md) becomes GPU memory
-    and utilisation, memory withheld, per-lease use, and processes outside the queue."""
+    and utilisation, memory withheld, and processes outside the queue: per GPU, never per
+    lease or per process (that would name their owners' jobs)."""
     status = {
         "free": [0, UNITS_PER_GPU], "granted": 1, "released": 0, "cancelled": 0,
         "timed_out": 0, "recovering_s": 0.0, "uptime_s": 5.0,
@@ -266,7 +259,7 @@ def test_the_live_gpu_fields_are_exported_when_present() -> None:
     counts = WaitCounts()
     counts.observe(0.0)
     snap = Snapshot(status, (GPUInfo(0, "0"), GPUInfo(1, "1")), None, UNITS_PER_GPU,
-                    {("root", "1gpu"): counts}, {"overuse": 2}, {})  # fmt: skip
+                    {"1gpu": counts}, {"overuse": 2})  # fmt: skip
     found: Samples = {}
     for family in families(snap):
         for sample in family.samples:
@@ -276,13 +269,14 @@ def test_the_live_gpu_fields_are_exported_when_present() -> None:
     assert value(found, "hwpool_gpu_memory_total_bytes", gpu="1") == 4096 * MIB
     assert value(found, "hwpool_gpu_utilization_ratio", gpu="0") == pytest.approx(0.4)
     assert value(found, "hwpool_gpu_withheld_bytes", gpu="0") == 1024 * MIB
-    assert value(found, "hwpool_lease_memory_used_bytes", lease="7", owner="root") == 2048 * MIB
+    assert not any(name.startswith("hwpool_lease_memory") for name, _ in found)
+    assert {label for _, labels in found for label, _ in labels} <= {"gpu", "size", "reason", "le"}
     assert value(found, "hwpool_leases_over") == 1
     assert value(found, "hwpool_outside_processes") == 4
     assert value(found, "hwpool_outside_memory_bytes", gpu="0") == 1024 * MIB
     assert value(found, "hwpool_leases_ended_for_overuse_total") == 2
     assert value(found, "hwpool_revocations_total", reason="overuse") == 2
-    assert value(found, "hwpool_wait_seconds_bucket", owner="root", size="1gpu", le="+Inf") == 1
+    assert value(found, "hwpool_wait_seconds_bucket", size="1gpu", le="+Inf") == 1
 
 
 def test_a_failure_while_counting_never_reaches_the_grant() -> None:
@@ -294,4 +288,4 @@ def test_a_failure_while_counting_never_reaches_the_grant() -> None:
     assert endpoint.failures == 2
     assert endpoint.waits == {}
     endpoint.granted(0, (1, 1, "mib"), 2.0)
-    assert endpoint.waits[("root", "memory")].count == 1
+    assert endpoint.waits["memory"].count == 1

@@ -16,7 +16,13 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from .._core._policies import POLICIES as SERVER_POLICIES
-from .._server._defaults import DEFAULT_CONFIG, MAX_REQUESTS_PER_CONNECTION, MAX_REQUESTS_PER_USER
+from .._server._defaults import (
+    DEFAULT_CONFIG,
+    MAX_REQUESTS_PER_CONNECTION,
+    MAX_REQUESTS_PER_USER,
+    METRICS_MAX_CONNECTIONS,
+    METRICS_TIMEOUT_S,
+)
 from .._sim._names import EXAMPLE_TRACES
 from .._sim._names import POLICIES as SIMULATED_POLICIES
 from .._version import __version__
@@ -212,6 +218,16 @@ def _add_host(commands: Subcommands) -> None:
     srv.add_argument(
         "--metrics-host", metavar="HOST",
         help="the address the metrics listen on (default 127.0.0.1: this machine only)",
+    )  # fmt: skip
+    srv.add_argument(
+        "--metrics-max-connections", type=_args.count, metavar="N",
+        help=f"connections open at once to the metrics port (default {METRICS_MAX_CONNECTIONS}"
+        "); one past them is closed at once",
+    )  # fmt: skip
+    srv.add_argument(
+        "--metrics-timeout", type=_args.positive_seconds, metavar="S",
+        help="close a metrics connection that sends no whole request, or does not take the "
+        f"answer, within S s (default {METRICS_TIMEOUT_S:g})",
     )  # fmt: skip
     srv.add_argument(
         "--config", type=Path, metavar="PATH",

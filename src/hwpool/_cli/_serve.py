@@ -21,7 +21,13 @@ from .._gpu._sizing import capacities_of, sized_gpus
 from .._host._detect import GPUInfo, detect_gpus
 from .._server import _listen
 from .._server._config import ConfigError, read_config
-from .._server._defaults import MAX_REQUESTS_PER_CONNECTION, MAX_REQUESTS_PER_USER, default_config
+from .._server._defaults import (
+    MAX_REQUESTS_PER_CONNECTION,
+    MAX_REQUESTS_PER_USER,
+    METRICS_MAX_CONNECTIONS,
+    METRICS_TIMEOUT_S,
+    default_config,
+)
 from .._server._server import ServeConfig, serve
 from .._wire._paths import system_socket
 from ._host_cmds import Usage, guarded, socket_of, user_name
@@ -36,6 +42,7 @@ _BUILT_IN: dict[str, object] = {
     "max_requests_per_user": MAX_REQUESTS_PER_USER, "hello_timeout": 10.0,
     "idle_timeout": None, "half_life": DEFAULT_HALF_LIFE, "shares": {}, "limits": {},
     "default_limits": None, "accounts": {}, "metrics_port": None, "metrics_host": "127.0.0.1",
+    "metrics_max_connections": METRICS_MAX_CONNECTIONS, "metrics_timeout": METRICS_TIMEOUT_S,
     "watch_interval": 2.0, "over_lease": "warn", "over_lease_grace": 30.0,
     "over_lease_owners": {},
 }  # fmt: skip
@@ -187,6 +194,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         shares=args.shares, half_life=args.half_life, limits=args.limits,
         default_limits=args.default_limits, accounts=args.accounts,
         metrics_port=args.metrics_port, metrics_host=args.metrics_host,
+        metrics_max_connections=args.metrics_max_connections,
+        metrics_timeout_s=args.metrics_timeout,
         watch_interval_s=args.watch_interval, over_lease=args.over_lease,
         over_lease_grace_s=args.over_lease_grace, over_lease_owners=args.over_lease_owners,
     )  # fmt: skip

@@ -196,6 +196,8 @@ KEYS: dict[str, Callable[[object], object]] = {
     "idle_timeout": _seconds,
     "metrics_port": _port,
     "metrics_host": _host,
+    "metrics_max_connections": _count,
+    "metrics_timeout": _seconds,
     "watch_interval": _watch_interval,
     "over_lease": _over_lease,
     "over_lease_grace": _seconds_or_zero,

@@ -9,7 +9,8 @@ from pathlib import Path
 
 __all__ = [
     "CONFIG_VAR", "DEFAULT_CONFIG", "HANDOVER_S", "MAX_REQUESTS_PER_CONNECTION",
-    "MAX_REQUESTS_PER_USER", "REVOKED_HOLD_S", "REVOKED_RECHECK_S", "default_config",
+    "MAX_REQUESTS_PER_USER", "METRICS_MAX_CONNECTIONS", "METRICS_TIMEOUT_S", "REVOKED_HOLD_S",
+    "REVOKED_RECHECK_S", "default_config",
 ]  # fmt: skip
 
 CONFIG_VAR = "HWPOOL_CONFIG"
@@ -19,6 +20,12 @@ MAX_REQUESTS_PER_CONNECTION = 1024
 """The default cap on one connection's leases and waiters together."""
 MAX_REQUESTS_PER_USER = 4096
 """The default cap on one uid's leases and waiters, over all its connections."""
+METRICS_MAX_CONNECTIONS = 16
+"""The default cap on connections open at once to the metrics port (``--metrics-port``):
+one accepted past it is closed at once. A Prometheus server keeps one scrape in flight."""
+METRICS_TIMEOUT_S = 5.0
+"""The default time the metrics port gives a connection to send its whole request, and
+again to take the answer; then it is closed."""
 REVOKED_HOLD_S = 15.0
 """How long a revoked lease's GPUs stay held at most while its connection stays open and no
 job of its holder runs: a job's SIGTERM grace (10 s for a launcher, 5 s for ``hwpool run``)

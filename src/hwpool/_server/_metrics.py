@@ -1,30 +1,36 @@
 """``hwpool serve --metrics-port``: the server's state in the Prometheus text format.
 
-Two threads, nothing shared but what is handed over:
+Everything runs in the server's one event-loop thread:
 
-- **The loop** (the server's one event-loop thread) counts what happens between scrapes:
-  each grant's wait, by owner and size class (:meth:`MetricsEndpoint.granted`, called by the
-  state on every grant), and each revocation by reason (:meth:`MetricsEndpoint.delivered`,
-  called with what the loop sends). Plain dicts: the loop alone writes them.
-- **The HTTP thread** (prometheus-client's server) answers ``GET /metrics``: it asks the loop
-  for a :class:`Snapshot` (``call_soon_threadsafe``; built in the loop in one step, so every
-  value is of the same moment) and turns it into metric families (:func:`families`, pure).
-  A scrape never blocks the loop; a loop too busy to answer within ``SNAPSHOT_TIMEOUT_S``
-  fails that scrape (HTTP 500), not the server.
+- **Counting** between scrapes: each grant's wait, by size class (:meth:`MetricsEndpoint.granted`,
+  called by the state on every grant), and each revocation by reason
+  (:meth:`MetricsEndpoint.delivered`, called with what the loop sends).
+- **Serving** a scrape: the port (``_metrics_http``: no thread per connection, a connection
+  cap, timeouts, a request-size bound) asks :meth:`MetricsEndpoint.render`, which takes a
+  :class:`Snapshot` (in the loop: every value of the same moment) and turns it into metric
+  families (:func:`families`, pure) and text. A rendering is reused for scrapes within
+  :data:`RENDER_INTERVAL_S`, so that scraping in a loop cannot keep the server's loop busy.
+
+**Aggregates only.** Anyone on the machine can reach a TCP port, members of the server's
+group or not, so the families say nothing of any user's jobs: no user name, uid, pid,
+account, lease, job name or command, and no series per user or per lease. They count GPUs,
+free and leased capacity, the queue's length and sizes, waits and revocations. The
+per-user view (who holds and waits for what) is ``hwpool status --json`` over the server's
+socket, which only its members reach (docs/security.md).
 
 Memory is exported in bytes and utilisation as a ratio (Prometheus' base units). The live GPU
-fields of a watching server (``gpu_state``, ``outside``, a lease's ``used_mib``; see
-docs/observability.md) are exported when the status has them, and left out when it has not.
-This module imports prometheus-client: the server imports it only when metrics are asked for.
+fields of a watching server (``gpu_state``, ``outside``; see docs/observability.md) are
+exported when the status has them, and left out when it has not. This module imports
+prometheus-client (for the families and the text): the server imports it only when metrics
+are asked for.
 """
 
 from __future__ import annotations
 
 import asyncio
 import bisect
-import concurrent.futures
-import pwd
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,25 +40,29 @@ from prometheus_client.core import (
     HistogramMetricFamily,
     Metric,
 )
-from prometheus_client.exposition import start_http_server
+from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from .._host._detect import GPUInfo
 from .._wire._protocol import Revoked, ServerMessage, StatusReply
 from ._config import Owner
+from ._defaults import METRICS_MAX_CONNECTIONS, METRICS_TIMEOUT_S
 from ._listen import ServeError
+from ._metrics_http import MetricsListener, listen
 
 __all__ = [
     "WAIT_BUCKETS",
     "MetricsEndpoint",
     "Snapshot",
     "families",
-    "owner_label",
     "size_class",
 ]
 
 MIB = 1 << 20
-SNAPSHOT_TIMEOUT_S = 5.0
+RENDER_INTERVAL_S = 1.0
+"""A scrape this soon after the last rendering gets that rendering again."""
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+"""The text format prometheus-client's ``generate_latest`` writes."""
 WAIT_BUCKETS = (0.01, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0,
                 12 * 3600.0)  # fmt: skip
 """Upper bounds (seconds) of the wait histogram's buckets (+Inf is added)."""
@@ -84,23 +94,6 @@ def size_class(count: int, units: int, unit: str, units_per_gpu: int) -> str:
     return "3-4gpus" if count <= 4 else "5-8gpus" if count <= 8 else "9+gpus"
 
 
-def owner_label(uid: int | None, account: str | None, names: dict[int, str]) -> str:
-    """An owner as a label value: ``account:ml`` for an account (no user name has a colon),
-    else the user's name (its uid where it has none); ``names`` caches the look-ups."""
-    if account is not None:
-        return f"account:{account}"
-    if uid is None:
-        return "unknown"
-    name = names.get(uid)
-    if name is None:
-        try:
-            name = pwd.getpwuid(uid).pw_name
-        except KeyError:
-            name = str(uid)
-        names[uid] = name
-    return name
-
-
 # ----------------------------------------------------------------- what the loop counts
 @dataclass
 class WaitCounts:
@@ -122,45 +115,59 @@ class WaitCounts:
 @dataclass(frozen=True)
 class Snapshot:
     """The server at one moment, taken in its loop: the status as sent on the wire (every
-    lease and waiter, as an admin sees them), the GPUs, and what was counted since start."""
+    lease and waiter, as an admin sees them: the families keep only aggregates of it), the
+    GPUs, and what was counted since start (waits by size class, revocations by reason)."""
 
     status: Mapping[str, Any]
     gpus: tuple[GPUInfo, ...]
     totals: tuple[int, ...] | None
     units_per_gpu: int
-    waits: Mapping[tuple[str, str], WaitCounts]
+    waits: Mapping[str, WaitCounts]
     revocations: Mapping[str, int]
-    names: Mapping[int, str]
     failures: int = 0
+    refused: int = 0  # connections to the port closed at once, the cap being reached
 
 
 class MetricsEndpoint:
-    """The HTTP endpoint and the loop's counts; :meth:`start` it before the loop runs,
-    :meth:`attach` the server once its loop does, :meth:`stop` it at the end."""
+    """The port and the loop's counts: :meth:`start` it (it listens) before the loop runs,
+    :meth:`attach` the server in its running loop (it serves), :meth:`stop` it at the end."""
 
     def __init__(self) -> None:
         self.server: ServerView | None = None
-        self.waits: dict[tuple[str, str], WaitCounts] = {}
+        self.waits: dict[str, WaitCounts] = {}
         self.revocations: dict[str, int] = {}
-        self.names: dict[int, str] = {}
         self.failures = 0  # errors of ours while counting, in the loop (none expected)
-        self.httpd: Any = None
+        self.listener: MetricsListener | None = None
         self.address: tuple[str, int] = ("", 0)
+        self.rendered: tuple[float, bytes] | None = None  # (monotonic time, text)
 
     @classmethod
-    def start(cls, host: str, port: int) -> MetricsEndpoint:
-        """Listen on ``host``:``port`` (0: any free port); ServeError if it cannot."""
+    def start(
+        cls, host: str, port: int, max_connections: int = METRICS_MAX_CONNECTIONS,
+        timeout_s: float = METRICS_TIMEOUT_S,
+    ) -> MetricsEndpoint:  # fmt: skip
+        """Listen on ``host``:``port`` (0: any free port); ServeError if it cannot. At most
+        ``max_connections`` are served at once, each for ``timeout_s`` at most per step."""
         endpoint = cls()
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(_Collector(endpoint))
         try:
-            endpoint.httpd, _ = start_http_server(port, host, registry=registry)
+            sock = listen(host, port)
         except OSError as exc:
             raise ServeError(
                 f"--metrics-port: cannot listen on {host}:{port}: {exc.strerror or exc}"
             ) from None
-        endpoint.address = (host, int(endpoint.httpd.server_address[1]))
+        endpoint.listener = MetricsListener(sock, endpoint.render, max_connections, timeout_s)
+        endpoint.address = (host, int(sock.getsockname()[1]))
         return endpoint
+
+    @property
+    def said(self) -> str:
+        """Where it listens and its bounds, for the log."""
+        if self.listener is None:
+            return self.url
+        return (
+            f"{self.url} (aggregates only; at most {self.listener.max_connections} "
+            f"connections at once, {self.listener.timeout_s:g} s each to ask and to read)"
+        )
 
     @property
     def url(self) -> str:
@@ -168,33 +175,30 @@ class MetricsEndpoint:
         return f"http://{f'[{host}]' if ':' in host else host}:{port}/metrics"
 
     def attach(self, server: ServerView) -> None:
+        """Count for ``server`` and serve its metrics in its loop (the running one)."""
         self.server = server
+        if self.listener is not None:
+            self.listener.start(server.loop)
 
     def stop(self) -> None:
-        """Stop answering (from any thread but the HTTP one)."""
+        """Stop serving, in the loop or after it has ended (idempotent)."""
         self.server = None
-        if self.httpd is not None:
-            self.httpd.shutdown()
-            self.httpd.server_close()
-            self.httpd = None
+        if self.listener is not None:
+            self.listener.stop()
 
     # ------------------------------------------------------------- called in the loop
     def granted(self, owner: Owner, request: tuple[int, int, str], waited_s: float) -> None:
-        """A grant to ``owner`` of ``request`` (count, units, unit) after ``waited_s``. A
-        failure here is counted (``hwpool_metrics_failures_total``), never passed on to the
-        grant that called it."""
+        """A grant of ``request`` (count, units, unit) after ``waited_s`` (to ``owner``, who
+        is not counted: the metrics name no one). A failure here is counted
+        (``hwpool_metrics_failures_total``), never passed on to the grant that called it."""
         try:
-            self._count_grant(owner, request, waited_s)
+            self._count_grant(request, waited_s)
         except Exception:
             self.failures += 1
 
-    def _count_grant(self, owner: Owner, request: tuple[int, int, str], waited_s: float) -> None:
+    def _count_grant(self, request: tuple[int, int, str], waited_s: float) -> None:
         units_per_gpu = self.server.units_per_gpu if self.server is not None else 1
-        label = owner_label(
-            owner if isinstance(owner, int) else None,
-            owner if isinstance(owner, str) else None, self.names,
-        )  # fmt: skip
-        key = (label, size_class(*request, units_per_gpu))
+        key = size_class(*request, units_per_gpu)
         counts = self.waits.get(key)
         if counts is None:
             counts = self.waits[key] = WaitCounts()
@@ -214,41 +218,35 @@ class MetricsEndpoint:
     def snapshot_in_loop(self) -> Snapshot:
         """The snapshot (in the loop thread: nothing changes while it is taken)."""
         server = self.server
-        assert server is not None
+        if server is None:
+            raise RuntimeError("the server is not running")
         return Snapshot(
             server.status_now().wire(), server.gpus, server.totals, server.units_per_gpu,
             {k: v.copy() for k, v in self.waits.items()}, dict(self.revocations),
-            dict(self.names), self.failures,
+            self.failures, 0 if self.listener is None else self.listener.over_cap,
         )  # fmt: skip
 
-    # ------------------------------------------------------------- called in the HTTP thread
-    def snapshot(self) -> Snapshot:
-        """Ask the loop for a snapshot and wait for it (bounded); RuntimeError if the
-        server is not running or does not answer in time."""
-        server = self.server
-        if server is None or server.loop.is_closed():
-            raise RuntimeError("the server is not running")
-        loop = server.loop
-        result: concurrent.futures.Future[Snapshot] = concurrent.futures.Future()
-
-        def take() -> None:
-            try:
-                result.set_result(self.snapshot_in_loop())
-            except Exception as exc:  # a bug of ours: this scrape fails, the server goes on
-                result.set_exception(exc)
-
-        loop.call_soon_threadsafe(take)
-        return result.result(SNAPSHOT_TIMEOUT_S)
+    def render(self) -> tuple[str, bytes]:
+        """The text of a scrape (in the loop): rendered anew at most once per
+        RENDER_INTERVAL_S; an error raises (that scrape fails, the server goes on)."""
+        now = time.monotonic()
+        if self.rendered is not None and now - self.rendered[0] < RENDER_INTERVAL_S:
+            return CONTENT_TYPE, self.rendered[1]
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Collector(families(self.snapshot_in_loop())))
+        text = generate_latest(registry)
+        self.rendered = (now, text)
+        return CONTENT_TYPE, text
 
 
 class _Collector(Collector):
-    """prometheus-client's view of the endpoint: one snapshot per scrape."""
+    """prometheus-client's view of one snapshot's families."""
 
-    def __init__(self, endpoint: MetricsEndpoint) -> None:
-        self.endpoint = endpoint
+    def __init__(self, found: list[Metric]) -> None:
+        self.found = found
 
-    def collect(self) -> Iterator[Metric]:
-        yield from families(self.endpoint.snapshot())
+    def collect(self) -> list[Metric]:
+        return self.found
 
 
 # ----------------------------------------------------------------- the families (pure)
@@ -289,8 +287,14 @@ def _server_families(snap: Snapshot) -> list[Metric]:
         "hwpool_metrics_failures", "Errors of the metrics themselves while counting grants "
         "and revocations (none expected; the server goes on).", value=snap.failures,
     )  # fmt: skip
+    refused = CounterMetricFamily(
+        "hwpool_metrics_connections_refused", "Connections to this port closed at once "
+        "because the most allowed at once were open (--metrics-max-connections).",
+        value=snap.refused,
+    )  # fmt: skip
     return [
         failures,
+        refused,
         _gauge("hwpool_uptime_seconds", "Seconds since this server started.", status["uptime_s"]),
         _gauge(
             "hwpool_journal_ok",
@@ -333,45 +337,31 @@ def _gpu_families(snap: Snapshot) -> list[Metric]:
 
 
 def _lease_families(snap: Snapshot) -> list[Metric]:
-    """Leases held now; each lease's memory in use where the server watches its GPUs."""
+    """Leases held now, and how many use more memory than leased (a watching server); no
+    series per lease: that would name its holder's jobs."""
     leases = snap.status["leases"]
-    used = GaugeMetricFamily(
-        "hwpool_lease_memory_used_bytes", "GPU memory the processes of each lease use, over "
-        "its GPUs (a server that watches its GPUs).", labels=["lease", "owner"],
-    )  # fmt: skip
-    over = 0
-    for lease in leases:
-        if lease.get("used_mib") is not None:
-            owner = owner_label(lease["uid"], None, dict(snap.names))
-            used.add_metric([str(lease["id"]), owner], lease["used_mib"] * MIB)
-        over += bool(lease.get("over_lease"))
     out: list[Metric] = [_gauge("hwpool_leases", "Leases held now.", len(leases))]
-    if any("used_mib" in lease for lease in leases):
-        out.append(used)
     if snap.status.get("gpu_state") is not None:
+        over = sum(bool(lease.get("over_lease")) for lease in leases)
         out.append(_gauge("hwpool_leases_over", "Leases using more memory than leased.", over))
     return out
 
 
 def _queue_families(snap: Snapshot) -> list[Metric]:
-    """The queue now (length, per owner and size class, the oldest wait), and the waits of
-    the requests granted since this server started (a histogram per owner and size)."""
+    """The queue now (length, per size class, the oldest wait), and the waits of the
+    requests granted since this server started (a histogram per size class): no series per
+    owner, so that the queue's users stay unnamed."""
     waiting = snap.status["waiting"]
-    names = dict(snap.names)
-    per: dict[tuple[str, str], int] = {}
+    per: dict[str, int] = {}
     for waiter in waiting:
-        key = (
-            owner_label(waiter["uid"], waiter.get("account"), names),
-            size_class(waiter["count"], waiter["units"], waiter.get("unit", "gpu"),
-                       snap.units_per_gpu),
-        )  # fmt: skip
-        per[key] = per.get(key, 0) + 1
+        size = size_class(waiter["count"], waiter["units"], waiter.get("unit", "gpu"),
+                          snap.units_per_gpu)  # fmt: skip
+        per[size] = per.get(size, 0) + 1
     queued = GaugeMetricFamily(
-        "hwpool_queue_requests", "Requests waiting now, per owner and size class.",
-        labels=["owner", "size"],
-    )  # fmt: skip
-    for (owner, size), n in sorted(per.items()):
-        queued.add_metric([owner, size], n)
+        "hwpool_queue_requests", "Requests waiting now, per size class.", labels=["size"]
+    )
+    for size, n in sorted(per.items()):
+        queued.add_metric([size], n)
     oldest = max((w["age_s"] for w in waiting), default=0.0)
     return [
         _gauge("hwpool_queue_length", "Requests waiting now.", len(waiting)),
@@ -385,14 +375,13 @@ def _queue_families(snap: Snapshot) -> list[Metric]:
     ]
 
 
-def _wait_histogram(waits: Mapping[tuple[str, str], WaitCounts]) -> HistogramMetricFamily:
+def _wait_histogram(waits: Mapping[str, WaitCounts]) -> HistogramMetricFamily:
     family = HistogramMetricFamily(
         "hwpool_wait_seconds", "How long each request granted since this server started "
-        "waited (0 for one granted at once), per owner and size class.",
-        labels=["owner", "size"],
+        "waited (0 for one granted at once), per size class.", labels=["size"],
     )  # fmt: skip
-    for (owner, size), counts in sorted(waits.items()):
-        family.add_metric([owner, size], _cumulative(counts), counts.total_s)
+    for size, counts in sorted(waits.items()):
+        family.add_metric([size], _cumulative(counts), counts.total_s)
     return family
 
 

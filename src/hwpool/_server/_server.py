@@ -75,6 +75,7 @@ from .._wire._protocol import (
 from .._wire._safety import open_side_file
 from . import _journal
 from ._config import Owner
+from ._defaults import METRICS_MAX_CONNECTIONS, METRICS_TIMEOUT_S
 from ._host_state import (
     MAX_REQUESTS_PER_CONNECTION,
     MAX_REQUESTS_PER_USER,
@@ -120,6 +121,8 @@ class ServeConfig:
     accounts: Mapping[str, frozenset[int]] = field(default_factory=dict)  # name -> uids
     metrics_port: int | None = None  # serve Prometheus metrics there (None: no; 0: any port)
     metrics_host: str = "127.0.0.1"
+    metrics_max_connections: int = METRICS_MAX_CONNECTIONS  # open at once; past it: closed
+    metrics_timeout_s: float = METRICS_TIMEOUT_S  # for a request to arrive, and its answer
     watch_interval_s: float = 2.0  # seconds between samples of the GPUs (0: not watched)
     over_lease: str = "warn"  # a lease over its memory: warn, term or off
     over_lease_grace_s: float = 30.0  # with term: how long it may stay over
@@ -846,6 +849,8 @@ class _Server:
             if self.watching is not None:
                 self.watching.stop()
             server.close()
+            if self.metrics is not None:
+                self.metrics.stop()
             self.stop_serving()
             self.config.socket.unlink(missing_ok=True)
             self.loop = None
@@ -929,12 +934,15 @@ def serve(config: ServeConfig, out: TextIO | None = None) -> None:
         if config.metrics_port is not None:  # first: a port in use leaves no socket behind
             from ._metrics import MetricsEndpoint  # noqa: PLC0415  (prometheus-client)
 
-            metrics = MetricsEndpoint.start(config.metrics_host, config.metrics_port)
+            metrics = MetricsEndpoint.start(
+                config.metrics_host, config.metrics_port, config.metrics_max_connections,
+                config.metrics_timeout_s,
+            )  # fmt: skip
         sock = bind(config.socket, config.group)
         server = _Server(config, sys.stderr if out is None else out)
         if metrics is not None:
             server.metrics = metrics
-            server.say(f"metrics on {metrics.url}")
+            server.say(f"metrics on {metrics.said}")
         asyncio.run(server.run(sock))
     finally:
         if metrics is not None:
