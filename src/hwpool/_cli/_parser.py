@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
+from .. import _exits
 from .._core._policies import POLICIES as SERVER_POLICIES
 from .._server._defaults import DEFAULT_CONFIG, MAX_REQUESTS_PER_CONNECTION, MAX_REQUESTS_PER_USER
 from .._sim._names import EXAMPLE_TRACES
@@ -31,7 +32,7 @@ DEMO_SECONDS = 8.0
 """The length ``hwpool demo`` lays its workload out for, unless ``--seconds`` scales it."""
 RUN_GRACE_S = 5.0
 """``hwpool run --grace``'s default."""
-WAIT_TIMED_OUT = 75
+WAIT_TIMED_OUT = _exits.GAVE_UP
 """``hwpool wait --timeout``'s status when the time passed first (EX_TEMPFAIL: try again)."""
 JOB_ID_NOTE = (
     "job ids look like j12; #12 in `hwpool status` is the host server's request id, not a job's"
@@ -343,7 +344,8 @@ def _add_submit(commands: Subcommands) -> None:
     submit = commands.add_parser(
         "submit", help="queue a command to run on a share of the GPUs, after you log out too",
         usage="hwpool submit [-h] [--gpus G | --mem SIZE] [--name NAME] [--priority P] "
-        "[--time LIMIT] [--after ID[,ID...]] [--cwd DIR] [--json] (-- CMD [ARGS...] | --from FILE)",
+        "[--time LIMIT] [--after ID[,ID...]] [--cwd DIR] [--socket PATH] [--json] "
+        "(-- CMD [ARGS...] | --from FILE)",
         description="Queue CMD as a job of yours and print its id (j1, j2, ...) at once. Your "
         "supervisor (started if none runs, detached from the terminal) runs it when the jobs "
         "it comes --after have succeeded and its share is granted, with this shell's "
@@ -374,6 +376,11 @@ def _add_submit(commands: Subcommands) -> None:
         "cancelled, never run)",
     )  # fmt: skip
     submit.add_argument("--cwd", metavar="DIR", help="the working directory (default: this one)")
+    submit.add_argument(
+        "--socket", metavar="PATH",
+        help="the server the job waits on (default: as hwpool run chooses it); refused if "
+        "your supervisor serves another one",
+    )  # fmt: skip
     submit.add_argument(
         "--from", dest="batch", metavar="FILE",
         help="queue one job per line of FILE (- for stdin; words split as a shell splits them, "

@@ -11,7 +11,9 @@ from pathlib import Path
 
 from .._check import check_real, duration_from_text
 from .._core._memory import parse_memory
+from .._wire._paths import ClientSocket, client_socket
 from ._model import JobRecord, check_argv
+from ._servers import check_server
 from ._start import ensure_supervisor
 from ._state import state_directory
 from ._store import JobStore
@@ -62,10 +64,15 @@ def submit_jobs(
     cwd: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
     state_dir: str | os.PathLike[str] | None = None,
+    server: ClientSocket | None = None,
 ) -> list[JobRecord]:
     """Queue one job per command of ``commands`` (each an argv), all with the same other
     fields (see :func:`submit_job`), in one transaction: all of them or, on any bad value,
-    none (the error names the command by its index); their records, in order."""
+    none (the error names the command by its index); their records, in order.
+
+    The jobs wait on ``server`` (default: the server this process would use): a
+    ``ServerConflictError`` (a ValueError naming both sockets) when the user's supervisor
+    serves another one (see ``_servers``)."""
     if gpus is not None and memory is not None:
         raise ValueError(f"give gpus or memory, not both (gpus={gpus!r}, memory={memory!r})")
     memory_mib = None if memory is None else parse_memory(memory, "memory")
@@ -88,12 +95,14 @@ def submit_jobs(
             raise type(exc)(f"{where}{exc}") from None
         batch.append((command, chosen[index] or default_name(command)))
     directory = state_directory() if state_dir is None else Path(os.fspath(state_dir))
+    target = client_socket() if server is None else server
     with JobStore.open(directory) as store:
+        check_server(directory, store, target.path)
         jobs = store.add_all(
             batch, cwd=folder, environment=environment, gpus=gpus, memory_mib=memory_mib,
             priority=priority, time_limit=_time_limit(time), after=dependencies,
         )  # fmt: skip
-    ensure_supervisor(directory)
+    ensure_supervisor(directory, target)
     return jobs
 
 
