@@ -240,9 +240,15 @@ def test_bad_input_queues_nothing(box: Box, options: list[str], message: str) ->
 
 
 def test_a_command_that_cannot_be_found_is_refused_at_submit(box: Box) -> None:
+    """127 and 126, as ``hwpool run`` and shells say (hwpool._exits)."""
     done = box.hwpool("submit", "--", "no-such-command-hwpool")
-    assert done.returncode == 2
+    assert done.returncode == 127
     assert "no-such-command-hwpool" in done.stderr and "not found" in done.stderr
+    plain = box.work / "plain.sh"
+    plain.write_text("true\n")
+    done = box.hwpool("submit", "--", "./plain.sh")
+    assert done.returncode == 126 and "not an executable file" in done.stderr, done.stderr
+    assert not (box.state / "jobs.db").exists() or box.job_ids() == []
 
 
 @pytest.mark.parametrize(
@@ -490,7 +496,7 @@ def test_from_a_bad_file_queues_none_of_it(
     listing = box.root / "experiments.txt"
     listing.write_text(lines)
     done = box.hwpool("submit", "--from", str(listing), *options)
-    assert done.returncode == 2
+    assert done.returncode == (127 if "no-such-command" in lines else 2)  # not found: 127
     assert message in done.stderr, done.stderr
     if (box.state / "jobs.db").exists():
         with JobStore.open(box.state) as store:

@@ -131,7 +131,7 @@ def _kill_supervisor(state: Path) -> None:
 def test_a_non_member_is_refused_at_submit_naming_the_group(users: Users, box_root: Path) -> None:
     """A server for the members of a group; a user not in it submits: exit 77, the group
     named, no server of her own suggested, nothing queued, no supervisor started. ``hwpool
-    run`` says the same with the same status."""
+    run`` and ``hwpool status`` say the same with the same status."""
     gid = users.group()
     users.user([gid])  # a member, so that the group is not empty
     outsider = users.user()
@@ -148,7 +148,7 @@ def test_a_non_member_is_refused_at_submit_naming_the_group(users: Users, box_ro
     )  # fmt: skip
     group = grp.getgrgid(gid).gr_name
     try:
-        for args in (["submit", "--", "true"], ["run", "--", "true"]):
+        for args in (["submit", "--", "true"], ["run", "--", "true"], ["status"]):
             done = subprocess.run(
                 users.command(outsider, ["-m", "hwpool", *args]), capture_output=True,
                 text=True, env=env, timeout=BOUND * 3, check=False, cwd="/",

@@ -6,7 +6,8 @@ chooses it) is asked, as the supervisor will ask it: a job no one could ever run
 refused now, with nothing queued, rather than left to wait for ever. Exit status
 (``hwpool._exits``): 0 with the jobs' ids printed; 2 for bad usage or input (a request that
 server could never grant, a supervisor that serves another server); 77 when that server
-does not serve this user (not a member of its group); 125 when no server answers.
+does not serve this user (not a member of its group); 125 when no server answers; 126 / 127
+when the command is no executable file / is not found (as ``hwpool run``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from .. import _exits
 from .._jobs._servers import check_server
 from .._jobs._start import logout_warning
 from .._jobs._state import state_directory
-from .._jobs._submit import submit_jobs
+from .._jobs._submit import CommandNotFoundError, NotExecutableError, submit_jobs
 from .._wire._paths import client_socket
 from ._child import say
 from ._submit_check import ServerRefusal, check_request
@@ -56,6 +57,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
         )  # fmt: skip
     except ServerRefusal as exc:
         return _error(exc.status, str(exc))
+    except CommandNotFoundError as exc:
+        return _error(_exits.NOT_FOUND, str(exc))
+    except NotExecutableError as exc:
+        return _error(_exits.CANNOT_RUN, str(exc))
     except (TypeError, ValueError, LookupError, OSError) as exc:
         return _usage(str(exc))
     warning = logout_warning(getpass.getuser())

@@ -18,9 +18,21 @@ from ._start import ensure_supervisor
 from ._state import state_directory
 from ._store import JobStore
 
-__all__ = ["default_name", "submit_job", "submit_jobs"]
+__all__ = [
+    "CommandNotFoundError", "NotExecutableError", "default_name", "submit_job", "submit_jobs",
+]  # fmt: skip
 
 MAX_TIME_S = 2**53
+
+
+class CommandNotFoundError(ValueError):
+    """The job's program is not found where the job will look (``hwpool submit``: 127)."""
+
+
+class NotExecutableError(ValueError):
+    """The job's program is found but is no executable file (``hwpool submit``: 126)."""
+
+
 MAX_DEFAULT_NAME = 60
 
 
@@ -140,8 +152,8 @@ def _check_program(program: str, cwd: str, environment: Mapping[str, str]) -> No
     else:
         found = shutil.which(program, path=environment.get("PATH", os.defpath))
     if found is None or not os.path.exists(found):
-        raise ValueError(
+        raise CommandNotFoundError(
             f"argv[0]: command {program!r} not found (on the job's PATH, from {cwd!r})"
         )
     if os.path.isdir(found) or not os.access(found, os.X_OK):
-        raise ValueError(f"argv[0]: {program!r} is not an executable file ({found!r})")
+        raise NotExecutableError(f"argv[0]: {program!r} is not an executable file ({found!r})")
