@@ -306,8 +306,9 @@ def _add_run(commands: Subcommands) -> None:
         "(`hwpool serve --memory`; a server this starts is)",
     )  # fmt: skip
     run.add_argument(
-        "--timeout", type=_args.seconds_or_zero, metavar="S", help="give up waiting after S s"
-    )
+        "--timeout", type=_args.seconds_or_zero, metavar="S",
+        help=f"give up waiting after S s (exit {_exits.GAVE_UP})",
+    )  # fmt: skip
     run.add_argument(
         "--time", type=_args.limit_from_text, metavar="LIMIT",
         help="a time limit for the job once it runs (90s, 30m, 2h, 1d, or seconds): past it "
@@ -431,8 +432,9 @@ def _add_jobs(commands: Subcommands) -> None:
         "wait", help="wait for jobs to finish; exit with their status",
         description="Block until every job given has finished. Exit status: 0 if all "
         "succeeded, else that of the first job given that did not (its exit code, 128 + "
-        "the signal that killed it, 124 timed out, 125 lost, 128 + signal or 143 "
-        f"cancelled); {WAIT_TIMED_OUT} if --timeout passed first; 2 for an unknown id.",
+        f"the signal that killed it, {_exits.TIMED_OUT} timed out, {_exits.LOST} lost, "
+        f"128 + signal or {_exits.CANCELLED} cancelled); {WAIT_TIMED_OUT} if --timeout passed "
+        f"first; 2 for an unknown id; {_exits.HWPOOL_FAILED} if the table cannot be used.",
     )  # fmt: skip
     wait.add_argument(
         "--timeout", type=_args.wait_timeout, metavar="S",
