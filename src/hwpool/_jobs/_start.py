@@ -66,13 +66,13 @@ def ensure_supervisor(directory: Path, server: ClientSocket | None = None) -> No
     prepare_state_directory(directory)
     if wake_supervisor(directory):
         return
-    chosen = client_socket() if server is None else server
+    where = _server_args(server)
     log = open_side_file(
         directory / LOG_NAME, os.O_WRONLY | os.O_CREAT | os.O_APPEND, what="supervisor log"
     )
     try:
         process = subprocess.Popen(
-            [sys.executable, "-c", _ENTRY, str(directory), str(chosen.path), chosen.source],
+            [sys.executable, "-c", _ENTRY, str(directory), *where],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
             cwd="/", close_fds=True,
         )  # fmt: skip
@@ -80,6 +80,18 @@ def ensure_supervisor(directory: Path, server: ClientSocket | None = None) -> No
         with contextlib.suppress(OSError):
             os.close(log)
     process.wait()  # it forks at once and exits: the supervisor is nobody's child here
+
+
+def _server_args(server: ClientSocket | None) -> list[str]:
+    """The supervisor's ``SOCKET SOURCE`` for ``server`` (default: ``client_socket()``);
+    none when the environment names no usable socket (the supervisor then says why in its
+    log, and the caller, a retry, is not failed for it)."""
+    if server is None:
+        try:
+            server = client_socket()
+        except ValueError:
+            return []
+    return [str(server.path), server.source]
 
 
 def logout_warning(user: str, root: Path = Path("/")) -> str | None:
