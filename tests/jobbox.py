@@ -51,6 +51,11 @@ class Box:
         assert done.returncode == 0, done.stderr
         return done.stdout.strip()
 
+    def job_ids(self) -> list[str]:
+        """The ids of every job in the table, newest first."""
+        with JobStore.open(self.state) as store:
+            return [job.id for job in store.list(include_finished=True)]
+
     def job(self, job_id: str) -> JobRecord:
         with JobStore.open(self.state) as store:
             return store.get(job_id)

@@ -62,7 +62,7 @@ def ended(store: JobStore, how: str) -> JobRecord:
 @pytest.mark.parametrize(
     ("how", "status"),
     [
-        ("succeeded", 0), ("exit 3", 3), ("killed", 137), ("timed-out", 124), ("lost", 125),
+        ("succeeded", 0), ("exit 3", 3), ("killed", 137), ("timed-out", 124), ("lost", 123),
         ("cancelled-running", 143), ("cancelled-killed", 137), ("cancelled-exited", 143),
         ("cancelled-queued", 143),
     ],

@@ -94,7 +94,7 @@ def test_a_bad_reconnect_bound_is_one_line_and_exit_2(
 
 
 # ----------------------------------------------------------------- a stopped server (13)
-def test_timeout_against_a_stopped_server_exits_124(
+def test_timeout_against_a_stopped_server_exits_75(
     start_server: StartServer, sockdir: Path
 ) -> None:
     server = start_server(*SERVER_ARGS)
@@ -104,7 +104,7 @@ def test_timeout_against_a_stopped_server_exits_124(
         code, err = run.finish()
     finally:
         os.kill(server.proc.pid, signal.SIGCONT)
-    assert code == 124, err
+    assert code == 75, err  # gave up waiting: try again later (hwpool._exits.GAVE_UP)
     assert "--timeout 1 s" in err and len(err.strip().splitlines()) == 1
     assert not (sockdir / "a.started").exists()
 

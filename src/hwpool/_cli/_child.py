@@ -31,6 +31,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from .. import _exits
 from .._host._procs import ProcFS
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 KILL_WAIT_S = 5.0  # after SIGKILL, how long the group may take to be gone
 WATCH_S = 0.25  # how often the lease is looked at while the job runs
 SIGNAL_SLICE_S = 0.25  # how often the wait for the job wakes to act on a signal (_wait_for)
-TIMED_OUT = 124  # the exit status of a job ended by its time limit (as timeout(1)'s)
+TIMED_OUT = _exits.TIMED_OUT  # the status of a job ended by its time limit (timeout(1)'s)
 
 _WRAPPER = """\
 import ctypes, os, signal, sys
@@ -64,7 +65,7 @@ try:
 except OSError as exc:
     if sys.stderr:
         print(f"hwpool: error: cannot run {sys.argv[3]!r}: {exc.strerror}", file=sys.stderr)
-    os._exit(127 if isinstance(exc, FileNotFoundError) else 126)
+    os._exit(127 if isinstance(exc, FileNotFoundError) else 126)  # _exits.NOT_FOUND, CANNOT_RUN
 """
 
 

@@ -18,10 +18,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from .. import _exits
 from .._core._memory import format_mib
 from .._host._detect import GPUInfo, gpu_memory_in_use
 from .._host._devices import device_id
-from .._wire._connection import Wire
+from .._wire._connection import NotServedError, Wire
 from .._wire._paths import client_socket, socket_path
 from .._wire._protocol import (
     Cancel,
@@ -53,19 +54,20 @@ class Usage(Exception):
 
 
 def guarded(command: Command) -> Command:
-    """``command`` with its errors reported in one line: bad usage (exit 2), no server (1)."""
+    """``command`` with its errors reported in one line: bad usage (exit 2), no server (1), a
+    server that does not serve this user (77)."""
 
     def run(args: argparse.Namespace) -> int:
         try:
             status = command(args)
         except Usage as exc:
             print(f"hwpool: error: {one_line(str(exc))}", file=sys.stderr)
-            return 2
+            return _exits.USAGE
         except BrokenPipeError:  # our reader went away (`| head`): main() ends quietly
             raise
         except ConnectionError as exc:
             print(f"hwpool: error: {one_line(str(exc))}", file=sys.stderr)
-            return 1
+            return _exits.NOT_MEMBER if isinstance(exc, NotServedError) else _exits.FAILED
         return status
 
     return run

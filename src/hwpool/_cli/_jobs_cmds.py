@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from .. import _exits
 from .._jobs._control import (
     POLL_S,
     CancelOutcome,
@@ -65,24 +66,28 @@ class _Broken(Exception):
     """The table or a log cannot be used: one line on stderr, exit status 1."""
 
 
-def _guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """``command`` with the errors of the module reported in one line (exit 2 or 1)."""
+def _guarded(
+    command: Callable[[argparse.Namespace], int], broken: int = _exits.FAILED
+) -> Callable[[argparse.Namespace], int]:
+    """``command`` with the errors of the module reported in one line: exit 2 for bad usage,
+    ``broken`` when the table or a log cannot be used (1; 125 for ``wait``, whose status may
+    be a job's 1)."""
 
     def run(args: argparse.Namespace) -> int:
         try:
             return command(args)
         except (_Usage, UnknownJobError, JobStateError) as exc:
             print(f"hwpool: error: {_message(exc)}", file=sys.stderr)
-            return 2
+            return _exits.USAGE
         except (_Broken, UnsafePathError, JobTableError) as exc:
             print(f"hwpool: error: {_message(exc)}", file=sys.stderr)
-            return 1
+            return broken
         except BrokenPipeError:  # our reader went away (`| head`): main() ends quietly
             raise
         except OSError as exc:  # a folder or file closed to this user, say
             where = "" if exc.filename is None else f"{str(exc.filename)!r}: "
             print(f"hwpool: error: cannot read {one_line(where)}{exc.strerror}", file=sys.stderr)
-            return 1
+            return broken
 
     return run
 
@@ -512,6 +517,6 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
 
 cmd_jobs = _guarded(_cmd_jobs)
 cmd_logs = _guarded(_cmd_logs)
-cmd_wait = _guarded(_cmd_wait)
+cmd_wait = _guarded(_cmd_wait, broken=_exits.HWPOOL_FAILED)
 cmd_retry = _guarded(_cmd_retry)
 cmd_cancel = _guarded(_cmd_cancel)

@@ -36,6 +36,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from .. import _exits
 from .._gpu._lease import GPULease
 from .._gpu._pool import GPUPool
 from .._jobs._model import JobRecord, JobState
@@ -147,7 +148,8 @@ def _execute(job: JobRecord, lease: GPULease, fds: list[int], pool: GPUPool) -> 
         )  # fmt: skip
     except OSError as exc:  # the working directory is gone, say
         _child.say(f"hwpool: {job.id} could not start: {exc}")
-        return _child.JobEnd(127 if isinstance(exc, FileNotFoundError) else 126, False, False)
+        missing = isinstance(exc, FileNotFoundError)
+        return _child.JobEnd(_exits.NOT_FOUND if missing else _exits.CANNOT_RUN, False, False)
     finally:
         os.close(stdin)
 

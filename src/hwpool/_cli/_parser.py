@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
+from .. import _exits
 from .._core._policies import POLICIES as SERVER_POLICIES
 from .._server._defaults import (
     DEFAULT_CONFIG,
@@ -37,7 +38,7 @@ DEMO_SECONDS = 8.0
 """The length ``hwpool demo`` lays its workload out for, unless ``--seconds`` scales it."""
 RUN_GRACE_S = 5.0
 """``hwpool run --grace``'s default."""
-WAIT_TIMED_OUT = 75
+WAIT_TIMED_OUT = _exits.GAVE_UP
 """``hwpool wait --timeout``'s status when the time passed first (EX_TEMPFAIL: try again)."""
 JOB_ID_NOTE = (
     "job ids look like j12; #12 in `hwpool status` is the host server's request id, not a job's"
@@ -321,8 +322,9 @@ def _add_run(commands: Subcommands) -> None:
         "(`hwpool serve --memory`; a server this starts is)",
     )  # fmt: skip
     run.add_argument(
-        "--timeout", type=_args.seconds_or_zero, metavar="S", help="give up waiting after S s"
-    )
+        "--timeout", type=_args.seconds_or_zero, metavar="S",
+        help=f"give up waiting after S s (exit {_exits.GAVE_UP})",
+    )  # fmt: skip
     run.add_argument(
         "--time", type=_args.limit_from_text, metavar="LIMIT",
         help="a time limit for the job once it runs (90s, 30m, 2h, 1d, or seconds): past it "
@@ -359,7 +361,8 @@ def _add_submit(commands: Subcommands) -> None:
     submit = commands.add_parser(
         "submit", help="queue a command to run on a share of the GPUs, after you log out too",
         usage="hwpool submit [-h] [--gpus G | --mem SIZE] [--name NAME] [--priority P] "
-        "[--time LIMIT] [--after ID[,ID...]] [--cwd DIR] [--json] (-- CMD [ARGS...] | --from FILE)",
+        "[--time LIMIT] [--after ID[,ID...]] [--cwd DIR] [--socket PATH] [--json] "
+        "(-- CMD [ARGS...] | --from FILE)",
         description="Queue CMD as a job of yours and print its id (j1, j2, ...) at once. Your "
         "supervisor (started if none runs, detached from the terminal) runs it when the jobs "
         "it comes --after have succeeded and its share is granted, with this shell's "
@@ -390,6 +393,11 @@ def _add_submit(commands: Subcommands) -> None:
         "cancelled, never run)",
     )  # fmt: skip
     submit.add_argument("--cwd", metavar="DIR", help="the working directory (default: this one)")
+    submit.add_argument(
+        "--socket", metavar="PATH",
+        help="the server the job waits on (default: as hwpool run chooses it); refused if "
+        "your supervisor serves another one",
+    )  # fmt: skip
     submit.add_argument(
         "--from", dest="batch", metavar="FILE",
         help="queue one job per line of FILE (- for stdin; words split as a shell splits them, "
@@ -440,8 +448,9 @@ def _add_jobs(commands: Subcommands) -> None:
         "wait", help="wait for jobs to finish; exit with their status",
         description="Block until every job given has finished. Exit status: 0 if all "
         "succeeded, else that of the first job given that did not (its exit code, 128 + "
-        "the signal that killed it, 124 timed out, 125 lost, 128 + signal or 143 "
-        f"cancelled); {WAIT_TIMED_OUT} if --timeout passed first; 2 for an unknown id.",
+        f"the signal that killed it, {_exits.TIMED_OUT} timed out, {_exits.LOST} lost, "
+        f"128 + signal or {_exits.CANCELLED} cancelled); {WAIT_TIMED_OUT} if --timeout passed "
+        f"first; 2 for an unknown id; {_exits.HWPOOL_FAILED} if the table cannot be used.",
     )  # fmt: skip
     wait.add_argument(
         "--timeout", type=_args.wait_timeout, metavar="S",

@@ -1,10 +1,12 @@
 """``hwpool run -- CMD``: wait in the host-wide queue for a share of the GPUs, then run CMD on it.
 
-Exit status: the command's (killed by signal N: 128 + N); 2 for bad usage; 124 when
-``--timeout`` passed in the queue, or when the job ran past ``--time`` and was ended; 125
-when no server answers or the request fails; 126 / 127 when CMD cannot be run / is not
-found; 130 / 143 / 129 for SIGINT / SIGTERM / SIGHUP while waiting (the request is withdrawn
-first).
+Exit status (``hwpool._exits``; the table is in docs/cli.md): the command's (killed by signal
+N: 128 + N); 2 for bad usage, or a request the server could never grant; 75 when
+``--timeout`` passed in the queue (the job never ran: try again later); 77 when the server
+does not serve this user; 124 when the job ran past ``--time`` and was ended; 125 when no
+server answers, or it went away; 126 / 127 when CMD cannot be run / is not found; 143 when
+the request was cancelled (``hwpool cancel``) while it waited; 130 / 143 / 129 for SIGINT /
+SIGTERM / SIGHUP while waiting (the request is withdrawn first).
 
 A server that goes away while the job runs does not end it: ``hwpool run`` waits for it to
 come back (``--reconnect-timeout``, ``HWPOOL_RECONNECT_TIMEOUT``; default: for as long as it
@@ -30,12 +32,14 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
 
+from .. import _exits
 from .._backends._unix import UnixBackend
 from .._core._memory import format_mib
 from .._errors import PoolClosedError, RevokedError
 from .._gpu._lease import GPULease
 from .._gpu._pool import GPUPool
 from .._wire._bounds import MAX_TEXT
+from .._wire._connection import NotServedError
 from .._wire._paths import client_socket
 from . import _autostart, _child, _env
 from ._child import say
@@ -75,16 +79,19 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     if args.gpus is not None and args.mem is not None:
-        raise _Exit(2, f"give --gpus or --mem, not both (--gpus {args.gpus}, --mem {args.mem} MiB)")
+        raise _Exit(
+            _exits.USAGE,
+            f"give --gpus or --mem, not both (--gpus {args.gpus}, --mem {args.mem} MiB)",
+        )
     argv = _command(args.command)
     if args.name is not None:
         args.name = _carried(args.name)
     if args.name is not None and len(args.name) > MAX_TEXT:
-        raise _Exit(2, f"--name: at most {MAX_TEXT} characters, got {len(args.name)}")
+        raise _Exit(_exits.USAGE, f"--name: at most {MAX_TEXT} characters, got {len(args.name)}")
     try:
         chosen = client_socket(args.socket)
     except ValueError as exc:
-        raise _Exit(2, str(exc).replace("socket:", "--socket:", 1)) from None
+        raise _Exit(_exits.USAGE, str(exc).replace("socket:", "--socket:", 1)) from None
     path = chosen.path
     autostart = not args.no_start and _env.autostart_from_env(os.environ) and chosen.per_user
     label = _carried(shlex.join(argv))
@@ -95,7 +102,7 @@ def _run(args: argparse.Namespace) -> int:
         try:
             reconnect = _env.reconnect_timeout_from_env(os.environ)
         except ValueError as exc:
-            raise _Exit(2, str(exc)) from None
+            raise _Exit(_exits.USAGE, str(exc)) from None
     started = time.monotonic()
     try:
         with _stopping():
@@ -106,14 +113,23 @@ def _run(args: argparse.Namespace) -> int:
             )  # fmt: skip
     except ConnectionError as exc:
         if args.timeout is not None and time.monotonic() - started >= args.timeout:
-            raise _Exit(124, f"no answer within --timeout {args.timeout:g} s: {exc}") from None
-        raise _Exit(125, str(exc)) from None
+            raise _Exit(
+                _exits.GAVE_UP, f"no answer within --timeout {args.timeout:g} s: {exc}"
+            ) from None
+        raise _Exit(_connect_failed(exc), str(exc)) from None
     except _Signalled as exc:
         return 128 + exc.signum
     try:
         return _lease_and_run(GPUPool(backend=backend), args, argv, path)
     finally:
         backend.close()  # the server has freed everything of this process when it returns
+
+
+def _connect_failed(exc: ConnectionError) -> int:
+    """The status for a server that could not be used: 77 when it does not serve this user
+    (not a member of its group), else 125 (none answers, none could be started, or it is
+    not to be trusted)."""
+    return _exits.NOT_MEMBER if isinstance(exc, NotServedError) else _exits.HWPOOL_FAILED
 
 
 def _connect_timeout(timeout: float | None) -> float:
@@ -128,13 +144,13 @@ def _command(words: list[str]) -> list[str]:
     """The command after ``--``; exit 127 / 126 before queueing if it cannot be run."""
     argv = words[1:] if words[:1] == ["--"] else words
     if not argv:
-        raise _Exit(2, "give the command to run: hwpool run [OPTIONS] -- CMD [ARGS...]")
+        raise _Exit(_exits.USAGE, "give the command to run: hwpool run [OPTIONS] -- CMD [ARGS...]")
     program = argv[0]
     found = shutil.which(program) if os.sep not in program else program
     if found is None or not os.path.exists(found):
-        raise _Exit(127, f"{program}: command not found")
+        raise _Exit(_exits.NOT_FOUND, f"{program}: command not found")
     if os.path.isdir(found) or not os.access(found, os.X_OK):
-        raise _Exit(126, f"{program}: not an executable file")
+        raise _Exit(_exits.CANNOT_RUN, f"{program}: not an executable file")
     return argv
 
 
@@ -166,7 +182,7 @@ def _late(limit: float, grace: float) -> str:
     """The line ``hwpool run`` says when the job runs past ``--time``."""
     return (
         f"hwpool run: timed out: the job ran past --time {_duration_text(limit)}; ending it "
-        f"(SIGTERM, then SIGKILL after {grace:g} s); exit status 124"
+        f"(SIGTERM, then SIGKILL after {grace:g} s); exit status {_exits.TIMED_OUT}"
     )
 
 
@@ -195,12 +211,13 @@ def _lease(pool: GPUPool, args: argparse.Namespace, path: Path) -> tuple[GPULeas
             return lease, format_mib(args.mem)
         except ValueError as exc:  # a server that shares fractions, or too much for every GPU
             raise _Exit(
-                2, f"--mem {format_mib(args.mem)}: {exc} (server on {str(path)!r})"
+                _exits.USAGE, f"--mem {format_mib(args.mem)}: {exc} (server on {str(path)!r})"
             ) from None
     demand: Any = Fraction(1) if args.gpus is None else args.gpus  # exact: a Fraction or int
     if isinstance(demand, int) and demand > pool.num_gpus:
         raise _Exit(
-            2, f"--gpus {demand}: the server on {str(path)!r} has {plural(pool.num_gpus, 'GPU')}"
+            _exits.USAGE,
+            f"--gpus {demand}: the server on {str(path)!r} has {plural(pool.num_gpus, 'GPU')}",
         )
     if isinstance(demand, int):
         lease = pool.lease_full(demand, timeout=timeout, priority=priority, limit_s=limit)
@@ -260,19 +277,24 @@ def _wait(lease: GPULease, what: str, path: Path, started: float, timeout: float
             lease.__enter__()
     except TimeoutError:
         _close(line)
-        raise _Exit(124, f"no {what} granted within --timeout {timeout:g} s") from None
+        raise _Exit(_exits.GAVE_UP, f"no {what} granted within --timeout {timeout:g} s") from None
     except KeyboardInterrupt:
         _close(line)
-        raise _Exit(130, f"interrupted after {_waited(started)} in the queue; withdrawn") from None
+        raise _Exit(
+            _exits.INTERRUPTED, f"interrupted after {_waited(started)} in the queue; withdrawn"
+        ) from None
     except _Signalled as exc:
         _close(line)
         name = signal.Signals(exc.signum).name
         raise _Exit(
             128 + exc.signum, f"{name} after {_waited(started)} in the queue; withdrawn"
         ) from None
-    except (ConnectionError, RevokedError, PoolClosedError) as exc:
+    except RevokedError as exc:  # `hwpool cancel` of the request: cancelled, as a job is
         _close(line)
-        raise _Exit(125, str(exc)) from None
+        raise _Exit(_exits.CANCELLED, str(exc)) from None
+    except (ConnectionError, PoolClosedError) as exc:
+        _close(line)
+        raise _Exit(_exits.HWPOOL_FAILED, str(exc)) from None
     _close(line)
 
 

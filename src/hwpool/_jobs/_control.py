@@ -18,11 +18,11 @@ until the row says the job finished.
 
 from __future__ import annotations
 
-import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from .. import _exits
 from ._model import JobRecord, JobState, signal_name
 from ._procs import CANCEL_SIGNAL, is_running, signal_if_running
 from ._store import JobStateError, JobStore
@@ -46,16 +46,16 @@ __all__ = [
 POLL_S = 0.05  # how often a waiter looks at the table
 LAUNCHER_CHECK_S = 1.0  # how often it checks that the running jobs' launchers live
 CANCEL_WAIT_S = 20.0  # how long cancelling a running job waits for its end to be recorded
-TIMED_OUT_STATUS = 124  # as timeout(1), and `hwpool run --time`
-LOST_STATUS = 125  # the job's end is unknown: nothing watched it
-CANCELLED_STATUS = 128 + signal.SIGTERM  # 143: cancelled before it ran, or ended with a code
+TIMED_OUT_STATUS = _exits.TIMED_OUT  # 124, as timeout(1), and `hwpool run --time`
+LOST_STATUS = _exits.LOST  # 123: the job's end is unknown: nothing watched it
+CANCELLED_STATUS = _exits.CANCELLED  # 143: cancelled before it ran, or ended with a code
 LAUNCHER_GONE = "its launcher was gone: the job's end was never recorded"
 
 
 def exit_status(record: JobRecord) -> int:
     """The status ``hwpool wait`` exits with for the finished job ``record`` (see
     docs/jobs.md): 0 if it succeeded; a failed job's own code, or 128 + the signal that
-    killed it; 124 if it timed out; 125 if it was lost; a cancelled job's 128 + the signal
+    killed it; 124 if it timed out; 123 if it was lost; a cancelled job's 128 + the signal
     that ended it, else 143 (as if by SIGTERM)."""
     state = record.state
     if not state.finished:

@@ -6,7 +6,8 @@ that it looks at the table at once rather than within half a second); when none 
 one is started in a session of its own (``setsid``: no controlling terminal, so no SIGHUP
 when the terminal closes), with stdin from ``/dev/null`` and its output appended to
 ``supervisor.log``. A supervisor that finds another holding ``supervisor.lock`` waits for
-it to exit (one that is exiting for idleness) or, after a while, leaves it the work.
+it to exit (one that is exiting for idleness) or, after a while, leaves it the work. A
+supervisor is started for one server, the one the starting shell chose (see ``_servers``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .._wire._paths import ClientSocket, client_socket
 from .._wire._safety import open_side_file
 from ._state import LOG_NAME, SOCKET_NAME, prepare_state_directory
 
@@ -58,17 +60,19 @@ def _wake(address: str) -> bool:
         return True
 
 
-def ensure_supervisor(directory: Path) -> None:
-    """Wake the supervisor of state directory ``directory``, or start one."""
+def ensure_supervisor(directory: Path, server: ClientSocket | None = None) -> None:
+    """Wake the supervisor of state directory ``directory``, or start one for ``server``
+    (default: the server this process would use, ``client_socket()``)."""
     prepare_state_directory(directory)
     if wake_supervisor(directory):
         return
+    where = _server_args(server)
     log = open_side_file(
         directory / LOG_NAME, os.O_WRONLY | os.O_CREAT | os.O_APPEND, what="supervisor log"
     )
     try:
         process = subprocess.Popen(
-            [sys.executable, "-c", _ENTRY, str(directory)],
+            [sys.executable, "-c", _ENTRY, str(directory), *where],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
             cwd="/", close_fds=True,
         )  # fmt: skip
@@ -76,6 +80,18 @@ def ensure_supervisor(directory: Path) -> None:
         with contextlib.suppress(OSError):
             os.close(log)
     process.wait()  # it forks at once and exits: the supervisor is nobody's child here
+
+
+def _server_args(server: ClientSocket | None) -> list[str]:
+    """The supervisor's ``SOCKET SOURCE`` for ``server`` (default: ``client_socket()``);
+    none when the environment names no usable socket (the supervisor then says why in its
+    log, and the caller, a retry, is not failed for it)."""
+    if server is None:
+        try:
+            server = client_socket()
+        except ValueError:
+            return []
+    return [str(server.path), server.source]
 
 
 def logout_warning(user: str, root: Path = Path("/")) -> str | None:

@@ -11,14 +11,28 @@ from pathlib import Path
 
 from .._check import check_real, duration_from_text
 from .._core._memory import parse_memory
+from .._wire._paths import ClientSocket, client_socket
 from ._model import JobRecord, check_argv
+from ._servers import check_server
 from ._start import ensure_supervisor
 from ._state import state_directory
 from ._store import JobStore
 
-__all__ = ["default_name", "submit_job", "submit_jobs"]
+__all__ = [
+    "CommandNotFoundError", "NotExecutableError", "default_name", "submit_job", "submit_jobs",
+]  # fmt: skip
 
 MAX_TIME_S = 2**53
+
+
+class CommandNotFoundError(ValueError):
+    """The job's program is not found where the job will look (``hwpool submit``: 127)."""
+
+
+class NotExecutableError(ValueError):
+    """The job's program is found but is no executable file (``hwpool submit``: 126)."""
+
+
 MAX_DEFAULT_NAME = 60
 
 
@@ -62,10 +76,15 @@ def submit_jobs(
     cwd: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
     state_dir: str | os.PathLike[str] | None = None,
+    server: ClientSocket | None = None,
 ) -> list[JobRecord]:
     """Queue one job per command of ``commands`` (each an argv), all with the same other
     fields (see :func:`submit_job`), in one transaction: all of them or, on any bad value,
-    none (the error names the command by its index); their records, in order."""
+    none (the error names the command by its index); their records, in order.
+
+    The jobs wait on ``server`` (default: the server this process would use): a
+    ``ServerConflictError`` (a ValueError naming both sockets) when the user's supervisor
+    serves another one (see ``_servers``)."""
     if gpus is not None and memory is not None:
         raise ValueError(f"give gpus or memory, not both (gpus={gpus!r}, memory={memory!r})")
     memory_mib = None if memory is None else parse_memory(memory, "memory")
@@ -88,12 +107,14 @@ def submit_jobs(
             raise type(exc)(f"{where}{exc}") from None
         batch.append((command, chosen[index] or default_name(command)))
     directory = state_directory() if state_dir is None else Path(os.fspath(state_dir))
+    target = client_socket() if server is None else server
     with JobStore.open(directory) as store:
+        check_server(directory, store, target.path)
         jobs = store.add_all(
             batch, cwd=folder, environment=environment, gpus=gpus, memory_mib=memory_mib,
             priority=priority, time_limit=_time_limit(time), after=dependencies,
         )  # fmt: skip
-    ensure_supervisor(directory)
+    ensure_supervisor(directory, target)
     return jobs
 
 
@@ -131,8 +152,8 @@ def _check_program(program: str, cwd: str, environment: Mapping[str, str]) -> No
     else:
         found = shutil.which(program, path=environment.get("PATH", os.defpath))
     if found is None or not os.path.exists(found):
-        raise ValueError(
+        raise CommandNotFoundError(
             f"argv[0]: command {program!r} not found (on the job's PATH, from {cwd!r})"
         )
     if os.path.isdir(found) or not os.access(found, os.X_OK):
-        raise ValueError(f"argv[0]: {program!r} is not an executable file ({found!r})")
+        raise NotExecutableError(f"argv[0]: {program!r} is not an executable file ({found!r})")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import grp
 import os
 import socket
 import stat
@@ -28,7 +29,10 @@ from pathlib import Path
 from .._wire._paths import lock_path
 from .._wire._safety import Peer, UnsafePathError, check_directory, open_side_file, peer_of
 
-__all__ = ["Peer", "ServeError", "admitted", "bind", "hold_lock", "peer_of", "prepare_directory"]
+__all__ = [
+    "Peer", "ServeError", "admitted", "bind", "hold_lock", "peer_of", "prepare_directory",
+    "refusal",
+]  # fmt: skip
 
 BACKLOG = 512
 
@@ -139,6 +143,26 @@ def admitted(peer: Peer, server_uid: int, group: int | None) -> bool:
     if group is None:
         return False
     return peer.gid == group or group in _groups_of(peer.pid)
+
+
+def refusal(uid: int, server_uid: int, group: int | None) -> str:
+    """Why ``uid`` is refused by a server run by ``server_uid`` for ``group``: the group it
+    serves, by name, and whom to ask. It says "may not use this server" (the client knows a
+    refusal of this user by it) and suggests no server of one's own: on a shared machine
+    that would share out the same GPUs a second time."""
+    if group is None:
+        return (
+            f"uid {uid} may not use this server (it serves uid {server_uid} only): ask its "
+            "admin to serve a group of yours (hwpool serve --group)"
+        )
+    try:
+        name = repr(grp.getgrgid(group).gr_name)
+    except KeyError:
+        name = f"gid {group}"
+    return (
+        f"uid {uid} may not use this server (it serves uid {server_uid} and the members of "
+        f"group {name}): ask its admin to add you to group {name} (then log in again)"
+    )
 
 
 def _groups_of(pid: int) -> set[int]:

@@ -84,7 +84,16 @@ from ._host_state import (
     HostState,
 )
 from ._journal import JournalEntry
-from ._listen import Peer, ServeError, admitted, bind, hold_lock, peer_of, prepare_directory
+from ._listen import (
+    Peer,
+    ServeError,
+    admitted,
+    bind,
+    hold_lock,
+    peer_of,
+    prepare_directory,
+    refusal,
+)
 from ._watching import Watching, watch_refusal
 
 if TYPE_CHECKING:
@@ -439,11 +448,7 @@ class _Server:
         """
         peer, config = conn.peer, self.config
         if not admitted(peer, self.uid, config.group):
-            return (
-                f"uid {peer.uid} may not use this server (it serves uid {self.uid}"
-                + ("" if config.group is None else f" and group {config.group}")
-                + "); start one of your own, or ask for a machine-wide one with --group"
-            )
+            return refusal(peer.uid, self.uid, config.group)
         most = config.max_connections + config.max_control_connections
         if self.per_uid.get(peer.uid, 0) >= most:
             return (

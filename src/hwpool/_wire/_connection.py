@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import grp
 import os
 import socket
+import stat
 from pathlib import Path
 
 from .._version import __version__
@@ -36,7 +38,7 @@ from ._protocol import (
 )
 from ._safety import UntrustedServerError, server_uids, verify_peer
 
-__all__ = ["UntrustedServerError", "Wire", "no_server_error"]
+__all__ = ["NotServedError", "UntrustedServerError", "Wire", "no_server_error"]
 
 CONNECT_TIMEOUT_S = 10.0
 
@@ -55,6 +57,49 @@ def no_server_error(path: Path, reason: str) -> ConnectionError:
         f"no hwpool server on {str(path)!r} ({reason}); start one with `{how}` "
         "(or point HWPOOL_SOCKET at a machine-wide one)"
     )
+
+
+class NotServedError(ConnectionError):
+    """The server does not serve this user: the socket is closed to them (not a member of
+    the group it serves), or the server refused them at the hello. Another server of their
+    own is no answer on a shared machine (it would share out the same GPUs again): the
+    message names the group to join where it can."""
+
+
+NOT_SERVED = "may not use this server"
+"""What the server's refusal at the hello says of a uid it does not serve."""
+
+
+def not_served_error(path: Path, refusal: str | None = None) -> NotServedError:
+    """The error for a server on ``path`` that does not serve this user: with the server's
+    ``refusal`` (it names the group it serves), or, for a socket closed to this user, naming
+    the group that its directory admits."""
+    where = f"the hwpool server on {str(path)!r}"
+    if refusal is not None:
+        return NotServedError(f"{where}: {refusal}")
+    group = _served_group(path)
+    if group is None:
+        return NotServedError(
+            f"{where} does not serve you (permission denied): ask its admin to let you use it"
+        )
+    return NotServedError(
+        f"{where} serves only its owner and the members of group {group!r}, and you are not "
+        f"one: ask its admin to add you to {group!r} (then log in again)"
+    )
+
+
+def _served_group(path: Path) -> str | None:
+    """The name of the group the socket's directory admits (mode g+x), or None."""
+    try:
+        info = os.stat(path.parent)
+    except OSError:
+        return None
+    if not info.st_mode & stat.S_IXGRP:
+        return None
+    try:
+        return grp.getgrgid(info.st_gid).gr_name
+    except KeyError:
+        return f"gid {info.st_gid}"
 
 
 class Wire:
@@ -92,10 +137,7 @@ class Wire:
         except (FileNotFoundError, ConnectionRefusedError) as exc:
             raise no_server_error(self.path, exc.strerror or str(exc)) from None
         except PermissionError:
-            raise ConnectionError(
-                f"permission denied on {str(self.path)!r}: that server belongs to another user "
-                "(start your own with `hwpool serve`, or ask its owner for --group)"
-            ) from None
+            raise not_served_error(self.path) from None
         except OSError as exc:
             raise ConnectionError(f"cannot connect to {str(self.path)!r}: {exc}") from None
         try:
@@ -107,6 +149,8 @@ class Wire:
                 raise ConnectionError(f"cannot talk to {str(self.path)!r}: {exc}") from None
         else:
             reply = self.read()
+        if isinstance(reply, ErrorReply) and NOT_SERVED in reply.message:
+            raise not_served_error(self.path, reply.message)
         if isinstance(reply, ErrorReply):
             raise ConnectionError(f"the hwpool server on {str(self.path)!r}: {reply.message}")
         if not isinstance(reply, Welcome):
