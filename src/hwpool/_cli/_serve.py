@@ -20,7 +20,7 @@ from .._core._policies import POLICIES as SERVER_POLICIES
 from .._gpu._sizing import capacities_of, sized_gpus
 from .._host._detect import GPUInfo, detect_gpus
 from .._server import _listen
-from .._server._config import ConfigError, read_config
+from .._server._config import ConfigError, check_bound, read_config
 from .._server._defaults import DEFAULT_CONFIG, MAX_REQUESTS_PER_CONNECTION, MAX_REQUESTS_PER_USER
 from .._server._server import ServeConfig, serve
 from .._wire._paths import system_socket
@@ -37,7 +37,7 @@ _BUILT_IN: dict[str, object] = {
     "idle_timeout": None, "half_life": DEFAULT_HALF_LIFE, "shares": {}, "limits": {},
     "default_limits": None, "accounts": {}, "metrics_port": None, "metrics_host": "127.0.0.1",
     "watch_interval": 2.0, "over_lease": "warn", "over_lease_grace": 30.0,
-    "over_lease_owners": {},
+    "over_lease_owners": {}, "metrics_max_connections": 32, "metrics_timeout": 10.0,
 }  # fmt: skip
 """Each setting's value when neither a flag nor the config file gives it."""
 
@@ -70,8 +70,18 @@ def _settings(args: argparse.Namespace, socket: Path) -> tuple[Path | None, dict
         if key == "group" and given is not None:
             settings[key] = _group(given)
         elif given is not None and given is not False:  # a flag given overrides the file
-            settings[key] = given
+            settings[key] = _bounded_flag(key, given)
     return path, settings
+
+
+def _bounded_flag(key: str, value: object) -> object:
+    """A flag's ``value``, within the bounds its config key has; bad usage naming the flag
+    and the value otherwise (nothing is started)."""
+    try:
+        check_bound(key, value)
+    except ValueError as exc:
+        raise Usage(f"--{key.replace('_', '-')}: {exc}") from None
+    return value
 
 
 def _check_config(path: Path | None, settings: dict[str, Any]) -> int:
@@ -182,7 +192,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         shares=args.shares, half_life=args.half_life, limits=args.limits,
         default_limits=args.default_limits, accounts=args.accounts,
         metrics_port=args.metrics_port, metrics_host=args.metrics_host,
-        watch_interval_s=args.watch_interval, over_lease=args.over_lease,
+        metrics_max_connections=args.metrics_max_connections,
+        metrics_timeout_s=args.metrics_timeout, watch_interval_s=args.watch_interval, over_lease=args.over_lease,
         over_lease_grace_s=args.over_lease_grace, over_lease_owners=args.over_lease_owners,
     )  # fmt: skip
     if config.metrics_port is not None:

@@ -181,12 +181,17 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
-def _journaled(entry: Entry) -> JournalEntry:
+def _journaled(entry: Entry, clock_offset: float) -> JournalEntry:
+    """``entry`` as the journal has it (a lease's start on the wall clock: the state's clock
+    plus ``clock_offset``)."""
     held = None if entry.held is None else tuple(sorted(entry.held.items()))
     c = entry.client
     demand = entry.demand
     end = entry.limit_end if entry.held is not None else None
-    return JournalEntry(entry.id, c.uid, c.pid, demand.count, demand.units, held, c.token, end)
+    start = None if entry.held is None else entry.since + clock_offset
+    return JournalEntry(
+        entry.id, c.uid, c.pid, demand.count, demand.units, held, c.token, end, start
+    )
 
 
 def _made_by(journaled: JournalEntry, client: Client) -> bool:
@@ -266,6 +271,12 @@ class HostState:
         self.changes = 0  # bumped on every change worth journaling
         self._dirty: set[int] = set()  # ids whose journal record changed: journal_changes()
         self.recovery: Recovery | None = None
+        # Journaled leases recovery ended without (their client came back too late): only
+        # those may still be reclaimed after it, by their client, within its owner's limits.
+        self._late: dict[int, JournalEntry] = {}
+        # The wall clock minus this state's clock: a lease's start is journaled on the wall
+        # clock (the server sets it to time.time() - time.monotonic(); 0: the same clock).
+        self.clock_offset = 0.0
         self._by_id: dict[int, Entry] = {}
         self._by_ticket: dict[int, Entry] = {}
         self._held_back: list[Entry] = []
@@ -832,12 +843,14 @@ class HostState:
     def reclaim(self, client: Client, msg: Reclaim, now: float) -> list[Delivery]:
         """A reconnected client re-declares lease or waiter ``msg.id`` under ``msg.req``.
 
-        During recovery, a journaled id is taken back only by the client that made it and
-        only as journaled (else ``forbidden``, naming the id); a lease the journal does not
-        name is refused (``lost``: it could take what a journaled one needs), unless the
-        journal was unreadable. Anything else (a waiter the journal missed, any reclaim after
-        recovery) is served as a new request: a new id, except that after recovery an id
-        from before that nobody uses is kept; a lease only if it fits and nobody waits.
+        A lease is taken back only as the journal names it (``lost`` otherwise, naming the
+        id): by the client that made it (else ``forbidden``), as journaled, during recovery
+        or, for one recovery ended without, after it. With an unreadable journal, a lease is
+        taken back during recovery as the client says. Either way it goes through the
+        admission a new lease goes through: its owner's limits (``limit``: a lease that is
+        held cannot wait) and what is free (``lost``); after recovery only while nobody
+        waits. Its owner's usage counts it from its journaled start. A waiter is served as a
+        new request (its journaled id kept, its place held during recovery).
         """
         self._data_only(client, msg.req)
         self._fresh_req(client, msg.req)
@@ -852,16 +865,19 @@ class HostState:
         journaled = self._journaled_as(client, msg, demand)
         if journaled is None:
             self._room_for(client, msg.req)
-        # the lease taken back as its client's owner's, or LOST
-        units = None if msg.held is None else self._restore(msg.held, msg.req, demand.owner)
+        start = self._journaled_start(journaled, now)
+        ticket = None
+        if msg.held is not None:
+            ticket = self._restore(client, msg.held, msg.req, start, now)
         if journaled is not None:
-            assert self.recovery is not None
-            del self.recovery.pending[msg.id]
+            self._forget_journaled(msg.id)
         ident = msg.id if journaled is not None else self._old_id(msg.id)
-        entry = self._add(client, msg, demand, now - msg.age_s, ident)
-        if msg.held is None or units is None:
+        since = start if start is not None else now - msg.age_s
+        entry = self._add(client, msg, demand, since, ident)
+        if msg.held is None:
             return [self._grant_or_queue(entry, now)]
         entry.held = dict(msg.held)
+        entry.granted_as = ticket
         amounts = {units for _, units in msg.held}
         entry.units = amounts.pop() if len(amounts) == 1 else 0  # as a grant says it
         end = journaled.limit_end if journaled is not None else None
@@ -870,17 +886,19 @@ class HostState:
         if end is not None:
             self._limit_at(entry, end)
         self.log(f"reclaim #{entry.id} by {client}: {self._what(entry.held)}")
+        units = max(units for _, units in msg.held)
         return [(client, Granted(msg.req, entry.id, tuple(entry.held), units))]
 
     def _journaled_as(self, client: Client, msg: Reclaim, demand: Demand) -> JournalEntry | None:
-        """The pending journal entry ``msg`` takes back, or None where it names none (a new
-        request); ProtocolError where it may not be taken back so."""
+        """The journal entry ``msg`` takes back (pending during recovery; after it, a lease
+        recovery ended without), or None where it names none and may be served as a new
+        request; ProtocolError where it may not be taken back so."""
         recovery = self.recovery
-        if recovery is None:
+        if recovery is None and msg.held is None:
             return None
-        journaled = recovery.pending.get(msg.id)
+        journaled = (self._late if recovery is None else recovery.pending).get(msg.id)
         if journaled is None:
-            if msg.held is not None and recovery.complete:
+            if msg.held is not None and (recovery is None or recovery.complete):
                 raise ProtocolError(
                     ErrorCode.LOST,
                     f"cannot reclaim lease #{msg.id}: the journal has no such lease waiting to "
@@ -911,6 +929,21 @@ class HostState:
             )
         return journaled
 
+    def _journaled_start(self, journaled: JournalEntry | None, now: float) -> float | None:
+        """When the lease ``journaled`` was granted, on this state's clock (never after
+        ``now``), or None where the journal does not say."""
+        if journaled is None or journaled.start is None:
+            return None
+        return min(now, journaled.start - self.clock_offset)
+
+    def _forget_journaled(self, ident: int) -> None:
+        """Journal entry ``ident`` is taken back: recovery (or the late leases) no longer
+        expects it."""
+        if self.recovery is not None:
+            del self.recovery.pending[ident]
+        else:
+            del self._late[ident]
+
     def _old_id(self, ident: int) -> int | None:
         """``ident`` for a reclaim after recovery, if it was handed out before and nobody uses
         it; else None (a new id). During recovery ids decide the order, so none is kept."""
@@ -918,18 +951,37 @@ class HostState:
             return ident
         return None
 
-    def _restore(self, held: tuple[tuple[int, int], ...], req: int, owner: Hashable) -> int:
-        """Take ``held`` back in the core as ``owner``'s (all or nothing); LOST if it no
-        longer fits."""
+    def _restore(
+        self,
+        client: Client,
+        held: tuple[tuple[int, int], ...],
+        req: int,
+        since: float | None,
+        now: float,
+    ) -> int | None:
+        """Take ``held`` back in the core as ``client``'s owner's, counted in its usage from
+        ``since`` (None: from now), all or nothing, through the admission of a new lease: its
+        owner's limits (``limit``, logged) and what is free (``lost``). The core's ticket of
+        the grant, where it is one grant (held of equal units on each GPU)."""
+        owner = self.owner_of(client.uid)
+        try:
+            self.core.check_restore(owner, dict(held))
+        except LimitExceeded as exc:
+            raise self._refused(client, exc, req) from None
+        by_units: dict[int, list[int]] = {}
+        for gpu, units in held:
+            by_units.setdefault(units, []).append(gpu)
         done: list[Grant] = []
         try:
-            for gpu, units in held:
-                done.append(self.core.restore((gpu,), units, owner=owner))
+            for units, gpus in by_units.items():
+                done.append(
+                    self.core.restore(tuple(gpus), units, owner=owner, now=now, since=since)
+                )
         except ValueError as exc:
             for grant in done:
-                self.core.release_many([(grant.gpus[0], grant.units)])
+                self.core.release_many(self.core.held(grant), ticket=grant.ticket)
             raise ProtocolError(ErrorCode.LOST, f"cannot reclaim this lease: {exc}", req) from None
-        return max(units for _, units in held)
+        return done[0].ticket if len(done) == 1 else None
 
     def reclaimed(self, client: Client, now: float) -> list[Delivery]:
         """``client`` has re-declared everything: what else it journaled is gone (only its
@@ -956,6 +1008,7 @@ class HostState:
             return []
         self.recovery = None
         self.changes += 1
+        self._late = {i: e for i, e in recovery.pending.items() if e.held is not None}
         self.log(
             f"recovery over: {len(recovery.pending)} journaled requests not reclaimed, freed; "
             f"{len(self._held_back)} held-back waiters enter the queue in order"
@@ -1086,7 +1139,7 @@ class HostState:
         held = [e for e in sorted(self._by_id.values(), key=lambda e: e.id) if e.held is not None]
         queue = [self._by_ticket[w.ticket] for w in self.core.waiters()]
         queue += sorted(self._held_back, key=lambda e: e.id)
-        entries = [_journaled(e) for e in (*held, *queue)]
+        entries = [_journaled(e, self.clock_offset) for e in (*held, *queue)]
         if self.recovery is not None:
             entries += self.recovery.pending.values()
         return Journal(self.id_limit, tuple(entries), self.counters())
@@ -1099,7 +1152,8 @@ class HostState:
         """
         dirty, self._dirty = self._dirty, set()
         by_id = self._by_id
-        return {i: None if i not in by_id else _journaled(by_id[i]) for i in dirty}
+        offset = self.clock_offset
+        return {i: None if i not in by_id else _journaled(by_id[i], offset) for i in dirty}
 
     def has_id(self, ident: int) -> bool:
         """Whether lease or waiter ``ident`` is here."""
