@@ -36,6 +36,7 @@ class Model:
     reason: str | None = None
     ended_at: float | None = None
     retry_of: int | None = None
+    code: int | None = None  # a failed job's exit code
     extra: dict[str, object] = field(default_factory=dict)
 
 
@@ -134,6 +135,7 @@ class JobTableMachine(RuleBasedStateMachine):
         if self.transition(number, "mark_finished", {JobState.RUNNING}, call):
             job = self.jobs[number]
             job.state, job.ended_at = (JobState.FAILED if code else JobState.SUCCEEDED), now
+            job.code = code
 
     @rule(number=numbers)
     def mark_cancelled(self, number: int) -> None:
@@ -162,15 +164,30 @@ class JobTableMachine(RuleBasedStateMachine):
     def retry(self, number: int) -> object:
         call = lambda: self.store.retry(f"j{number}", now=self.clock)  # noqa: E731
         if number in self.jobs and self.jobs[number].state in FINISHED:
-            why = self.refusal(self.jobs[number].after)
-            if why is not None:
-                self.expect_refusal(call, ValueError, why)
-                return multiple()
-            again = self.added(self.jobs[number].after, retry_of=number)
+            standing = [self.may_succeed(after) for after in self.jobs[number].after]
+            for after, stand_in in zip(self.jobs[number].after, standing, strict=True):
+                if stand_in is None:
+                    self.expect_refusal(call, JobStateError, f"its dependency j{after} ")
+                    return multiple()
+            chosen = [n for n in dict.fromkeys(standing) if n is not None]
+            again = self.added(chosen, retry_of=number)
             assert call().id == f"j{again}"
             return again
         self.transition(number, "retry", set(FINISHED), call)
         return multiple()
+
+    def may_succeed(self, number: int) -> int | None:
+        """What a retry waits for in place of dependency ``number``: itself while it may
+        still succeed, else its newest retry (followed down) that may; None: none may."""
+        if number in self.jobs and self.jobs[number].state not in ENDS:
+            return number
+        retries = [n for n, job in self.jobs.items() if job.retry_of == number]
+        retries.sort(reverse=True)
+        for retry in retries:
+            found = self.may_succeed(retry)
+            if found is not None:
+                return found
+        return None
 
     @rule()
     def ready(self) -> None:
@@ -187,9 +204,12 @@ class JobTableMachine(RuleBasedStateMachine):
             dependency = self.jobs.get(after)
             end = "was pruned" if dependency is None else ENDS.get(dependency.state)
             if end is not None:
+                how = ""
+                if dependency is not None and dependency.state is JobState.FAILED:
+                    how = f" (exit {dependency.code})"
                 job.state, job.reason, job.ended_at = (
                     JobState.CANCELLED,
-                    f"dependency j{after} {end}",
+                    f"dependency j{after} {end}{how}",
                     now,
                 )
                 return

@@ -361,7 +361,7 @@ def test_a_dependency_that_already_succeeded_queues_the_job_at_once(store: JobSt
 @pytest.mark.parametrize(
     ("end", "reason"),
     [
-        (lambda s, j: s.mark_finished(j, exit_code=1), "dependency j1 failed"),
+        (lambda s, j: s.mark_finished(j, exit_code=1), "dependency j1 failed (exit 1)"),
         (lambda s, j: s.mark_timed_out(j), "dependency j1 timed out"),
         (lambda s, j: s.mark_lost(j), "dependency j1 was lost"),
         (lambda s, j: s.mark_cancelled(j), "dependency j1 was cancelled"),

@@ -123,7 +123,7 @@ def test_after_a_failure_the_dependent_job_is_cancelled_and_never_runs(box: Box)
     b = box.submit("--after", a, job=["b"])
     box.file("a.go").touch()
     job = box.finished(b)
-    assert (job.state, job.reason) == (JobState.CANCELLED, f"dependency {a} failed")
+    assert (job.state, job.reason) == (JobState.CANCELLED, f"dependency {a} failed (exit 1)")
     assert box.job(a).state is JobState.FAILED
     assert not box.file("b.started").exists()
 

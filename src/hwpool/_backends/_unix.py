@@ -310,6 +310,13 @@ class UnixBackend:
         r = self._reqs.get(ticket)
         return None if r is None else r.id
 
+    def held_since(self, ticket: int) -> float | None:
+        """When grant ``ticket``'s lease was granted, on this process's ``time.monotonic()``
+        (the clock the server counts time limits on): for a lease taken over, its first
+        grant, from the age the server gave with it. None where no such grant is held here."""
+        r = self._reqs.get(ticket)
+        return None if r is None or r.state is not _State.HELD else r.since
+
     # ----------------------------------------------------------------- sections
     @contextlib.contextmanager
     def _section(self) -> Iterator[None]:

@@ -13,7 +13,9 @@ the server's socket. The launcher then:
 3. runs the job as ``hwpool run`` does (its own process group, killed if this process is
    killed) with the job's environment and working directory plus the lease's variables,
    stdin from ``/dev/null``, stdout and stderr to ``logs/<id>.out`` and ``logs/<id>.err``;
-   ends it at its time limit (SIGTERM, SIGKILL after the grace), or when ``hwpool cancel``
+   ends it at its time limit, counted from the lease's grant as the server counts it (one
+   clock: a launcher that starts late does not stretch it; SIGTERM, SIGKILL after the
+   grace), or when ``hwpool cancel``
    sends :data:`~hwpool._jobs._procs.CANCEL_SIGNAL`, or when the lease is revoked;
 4. records the end (succeeded, failed, timed-out, cancelled) and releases the lease.
 
@@ -81,13 +83,25 @@ def _launch(directory: Path, handoff: dict[str, Any]) -> int:
         )  # fmt: skip
         try:
             pool = GPUPool(backend=backend)
-            lease = pool.take_over(int(handoff["lease"]), str(handoff["ticket"]))
+            lease = _take_over(store, job, pool, handoff)
             try:
                 return _run(store, directory, job, pool, lease)
             finally:
                 lease.__exit__(None, None, None)
         finally:
             backend.close()
+
+
+def _take_over(store: JobStore, job: JobRecord, pool: GPUPool, handoff: dict[str, Any]) -> GPULease:
+    """The job's lease, taken over; a refusal (the offer is gone: the supervisor died, or it
+    was not taken in time) is noted on the job's record, which stays queued, and raised."""
+    try:
+        return pool.take_over(int(handoff["lease"]), str(handoff["ticket"]))
+    except (ValueError, ConnectionError) as exc:
+        note = f"its launcher could not take its lease over ({exc}): queued again"
+        with contextlib.suppress(JobStateError):  # cancelled meanwhile
+            store.note_queued(job.id, note)
+        raise
 
 
 def _run(store: JobStore, directory: Path, job: JobRecord, pool: GPUPool, lease: GPULease) -> int:
@@ -114,15 +128,19 @@ def _execute(job: JobRecord, lease: GPULease, fds: list[int], pool: GPUPool) -> 
         return _child.JobEnd(0, False, True)
     env = lease.env(dict(job.environment))
     env[JOB_ID_VAR] = job.id
-    started = time.monotonic()
     limit = job.time_limit
+    deadline = None if limit is None else _granted_at(pool, lease) + limit
+    if deadline is not None and time.monotonic() >= deadline:
+        _child.say(f"hwpool: {job.id}'s time limit ({limit} s, counted from its grant, as the "
+                   "server counts it) ran out before it could start: not starting it")  # fmt: skip
+        return _child.JobEnd(0, True, False)
     _child.say(f"hwpool: {job.id} runs on {', '.join(lease.devices) or 'no GPU'}")
     stdin = os.open(os.devnull, os.O_RDONLY)
     try:
         return _child.run_job_to_end(
             job.argv, env, GRACE_S, lambda: not _Cancel.requested and not lease.revoked,
             lambda: _ending_why(job, lease),
-            deadline=None if limit is None else started + limit,
+            deadline=deadline,
             late=f"hwpool: {job.id} ran past its time limit ({limit} s): ending it (SIGTERM, "
             f"then SIGKILL after {GRACE_S:g} s)",
             cwd=job.cwd, stdio=(stdin, fds[0], fds[1]),
@@ -132,6 +150,15 @@ def _execute(job: JobRecord, lease: GPULease, fds: list[int], pool: GPUPool) -> 
         return _child.JobEnd(127 if isinstance(exc, FileNotFoundError) else 126, False, False)
     finally:
         os.close(stdin)
+
+
+def _granted_at(pool: GPUPool, lease: GPULease) -> float:
+    """When ``lease`` was granted (``time.monotonic()``): the server counts its time limit
+    from then, and so does the launcher, however late it started. Now where unknown."""
+    held_since = getattr(pool._backend, "held_since", None)
+    grant = lease._grant
+    since = None if held_since is None or grant is None else held_since(grant.ticket)
+    return time.monotonic() if since is None else float(since)
 
 
 def _ending_why(job: JobRecord, lease: GPULease) -> str:
@@ -198,9 +225,11 @@ def _log_paths(directory: Path, job: JobRecord) -> tuple[Path, Path]:
 
 
 def _open_log(path: Path) -> int:
-    """Open a job's log for writing from its start (the user's own regular file, never
-    through a symbolic link); inheritable, for the job."""
-    fd = open_side_file(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, what="job log")
+    """Open a job's log for appending (the user's own regular file, never through a
+    symbolic link); inheritable, for the job. Never truncated: a launcher opens the logs
+    before the table says whether it may run the job, and one turned away (the job runs
+    under another launcher) must leave the running job's output alone."""
+    fd = open_side_file(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, what="job log")
     os.set_blocking(fd, True)
     return fd
 

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ._model import JobRecord, JobState
+from ._model import JobRecord, JobState, signal_name
 from ._procs import CANCEL_SIGNAL, is_running, signal_if_running
 from ._store import JobStateError, JobStore
 
@@ -236,11 +236,3 @@ def _ended(record: JobRecord) -> str:
         code = signal_name(record.signal) if record.signal is not None else record.exit_code
         return f"failed ({'exit ' if record.signal is None else ''}{code})"
     return record.state.value
-
-
-def signal_name(number: int) -> str:
-    """``SIGKILL`` for 9; ``signal 77`` for a number with no name here."""
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"

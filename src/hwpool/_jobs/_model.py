@@ -49,6 +49,8 @@ __all__ = [
     "check_state",
     "check_time",
     "format_job_id",
+    "how_ended",
+    "signal_name",
 ]
 
 JOB_ID_PREFIX = "j"
@@ -56,6 +58,21 @@ MAX_NAME = 256
 MAX_REASON = 1000
 MAX_SIGNAL = signal.NSIG - 1
 _JOB_ID = re.compile(r"j([1-9][0-9]{0,15})")
+
+
+def signal_name(number: int) -> str:
+    """``SIGKILL`` for 9; ``signal 77`` for a number with no name here."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def how_ended(exit_code: int | None, signum: int | None) -> str:
+    """`` (exit 1)``, `` (SIGKILL)``, or nothing: how a finished job ended, for a reason."""
+    if signum is not None:
+        return f" ({signal_name(signum)})"
+    return "" if exit_code is None else f" (exit {exit_code})"
 
 
 class JobState(StrEnum):

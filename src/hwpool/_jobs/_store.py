@@ -61,6 +61,7 @@ from ._model import (
     check_state,
     check_time,
     format_job_id,
+    how_ended,
 )
 from ._schema import SCHEMA_VERSION, JobTableError, connect, job_from_row
 from ._state import (
@@ -366,6 +367,7 @@ class JobStore:
             "stdout_log": _optional_path("stdout_log", stdout_log),
             "stderr_log": _optional_path("stderr_log", stderr_log),
             "started_at": _now(now),
+            "reason": None,  # a note of why it was queued again (note_queued) is past
         }
         return self._transition(job_id, "mark_running", {JobState.QUEUED}, changes)
 
@@ -436,6 +438,13 @@ class JobStore:
         }
         return self._transition(job_id, "mark_lost", {JobState.RUNNING}, changes)
 
+    def note_queued(self, job_id: str, reason: str) -> JobRecord:
+        """Say on the queued job ``job_id`` why it is queued again (its launcher died before
+        it started the job, say): its reason until it starts (``mark_running`` clears it).
+        JobStateError, changing nothing, for a job that is not queued."""
+        changes = {"reason": check_reason(reason)}
+        return self._transition(job_id, "note_queued", {JobState.QUEUED}, changes)
+
     def retry(self, job_id: str, *, now: float | None = None) -> JobRecord:
         """Queue a finished job again, as a new job (``retry_of`` names this one) with the
         same command, environment, request and dependencies; the new job."""
@@ -450,7 +459,42 @@ class JobStore:
                 )
             fields = self._copy_fields(number)
             fields.update(queued_at=queued_at, retry_of=number)
-            return self._insert(fields, [int(a.removeprefix("j")) for a in old.after])
+            after = [self._standing_for(job_id, int(a.removeprefix("j"))) for a in old.after]
+            return self._insert(fields, list(dict.fromkeys(after)))
+
+    def _standing_for(self, job_id: str, number: int) -> int:
+        """The dependency a retry of ``job_id`` waits for in place of its dependency
+        ``number``: itself while it may still succeed, else its newest retry that may (a retry
+        of a retry too). JobStateError naming it, and how it ended, when there is none."""
+        found = self._may_succeed(number)
+        if found is not None:
+            return found
+        row = self._db.execute(
+            "SELECT state, exit_code, signal FROM jobs WHERE number = ?", (number,)
+        ).fetchone()
+        dependency = format_job_id(number)
+        end = "was pruned" if row is None else _DEPENDENCY_ENDS[JobState(row[0])]
+        how = "" if row is None else how_ended(row[1], row[2])
+        raise JobStateError(
+            f"cannot retry {job_id}: its dependency {dependency} {end}{how} and no retry of it "
+            f"may still succeed: retry it first (hwpool retry {dependency}), then retry "
+            f"{job_id}, which then waits for that retry"
+        )
+
+    def _may_succeed(self, number: int) -> int | None:
+        """``number``, or the newest of its retries (followed down), that has not ended
+        otherwise than succeeded; None when there is none."""
+        row = self._db.execute("SELECT state FROM jobs WHERE number = ?", (number,)).fetchone()
+        if row is not None and JobState(row[0]) not in _DEPENDENCY_ENDS:
+            return number
+        retries = self._db.execute(
+            "SELECT number FROM jobs WHERE retry_of = ? ORDER BY number DESC", (number,)
+        ).fetchall()
+        for (retry,) in retries:
+            found = self._may_succeed(retry)
+            if found is not None:
+                return found
+        return None
 
     def _copy_fields(self, number: int) -> dict[str, Any]:
         columns = ("name", "argv", "cwd", "environment", "gpus", "memory_mib", "priority",
@@ -490,24 +534,25 @@ class JobStore:
         ).fetchall()
         for (number,) in waiting:
             rows = self._db.execute(
-                "SELECT d.after, j.state FROM dependencies d LEFT JOIN jobs j "
-                "ON j.number = d.after WHERE d.job = ? ORDER BY d.position",
+                "SELECT d.after, j.state, j.exit_code, j.signal FROM dependencies d LEFT JOIN "
+                "jobs j ON j.number = d.after WHERE d.job = ? ORDER BY d.position",
                 (number,),
             ).fetchall()
             self._settle(number, rows, ended_at)
 
     def _settle(self, number: int, dependencies: Sequence[Any], ended_at: float) -> None:
         """Queue or cancel the waiting job ``number`` given its dependencies' states."""
-        for after, state in dependencies:
+        for after, state, exit_code, signum in dependencies:
             end = _DEPENDENCY_ENDS.get(JobState(state)) if state is not None else "was pruned"
             if end is not None:
-                reason = f"dependency {format_job_id(after)} {end}"
+                how = how_ended(exit_code, signum) if state == JobState.FAILED.value else ""
+                reason = f"dependency {format_job_id(after)} {end}{how}"
                 self._db.execute(
                     "UPDATE jobs SET state = ?, reason = ?, ended_at = ? WHERE number = ?",
                     (JobState.CANCELLED.value, reason, ended_at, number),
                 )
                 return
-        if all(state == JobState.SUCCEEDED.value for _, state in dependencies):
+        if all(row[1] == JobState.SUCCEEDED.value for row in dependencies):
             self._db.execute(
                 "UPDATE jobs SET state = ? WHERE number = ?", (JobState.QUEUED.value, number)
             )

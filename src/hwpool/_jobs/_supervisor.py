@@ -5,8 +5,8 @@ One supervisor runs per user and state directory (``supervisor.lock``, an ``floc
 its life). It is a client of the host server like any other, on one connection:
 
 - every queued job (dependencies succeeded: ``JobStore.ready()``) waits in the server's queue
-  as one request, with the job's priority, its time limit plus the grace (the enforced
-  limit the server may count on) and its id and name as the request's label;
+  as one request, with the job's priority, its time limit plus the grace and a margin
+  (the enforced limit the server may count on) and its id and name as the request's label;
 - when a request is granted, the lease is offered for hand-over (``give``) and the job's
   *launcher* is started (``hwpool._cli._launch``), in a session of its own, with the lease's
   id and ticket on its stdin. The launcher takes the lease over (so that the lease is its
@@ -15,7 +15,14 @@ its life). It is a client of the host server like any other, on one connection:
   ``queued -> running`` transition commits, so a job is never started twice;
 - it watches the launchers (its children, and at start those of running jobs it finds,
   which it adopts): a job still recorded running when its launcher is gone died while
-  nothing recorded its end, and is marked ``lost``.
+  nothing recorded its end, and is marked ``lost``;
+- no lease is left behind by a launcher that died before it took its lease over, or that
+  could not be started (``Popen`` failed: EAGAIN at the user's process limit, say): this
+  process takes the offered lease back (``take`` with the ticket it kept) and releases it at
+  once, and the job is queued again, its record saying why; after
+  :data:`MAX_LAUNCH_FAILURES` such launchers in a row it is cancelled, with the last why.
+  (If this process dies too, its connection's close frees the offer; and the server
+  withdraws an offer nobody took within its ``handover_s``.)
 
 It learns of new jobs and cancellations through the table (``PRAGMA data_version``, looked
 at twice a second) and, at once, through ``supervisor.sock``, where ``hwpool submit`` and
@@ -39,9 +46,11 @@ from pathlib import Path
 
 from .._backends._unix import UnixBackend
 from .._core._scheduler import Demand, Grant
+from .._errors import RevokedError
 from .._gpu._pool import GPUPool, _limited, _owned
 from .._wire._bounds import MAX_TEXT
-from ._model import JobRecord, JobState
+from ._backoff import Backoff
+from ._model import JobRecord, JobState, signal_name
 from ._procs import is_running, process_start
 from ._state import LOCK_NAME, LOG_NAME, SOCKET_NAME
 from ._store import JobStateError, JobStore
@@ -49,6 +58,7 @@ from ._store import JobStateError, JobStore
 __all__ = [
     "GRACE_S",
     "IDLE_S",
+    "LIMIT_MARGIN_S",
     "LOCK_NAME",
     "LOG_NAME",
     "SOCKET_NAME",
@@ -57,6 +67,7 @@ __all__ = [
 ]
 
 GRACE_S = 10.0  # after SIGTERM at a job's time limit or cancel, SIGKILL this much later
+LIMIT_MARGIN_S = 5.0  # past the grace, for the job's group to be gone and its lease released
 IDLE_S = 60.0  # with nothing to run or watch, the supervisor exits after this long
 PRUNE_EVERY_S = 3600.0  # how often the history is pruned while the supervisor runs
 POLL_S = 0.5  # how often the table is looked at for changes nobody woke it for
@@ -73,11 +84,15 @@ class _Launcher:
     pid: int
     start: int | None
     process: subprocess.Popen[bytes] | None
+    offer: tuple[int, str] | None = None  # the lease offered to it and its ticket (a child)
 
 
 def demand_of(pool: GPUPool, job: JobRecord, grace_s: float) -> Demand:
     """The server request for ``job``: its share (or memory), its priority, and its time
-    limit plus ``grace_s`` (when the launcher has surely ended it)."""
+    limit plus ``grace_s`` and :data:`LIMIT_MARGIN_S`. The launcher counts the time limit
+    from the grant, as the server does (one clock), ends the job then (SIGTERM, SIGKILL
+    ``grace_s`` later) and releases the lease once the job's processes are gone: before the
+    server's limit, which is only the backstop (a launcher that hangs)."""
     if job.memory_mib is not None:
         demand = pool._one_demand(None, job.memory_mib)
     elif isinstance(job.gpus, int):
@@ -85,7 +100,7 @@ def demand_of(pool: GPUPool, job: JobRecord, grace_s: float) -> Demand:
     else:
         demand = pool._one_demand(1.0 if job.gpus is None else float(job.gpus), None)
     demand = _owned(demand, None, job.priority)
-    limit = None if job.time_limit is None else job.time_limit + grace_s
+    limit = None if job.time_limit is None else job.time_limit + grace_s + LIMIT_MARGIN_S
     return _limited(demand, limit)
 
 
@@ -119,6 +134,7 @@ class Supervisor:
         self._version: int | None = None  # the table's data_version when last settled
         self._busy = True
         self._retry_at = 0.0  # when to try the server again after it could not be reached
+        self._refusals = Backoff()  # refused requests: when to ask again, what was logged
 
     # ------------------------------------------------------------------ the loop
     async def run(self) -> None:
@@ -178,6 +194,7 @@ class Supervisor:
             if job.id not in watched:
                 self._adopt(job)
         wanted = {job.id for job in queued}
+        self._refusals.keep(wanted)
         for job_id in list(self._requests):
             if job_id not in wanted and not self._requests[job_id].done():
                 self._requests[job_id].cancel()  # cancelled in the table: withdraw it
@@ -207,15 +224,23 @@ class Supervisor:
         except asyncio.CancelledError:
             raise
         except (ValueError, TypeError) as exc:  # a request this server can never grant
+            self._refusals.forget(job.id)
             self._give_up(job.id, f"the server refused its request: {exc}")
             return
-        except Exception as exc:
-            self._log(f"{job.id}: no share yet: {exc}")
-            await asyncio.sleep(1.0)
+        except RevokedError as exc:  # `hwpool cancel N` of its request: the job's cancel
+            self._refusals.forget(job.id)
+            self._give_up(job.id, f"its {exc}")
+            return
+        except Exception as exc:  # a refusal that may pass: try again later and later
+            refusal = self._refusals.refused(job.id, str(exc))
+            if refusal.new:
+                self._log(f"{job.id}: no share yet (asking again, backing off to 5 min): {exc}")
+            await asyncio.sleep(refusal.delay_s)
             return
         finally:
             self._requests.pop(job.id, None)
             self._wake.set()
+        self._refusals.forget(job.id)
         self._start(job, backend, grant)
 
     def _reachable(self, memory: bool) -> bool:
@@ -246,22 +271,60 @@ class Supervisor:
             with contextlib.suppress(Exception):
                 backend.release(grant)
             return
+        assert lease_id is not None
         handoff = {"job": job.id, "lease": lease_id, "ticket": ticket,
                    "socket": str(backend.socket)}  # fmt: skip
-        process = subprocess.Popen(
-            [*self._launcher_argv, str(self._directory)],
-            stdin=subprocess.PIPE, start_new_session=True, cwd="/",
-        )  # fmt: skip
+        try:
+            process = subprocess.Popen(
+                [*self._launcher_argv, str(self._directory)],
+                stdin=subprocess.PIPE, start_new_session=True, cwd="/",
+            )  # fmt: skip
+        except OSError as exc:  # EAGAIN at the process limit, ENOMEM, a launcher gone
+            self._take_back(job.id, (lease_id, ticket))
+            self._launch_failed(job.id, f"its launcher could not be started ({exc})")
+            return
         assert process.stdin is not None
         with contextlib.suppress(BrokenPipeError):
             process.stdin.write(json.dumps(handoff).encode() + b"\n")
         with contextlib.suppress(BrokenPipeError):
             process.stdin.close()
         self._launchers[process.pid] = _Launcher(
-            job.id, process.pid, process_start(process.pid), process
+            job.id, process.pid, process_start(process.pid), process, (lease_id, ticket)
         )
         self._watch(process.pid)
         self._log(f"{job.id}: granted lease #{lease_id}; launcher {process.pid} started")
+
+    def _take_back(self, job_id: str, offer: tuple[int, str]) -> None:
+        """Take back the lease offered to a launcher that is gone, and release it: its GPUs
+        go on at once. Nothing to do when the launcher took it (the lease was then its
+        connection's, freed when it died) or the offer is gone (the server restarted)."""
+        backend = self._backend
+        if backend is None:
+            return
+        lease_id, ticket = offer
+        try:
+            grant = backend.take(lease_id, ticket)
+        except (ValueError, TypeError, ConnectionError):
+            return  # taken by the launcher (and freed with it), withdrawn, or no server
+        with contextlib.suppress(Exception):  # a lease the server revoked meanwhile, say
+            backend.release(grant)
+        self._log(f"{job_id}: took lease #{lease_id} back from its launcher, which never took "
+                  "it, and released it")  # fmt: skip
+
+    def _launch_failed(self, job_id: str, why: str) -> None:
+        """A launcher of ``job_id`` ended (or never started) before it started the job: the
+        job is asked for again, its record saying why, or, after MAX_LAUNCH_FAILURES in a
+        row, cancelled with why."""
+        failures = self._failures.get(job_id, 0) + 1
+        self._failures[job_id] = failures
+        if failures >= MAX_LAUNCH_FAILURES:
+            self._give_up(job_id, f"{why}; {failures} launchers in a row failed: see "
+                          f"{str(self._directory / LOG_NAME)!r}")  # fmt: skip
+            return
+        note = f"{why}: queued again ({failures} of {MAX_LAUNCH_FAILURES} tries)"
+        with contextlib.suppress(JobStateError):  # cancelled meanwhile
+            self._store.note_queued(job_id, note)
+        self._log(f"{job_id}: {note}")
 
     def _give_up(self, job_id: str, reason: str) -> None:
         with contextlib.suppress(JobStateError):
@@ -328,20 +391,15 @@ class Supervisor:
             job = self._store.get(launcher.job_id)
         except LookupError:
             return
+        started = job.pid == launcher.pid and job.started_at is not None
+        if launcher.offer is not None and not started:
+            self._take_back(job.id, launcher.offer)  # it died before it took the lease over
+        how = _how_ended(code)
         if job.state is JobState.RUNNING and job.pid == launcher.pid:
-            how = "was killed" if code is not None and code < 0 else f"exited {code}"
-            if code is None:
-                how = "ended"
             self._lose(job.id, launcher.pid, f"its launcher {how} without recording its end")
         elif job.state is JobState.QUEUED:
-            failures = self._failures.get(job.id, 0) + 1
-            self._failures[job.id] = failures
-            self._log(f"{job.id}: launcher {launcher.pid} exited {code} before starting it")
-            if failures >= MAX_LAUNCH_FAILURES:
-                self._give_up(
-                    job.id, f"its launcher failed {failures} times: see "
-                    f"{str(self._directory / LOG_NAME)!r}",
-                )  # fmt: skip
+            self._log(f"{job.id}: launcher {launcher.pid} {how} before it started the job")
+            self._launch_failed(job.id, f"its launcher {how} before it started the job")
 
     # ------------------------------------------------------------------ waking
     async def _listen(self) -> asyncio.AbstractServer:
@@ -357,6 +415,16 @@ class Supervisor:
             if _peer_uid(sock) == os.geteuid():
                 self._wake.set()
         writer.close()
+
+
+def _how_ended(code: int | None) -> str:
+    """``was killed by SIGKILL``, ``exited 3``, ``ended``: how a launcher ended (its
+    ``Popen.returncode``; None for an adopted one, whose status is not known)."""
+    if code is None:
+        return "ended"
+    if code < 0:
+        return f"was killed by {signal_name(-code)}"
+    return f"exited {code}"
 
 
 def _peer_uid(sock: socket.socket) -> int:

@@ -17,14 +17,17 @@ that client may reclaim it, and only as it was journaled.
 A lease may change hands between two connections of one uid (``give``, then ``take`` with
 the secret ticket ``give`` answered): it then belongs to the taker's connection as if the
 taker had made it (its release, its disconnection, its reclaim after a restart: the journal
-names the taker's pid and token), and its owner, id, GPUs and time limit stay the same.
+names the taker's pid and token), and its owner, id, GPUs and time limit stay the same. An
+offer not taken within ``handover_s`` is withdrawn and its lease released.
 
 A revoked lease (``hwpool cancel``, its time limit, ended for overuse) is gone for its client
-and the journal at once, but its GPUs stay held (granted to no one else) until its holder's
-processes are gone: until its connection closes (``hwpool run`` and a job's launcher close
-it once the job has ended), or, at the latest, ``revoked_hold_s`` after the revoke (the
-launcher's SIGTERM grace and a margin) unless ``job_runs`` says the holder's job still runs
-then (asked again every ``REVOKED_RECHECK_S``). A restart forgets the hold.
+and the journal at once. Its GPUs go back at once unless ``job_runs`` says a job of its
+holder runs (a proven job group: ``hwpool run``, a job's launcher); then they stay held
+(granted to no one else) until the job's processes are gone: until its connection closes
+(``hwpool run`` and a job's launcher close it once the job has ended), or, at the latest,
+``revoked_hold_s`` after the revoke (the launcher's SIGTERM grace and a margin) unless
+``job_runs`` says the job still runs then (asked again every ``REVOKED_RECHECK_S``). A
+restart forgets the hold.
 
 One client cannot flood the others: a connection holds at most ``max_per_connection``
 requests (leases and waiters), a uid at most ``max_per_user`` over all its connections.
@@ -75,6 +78,7 @@ from .._wire._protocol import (
 )
 from ._config import Owner
 from ._defaults import (
+    HANDOVER_S,
     MAX_REQUESTS_PER_CONNECTION,
     MAX_REQUESTS_PER_USER,
     REVOKED_HOLD_S,
@@ -153,6 +157,7 @@ class Entry:
     units: int = 0  # a lease's units on each GPU, as its grant said (0: whole GPUs, mixed)
     partial: bool = False  # a lease partly released: it cannot be handed over
     handover: str | None = None  # the ticket that takes this lease over (``give``), or None
+    offered_until: float = 0.0  # while offered: when the offer is withdrawn, the lease released
     revoked_until: float | None = None  # revoked: when its GPUs go back at the latest
 
 
@@ -287,6 +292,8 @@ class HostState:
         self._ends: list[tuple[float, int]] = []
         self._revoked: dict[int, Entry] = {}  # revoked leases whose GPUs are still held
         self.revoked_hold_s = REVOKED_HOLD_S
+        self._offered: dict[int, Entry] = {}  # leases offered for hand-over (stale ones too)
+        self.handover_s = HANDOVER_S
         # Whether a client's job still runs (its processes are not gone): asked at the end of
         # a revoked lease's hold. The server reads /proc; by default, no job is known to run.
         self.job_runs: Callable[[Client], bool] = lambda client: False
@@ -556,27 +563,33 @@ class HostState:
             )
             notice = Revoked(entry.req, entry.id, entry.client.uid, "limit")
             out.append((entry.client, notice))
-            self._hold_revoked(entry, now)
-        return out + self._end_holds(now)
+            out += self._hold_revoked(entry, now)
+        return out + self._end_holds(now) + self._end_offers(now)
 
     def next_deadline(self) -> float | None:
         """When :meth:`expire` has something to do next: a time limit runs out, or a revoked
         lease's hold ends (None: nothing)."""
         ends = [e.revoked_until for e in self._revoked.values() if e.revoked_until is not None]
+        ends += [e.offered_until for e in self._offered.values() if e.handover is not None]
         limit = self.next_limit_end()
         return min([*ends, *([] if limit is None else [limit])], default=None)
 
-    def _hold_revoked(self, entry: Entry, now: float) -> None:
-        """Lease ``entry`` was revoked: it is gone for its client and the journal, but its
-        GPUs stay held until its holder's processes are gone (see the module docstring)."""
+    def _hold_revoked(self, entry: Entry, now: float) -> list[Delivery]:
+        """Lease ``entry`` was revoked: it is gone for its client and the journal; its GPUs
+        stay held while a job of its holder is proven to run (see the module docstring), and
+        go back at once otherwise (answered: the waiters they let through)."""
         self._drop(entry)
         self.released += 1
+        if not self.job_runs(entry.client):
+            self._revoked[entry.id] = entry
+            return self._free_revoked(entry, now, "no job of its holder runs")
         entry.revoked_until = now + self.revoked_hold_s
         self._revoked[entry.id] = entry
         self.log(
             f"hold {self._what(entry.held or {})} of revoked {_job(entry)} until the processes "
             f"of {entry.client} are gone ({self.revoked_hold_s:g} s at most unless its job runs)"
         )
+        return []
 
     def _end_holds(self, now: float) -> list[Delivery]:
         """Free the revoked leases whose hold has run out by ``now``, unless the job of their
@@ -587,6 +600,22 @@ class HostState:
                 entry.revoked_until = now + REVOKED_RECHECK_S
             else:
                 out += self._free_revoked(entry, now, "its hold ran out, no job of it runs")
+        return out
+
+    def _end_offers(self, now: float) -> list[Delivery]:
+        """Withdraw the hand-over offers nobody took by ``now`` and release their leases (the
+        giver forgot them when it gave them); forget the offers taken or gone meanwhile."""
+        out: list[Delivery] = []
+        for entry in list(self._offered.values()):
+            if entry.handover is None or entry.held is None:
+                del self._offered[entry.id]  # taken, released or revoked meanwhile
+            elif entry.offered_until <= now:
+                del self._offered[entry.id]
+                self.log(
+                    f"withdraw the offer of {_job(entry)} of {entry.client}: nobody took it "
+                    f"within {self.handover_s:g} s: release {self._what(entry.held)}"
+                )
+                out += self._remove(entry, now)
         return out
 
     def _free_revoked(self, entry: Entry, now: float, why: str) -> list[Delivery]:
@@ -689,8 +718,7 @@ class HostState:
             self.log(f"cancel {_job(entry)} of {owner} by {by}")
         was: Literal["lease", "waiter"] = "lease" if entry.held is not None else "waiter"
         if entry.held is not None:
-            self._hold_revoked(entry, now)
-            grants = []
+            grants = self._hold_revoked(entry, now)
         else:
             grants = self._remove(entry, now)
         return [(actor, Done(msg.req, was)), (owner, notice), *grants]
@@ -727,7 +755,9 @@ class HostState:
                 msg.req,
             )
         entry.handover = secrets.token_urlsafe(24)
-        self.log(f"offer {_job(entry)} of {client} for hand-over")
+        entry.offered_until = now + self.handover_s
+        self._offered[entry.id] = entry
+        self.log(f"offer {_job(entry)} of {client} for hand-over ({self.handover_s:g} s)")
         return [(client, Given(msg.req, entry.id, entry.handover))]
 
     def take(self, client: Client, msg: Take, now: float) -> list[Delivery]:
@@ -1052,8 +1082,7 @@ class HostState:
         self.log(f"revoke {_job(entry)} of {entry.client}: ended for overuse: "
                  f"{self._what(entry.held or {})}")  # fmt: skip
         notice = Revoked(entry.req, entry.id, by, "overuse")
-        self._hold_revoked(entry, now)
-        return [(entry.client, notice)]
+        return [(entry.client, notice), *self._hold_revoked(entry, now)]
 
     # ----------------------------------------------------------------- views
     def status(
