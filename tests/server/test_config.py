@@ -468,22 +468,26 @@ def test_a_real_server_says_its_accounts_when_it_starts(
     ("text", "named"),
     [
         ("watch_interval = 1e12\n", "watch_interval: must be at most 3600, got 1000000000000.0"),
-        ("watch_interval = 0.001\n", "watch_interval: must be 0 (off) or at least 0.1 s, got 0.001"),
+        ("watch_interval = 0.001\n",
+         "watch_interval: must be 0 (off) or at least 0.1 s, got 0.001"),
         ("grace = 1e12\n", "grace: must be at most 3600, got 1000000000000.0"),
         ('half_life = "1000d"\n', "half_life: must be at most 31622400, got 86400000.0"),
         ("hello_timeout = 1e9\n", "hello_timeout: must be at most 3600, got 1000000000.0"),
         ("idle_timeout = 1e12\n", "idle_timeout: must be at most 31622400, got 1000000000000.0"),
-        ("over_lease_grace = 1e12\n", "over_lease_grace: must be at most 86400, got 1000000000000.0"),
+        ("over_lease_grace = 1e12\n",
+         "over_lease_grace: must be at most 86400, got 1000000000000.0"),
         ("max_connections = 0\n", "max_connections: must be an integer >= 1, got 0"),
         ("max_connections = 100000000\n", "max_connections: must be at most 4096, got 100000000"),
         ("max_control_connections = -1\n", "max_control_connections: must be an integer >= 1"),
         ("max_requests_per_user = 2147483648\n",
          "max_requests_per_user: must be at most 1000000, got 2147483648"),
-        ("metrics_max_connections = 0\n", "metrics_max_connections: must be an integer >= 1, got 0"),
-        ("metrics_timeout = 0\n", "metrics_timeout: must be a number of seconds > 0, got 0"),
-        ("metrics_timeout = 1e9\n", "metrics_timeout: must be at most 300, got 1000000000.0"),
-        ("[limits.default]\ngpus = -1\n", "limits.default.gpus: must be a finite number of GPUs > 0, got -1"),
-        ("[limits.default]\ngpus = 1e9\n", "limits.default.gpus: must be at most 4096, got 1000000000.0"),
+        ('gpu_memory = ["80GiB", "90TiB"]\n',
+         "gpu_memory: GPU 1's memory must be at most 16777216 MiB (16 TiB), got 94371840 MiB"),
+        ("[shares]\nroot = 1e300\n", "shares.root: must be at most 1000000 (shares are relative)"),
+        ("[limits.default]\ngpus = -1\n",
+         "limits.default.gpus: must be a finite number of GPUs > 0, got -1"),
+        ("[limits.default]\ngpus = 1e9\n",
+         "limits.default.gpus: must be at most 4096, got 1000000000.0"),
         ("[limits.default]\nrunning = 1000000000\n",
          "limits.default.running: must be at most 1000000, got 1000000000"),
         ("[limits.default]\nqueued = 1000000000\n",
@@ -508,11 +512,12 @@ def test_serve_refuses_a_value_out_of_range_naming_the_key_and_the_value(
         ("--watch-interval", "1e12", "--watch-interval: must be at most 3600, got 1000000000000.0"),
         ("--grace", "1e12", "--grace: must be at most 3600, got 1000000000000.0"),
         ("--hello-timeout", "1e9", "--hello-timeout: must be at most 3600, got 1000000000.0"),
-        ("--max-connections", "100000000", "--max-connections: must be at most 4096, got 100000000"),
+        ("--max-connections",
+         "100000000", "--max-connections: must be at most 4096, got 100000000"),
         ("--max-connections", "0", "--max-connections: must be an integer >= 1, got 0"),
-        ("--metrics-max-connections", "5000",
-         "--metrics-max-connections: must be at most 1024, got 5000"),
-        ("--metrics-timeout", "1e9", "--metrics-timeout: must be at most 300, got 1000000000.0"),
+        ("--gpus", "100000", "--gpus: must be at most 4096, got 100000"),
+        ("--gpu-memory", "80GiB,90TiB",
+         "--gpu-memory: GPU 1's memory must be at most 16777216 MiB (16 TiB), got 94371840 MiB"),
     ],
 )  # fmt: skip
 def test_serve_refuses_a_flag_out_of_range_naming_it_and_the_value(
@@ -526,15 +531,22 @@ def test_serve_refuses_a_flag_out_of_range_naming_it_and_the_value(
 
 
 def test_a_config_file_in_a_directory_others_may_write_is_refused(tmp_path: Path) -> None:
-    """The config file's directory and those above it are checked as the socket's are."""
+    """The config file's directory and those above it are checked as the socket's are: a
+    file others could replace is refused (exit 2, naming the directory), nothing started."""
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o777)
     inner = shared / "inner"
     inner.mkdir(mode=0o755)
+    real = tmp_path / "real"
+    real.mkdir(mode=0o755)
+    write(real / "serve.toml", "gpus = 2\n")
+    (tmp_path / "link").symlink_to(real)
     socket = tmp_path / "d" / "s.sock"
     for path, problem in (
         (write(shared / "serve.toml", "gpus = 2\n"), f"{str(shared)!r} is writable by everyone"),
+        (tmp_path / "link" / "serve.toml",
+         f"{str(tmp_path / 'link')!r} is a symbolic link: the config file's directory"),
         (write(inner / "serve.toml", "gpus = 2\n"),
          f"{str(shared)!r} (above the config file) is writable by others without the sticky"),
     ):  # fmt: skip

@@ -214,16 +214,6 @@ def _add_host(commands: Subcommands) -> None:
         help="the address the metrics listen on (default 127.0.0.1: this machine only)",
     )  # fmt: skip
     srv.add_argument(
-        "--metrics-max-connections", type=_args.count, metavar="N",
-        help="metrics connections open at once, over the port and <socket>.metrics (default "
-        "32); one beyond is closed at once",
-    )  # fmt: skip
-    srv.add_argument(
-        "--metrics-timeout", type=_args.positive_seconds, metavar="S",
-        help="a metrics connection has S s to send its request and S s to read the answer "
-        "(default 10); then it is closed",
-    )  # fmt: skip
-    srv.add_argument(
         "--config", type=Path, metavar="PATH",
         help=f"read settings from this TOML file (default: $HWPOOL_CONFIG, else {DEFAULT_CONFIG}, "
         "if it exists and the server listens on the machine-wide socket); flags override it",

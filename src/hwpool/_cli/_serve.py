@@ -20,7 +20,8 @@ from .._core._policies import POLICIES as SERVER_POLICIES
 from .._gpu._sizing import capacities_of, sized_gpus
 from .._host._detect import GPUInfo, detect_gpus
 from .._server import _listen
-from .._server._config import ConfigError, check_bound, read_config
+from .._server._bounds import check_bound
+from .._server._config import ConfigError, read_config
 from .._server._defaults import MAX_REQUESTS_PER_CONNECTION, MAX_REQUESTS_PER_USER, default_config
 from .._server._server import ServeConfig, serve
 from .._wire._paths import system_socket
@@ -37,7 +38,7 @@ _BUILT_IN: dict[str, object] = {
     "idle_timeout": None, "half_life": DEFAULT_HALF_LIFE, "shares": {}, "limits": {},
     "default_limits": None, "accounts": {}, "metrics_port": None, "metrics_host": "127.0.0.1",
     "watch_interval": 2.0, "over_lease": "warn", "over_lease_grace": 30.0,
-    "over_lease_owners": {}, "metrics_max_connections": 32, "metrics_timeout": 10.0,
+    "over_lease_owners": {},
 }  # fmt: skip
 """Each setting's value when neither a flag nor the config file gives it."""
 
@@ -197,8 +198,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         shares=args.shares, half_life=args.half_life, limits=args.limits,
         default_limits=args.default_limits, accounts=args.accounts,
         metrics_port=args.metrics_port, metrics_host=args.metrics_host,
-        metrics_max_connections=args.metrics_max_connections,
-        metrics_timeout_s=args.metrics_timeout, watch_interval_s=args.watch_interval, over_lease=args.over_lease,
+        watch_interval_s=args.watch_interval, over_lease=args.over_lease,
         over_lease_grace_s=args.over_lease_grace, over_lease_owners=args.over_lease_owners,
     )  # fmt: skip
     if config.metrics_port is not None:

@@ -34,13 +34,12 @@ from .._core._limits import LIMIT_MODES, OwnerLimits
 from .._core._memory import parse_memory
 from .._core._policies import POLICIES
 from .._wire._safety import check_directory, read_trusted_file
+from ._bounds import MOST_LIMIT, MOST_SHARE, at_most, bounded
 from ._defaults import DEFAULT_CONFIG
 
 __all__ = [
     "DEFAULT_CONFIG",
     "KEYS",
-    "MOST",
-    "check_bound",
     "LIMIT_KEYS",
     "OVER_LEASE_POLICIES",
     "ConfigError",
@@ -172,52 +171,6 @@ def _watch_interval(value: object) -> float:
         ) from None
 
 
-HOUR, DAY = 3600.0, 86400.0
-MOST: dict[str, float] = {
-    "half_life": 366 * DAY,
-    "grace": HOUR,
-    "hello_timeout": HOUR,
-    "idle_timeout": 366 * DAY,
-    "watch_interval": HOUR,
-    "over_lease_grace": DAY,
-    "max_connections": 4096,
-    "max_control_connections": 1024,
-    "max_requests_per_connection": 1_000_000,
-    "max_requests_per_user": 1_000_000,
-    "metrics_max_connections": 1024,
-    "metrics_timeout": 300.0,
-}
-"""The most each setting may be: beyond, a value is a mistake (a timer that never fires, a
-cap that caps nothing), refused at start like a negative one."""
-MIN_WATCH_INTERVAL = 0.1
-"""The shortest watch interval but 0 (off): sampling NVML or nvidia-smi faster only burns
-the server's loop."""
-
-
-def check_bound(key: str, value: object) -> None:
-    """ValueError (saying the bound and ``value``) where setting ``key``'s checked ``value``
-    is past :data:`MOST` (or a watch interval under :data:`MIN_WATCH_INTERVAL` but 0):
-    applied to a config file's values and to the command line's flags alike."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return
-    most = MOST.get(key)
-    if most is not None and value > most:
-        raise ValueError(f"must be at most {most:.0f}, got {value!r}")
-    if key == "watch_interval" and 0 < value < MIN_WATCH_INTERVAL:
-        raise ValueError(f"must be 0 (off) or at least {MIN_WATCH_INTERVAL:g} s, got {value!r}")
-
-
-def _bounded(key: str, check: Callable[[object], T]) -> Callable[[object], T]:
-    """``check``, then :func:`check_bound` for ``key``."""
-
-    def checked(value: object) -> T:
-        result = check(value)
-        check_bound(key, result)
-        return result
-
-    return checked
-
-
 def _over_lease(value: object) -> str:
     """What the server does about a lease over its memory: ``warn``, ``term`` or ``off``."""
     if not isinstance(value, str) or value not in OVER_LEASE_POLICIES:
@@ -247,12 +200,10 @@ KEYS: dict[str, Callable[[object], object]] = {
     "watch_interval": _watch_interval,
     "over_lease": _over_lease,
     "over_lease_grace": _seconds_or_zero,
-    "metrics_max_connections": _count,
-    "metrics_timeout": _seconds,
 }
 """The plain keys and what checks each (a ValueError saying what is wrong); ``[shares]`` and
 ``[limits]`` are the tables."""
-KEYS = {key: _bounded(key, check) for key, check in KEYS.items()}
+KEYS = {key: bounded(key, check) for key, check in KEYS.items()}
 
 TABLES = ("accounts", "limits", "over_lease_owners", "shares")
 
@@ -275,6 +226,8 @@ def _share(value: object) -> float:
         raise ValueError(f"must be a number > 0, got {value!r}")
     if not (math.isfinite(value) and value > 0):
         raise ValueError(f"must be a finite number > 0, got {value!r}")
+    if value > MOST_SHARE:
+        raise ValueError(f"must be at most {MOST_SHARE:.0f} (shares are relative), got {value!r}")
     return float(value)
 
 
@@ -473,8 +426,10 @@ def _user_name(uid: int) -> str:
 
 def read_config(path: Path, owners: Collection[int]) -> dict[str, object]:
     """The checked settings of the config file at ``path``, which must belong to a uid in
-    ``owners`` (root and the server's) and be writable by its owner only. ConfigError for a
-    file that is missing, unsafe, unreadable or not a valid config."""
+    ``owners`` (root and the server's) and be writable by its owner only, in a directory
+    checked as the socket's is (``_wire._safety.check_directory``: its own and every one
+    above it, so that nobody else can replace the file). ConfigError for a file that is
+    missing, unsafe, unreadable or not a valid config."""
     try:
         check_directory(path.parent, owners, what="config file")
         data = read_trusted_file(path, owners)
@@ -519,23 +474,11 @@ def _limit_mode(value: object) -> str:
     return value
 
 
-def _at_most(most: float, check: Callable[[object], T]) -> Callable[[object], T]:
-    """``check``, then a ValueError where the number it gives is over ``most``."""
-
-    def checked(value: object) -> T:
-        result = check(value)
-        if isinstance(result, (int, float)) and result > most:
-            raise ValueError(f"must be at most {most:.0f}, got {value!r}")
-        return result
-
-    return checked
-
-
 LIMIT_KEYS: dict[str, Callable[[object], object]] = {
-    "gpus": _at_most(MAX_GPUS, _limit_gpus),
-    "running": _at_most(1_000_000, _count),
-    "queued": _at_most(1_000_000, _limit_queued),
-    "memory": _at_most(float(2**40), _limit_memory),  # MiB: an exbibyte
+    "gpus": at_most(MOST_LIMIT["gpus"], _limit_gpus),
+    "running": at_most(MOST_LIMIT["running"], _count),
+    "queued": at_most(MOST_LIMIT["queued"], _limit_queued),
+    "memory": _limit_memory,
     "mode": _limit_mode,
 }
 """The keys of one ``[limits.default]`` or ``[limits.users.NAME]`` table (the core's

@@ -120,8 +120,6 @@ class ServeConfig:
     accounts: Mapping[str, frozenset[int]] = field(default_factory=dict)  # name -> uids
     metrics_port: int | None = None  # serve Prometheus metrics there (None: no; 0: any port)
     metrics_host: str = "127.0.0.1"
-    metrics_max_connections: int = 32  # metrics connections at once (port and Unix socket)
-    metrics_timeout_s: float = 10.0  # to send a request, and again to read the answer
     watch_interval_s: float = 2.0  # seconds between samples of the GPUs (0: not watched)
     over_lease: str = "warn"  # a lease over its memory: warn, term or off
     over_lease_grace_s: float = 30.0  # with term: how long it may stay over
