@@ -427,6 +427,22 @@ def test_a_journaled_lease_past_its_owners_limit_is_refused_with_the_limit() -> 
     assert list(owner.entries) == [1]
 
 
+def test_a_journaled_lease_past_the_cap_on_requests_is_refused() -> None:
+    """Restarted with max-requests-per-user 1: the second journaled lease is refused."""
+    state = HostState(2, admins={0}, max_per_user=1)
+    journal = journal_of(
+        JournalEntry(5, 1000, 11, 1, FULL, ((0, FULL),), token="a"),
+        JournalEntry(6, 1000, 11, 1, FULL, ((1, FULL),), token="a"),
+    )
+    state.start_recovery(journal, 0.0, 5.0, alive=lambda pid: True)
+    owner = Client(1, 1000, 11, token="a")
+    state.reclaim(owner, p.Reclaim(1, 5, 1, FULL, ((0, FULL),), 1.0), 0.1)
+    with pytest.raises(ProtocolError, match="max-requests-per-user 1") as info:
+        state.reclaim(owner, p.Reclaim(2, 6, 1, FULL, ((1, FULL),), 1.0), 0.1)
+    assert info.value.code is ErrorCode.LIMIT
+    assert state.core.free == (0, FULL) and list(owner.entries) == [1]
+
+
 def test_with_an_unreadable_journal_a_lease_is_taken_back_within_its_owners_limits() -> None:
     state = HostState(2, admins={0}, limits={1000: OwnerLimits(running=1)})
     state.start_recovery(journal_of(), 0.0, 5.0, alive=lambda pid: True, complete=False)
@@ -444,24 +460,22 @@ def test_a_recovered_lease_counts_in_its_owners_usage_from_its_journaled_start()
     """A restart credited a recovered lease with usage from the core's clock's origin (the
     boot: thousands of GPU-seconds); it counts from its journaled start."""
     state = host(1)
-    state.clock_offset = 1000.0  # the wall clock is 1000 s ahead of the state's
     journal = journal_of(JournalEntry(5, 1000, 11, 1, FULL, ((0, FULL),), token="a",
-                                      start=1000.0 + 5000.0))  # fmt: skip
+                                      start=5000.0))  # fmt: skip
     state.start_recovery(journal, 5030.0, 5.0, alive=lambda pid: True)
     owner = Client(1, 1000, 11, token="a")
     state.reclaim(owner, p.Reclaim(1, 5, 1, FULL, ((0, FULL),), 1.0), 5030.0)
     assert state.core.usage(1000, 5060.0) == pytest.approx(60.0, rel=0.02)  # held 60 s
     assert state.status(1, 5060.0, 0.0).leases[0].age_s == pytest.approx(60.0)
     (entry,) = state.journal().entries
-    assert entry.start == pytest.approx(6000.0)  # journaled again as it was
+    assert entry.start == 5000.0  # journaled again as it was
 
 
-def test_a_granted_lease_is_journaled_with_its_start_on_the_wall_clock() -> None:
+def test_a_granted_lease_is_journaled_with_its_start() -> None:
     state = host(1)
-    state.clock_offset = 100.0
     state.acquire(client(), p.Acquire(1, 1, FULL, True), 7.0)
     (entry,) = state.journal().entries
-    assert entry.start == 107.0
+    assert entry.start == 7.0
 
 
 # ----------------------------------------------------------------- journal and ids

@@ -243,12 +243,12 @@ def test_a_leases_time_limit_end_is_journaled_and_replayed(tmp_path: Path) -> No
 
 def test_a_leases_start_is_journaled_and_replayed(tmp_path: Path) -> None:
     file = opened(tmp_path)
-    started = JournalEntry(1, 0, 11, 1, FULL, ((0, FULL),), "t", start=1764950000.25)
+    started = JournalEntry(1, 0, 11, 1, FULL, ((0, FULL),), "t", start=81200.25)
     file.write(1025, {1: started, 2: waiter(2)}, Counters())
     assert _journal.load(file.path) == Journal(1025, (started, waiter(2)), Counters())
     text = file.path.read_text()
-    assert '"start":1764950000.25' in text
-    file.path.write_text(text.replace("1764950000.25", '"then"'))
+    assert '"start":81200.25' in text
+    file.path.write_text(text.replace("81200.25", '"then"'))
     with pytest.raises(JournalError, match="start"):
         _journal.load(file.path)
 

@@ -186,14 +186,14 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
-def _journaled(entry: Entry, clock_offset: float) -> JournalEntry:
-    """``entry`` as the journal has it (a lease's start on the wall clock: the state's clock
-    plus ``clock_offset``)."""
+def _journaled(entry: Entry) -> JournalEntry:
+    """``entry`` as the journal has it (a lease with its start and time limit's end, on the
+    state's clock: ``time.monotonic()`` in the server)."""
     held = None if entry.held is None else tuple(sorted(entry.held.items()))
     c = entry.client
     demand = entry.demand
     end = entry.limit_end if entry.held is not None else None
-    start = None if entry.held is None else entry.since + clock_offset
+    start = None if entry.held is None else entry.since
     return JournalEntry(
         entry.id, c.uid, c.pid, demand.count, demand.units, held, c.token, end, start
     )
@@ -279,9 +279,6 @@ class HostState:
         # Journaled leases recovery ended without (their client came back too late): only
         # those may still be reclaimed after it, by their client, within its owner's limits.
         self._late: dict[int, JournalEntry] = {}
-        # The wall clock minus this state's clock: a lease's start is journaled on the wall
-        # clock (the server sets it to time.time() - time.monotonic(); 0: the same clock).
-        self.clock_offset = 0.0
         self._by_id: dict[int, Entry] = {}
         self._by_ticket: dict[int, Entry] = {}
         self._held_back: list[Entry] = []
@@ -877,10 +874,11 @@ class HostState:
         id): by the client that made it (else ``forbidden``), as journaled, during recovery
         or, for one recovery ended without, after it. With an unreadable journal, a lease is
         taken back during recovery as the client says. Either way it goes through the
-        admission a new lease goes through: its owner's limits (``limit``: a lease that is
-        held cannot wait) and what is free (``lost``); after recovery only while nobody
-        waits. Its owner's usage counts it from its journaled start. A waiter is served as a
-        new request (its journaled id kept, its place held during recovery).
+        admission a new lease goes through: the caps on requests and its owner's limits
+        (``limit``: a lease that is held cannot wait), and what is free (``lost``); after
+        recovery only while nobody waits. Its owner's usage counts it from its journaled
+        start. A waiter is served as a new request (its journaled id kept, its place held
+        during recovery).
         """
         self._data_only(client, msg.req)
         self._fresh_req(client, msg.req)
@@ -893,8 +891,7 @@ class HostState:
                 ErrorCode.BAD_MESSAGE, f"reclaim of #{msg.id}: held names a GPU twice", msg.req
             )
         journaled = self._journaled_as(client, msg, demand)
-        if journaled is None:
-            self._room_for(client, msg.req)
+        self._room_for(client, msg.req)  # the caps on requests, as for a new one
         start = self._journaled_start(journaled, now)
         ticket = None
         if msg.held is not None:
@@ -964,7 +961,7 @@ class HostState:
         ``now``), or None where the journal does not say."""
         if journaled is None or journaled.start is None:
             return None
-        return min(now, journaled.start - self.clock_offset)
+        return min(now, journaled.start)
 
     def _forget_journaled(self, ident: int) -> None:
         """Journal entry ``ident`` is taken back: recovery (or the late leases) no longer
@@ -1168,7 +1165,7 @@ class HostState:
         held = [e for e in sorted(self._by_id.values(), key=lambda e: e.id) if e.held is not None]
         queue = [self._by_ticket[w.ticket] for w in self.core.waiters()]
         queue += sorted(self._held_back, key=lambda e: e.id)
-        entries = [_journaled(e, self.clock_offset) for e in (*held, *queue)]
+        entries = [_journaled(e) for e in (*held, *queue)]
         if self.recovery is not None:
             entries += self.recovery.pending.values()
         return Journal(self.id_limit, tuple(entries), self.counters())
@@ -1181,8 +1178,7 @@ class HostState:
         """
         dirty, self._dirty = self._dirty, set()
         by_id = self._by_id
-        offset = self.clock_offset
-        return {i: None if i not in by_id else _journaled(by_id[i], offset) for i in dirty}
+        return {i: None if i not in by_id else _journaled(by_id[i]) for i in dirty}
 
     def has_id(self, ident: int) -> bool:
         """Whether lease or waiter ``ident`` is here."""

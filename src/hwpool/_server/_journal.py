@@ -17,7 +17,7 @@ whole line::
     {"op": "queued", "id": 9, "uid": ..., "held": null, ...}      a waiter (or its update)
     {"op": "granted", "id": 9, "uid": ..., "held": [[0, 500]], ...}     a lease (or update)
     {"op": "granted", ..., "limit_end": 81234.5}   a lease with a time limit, which ends then
-    {"op": "granted", ..., "start": 1764950000.25}   when it was granted (wall clock)
+    {"op": "granted", ..., "start": 81200.5}   when it was granted (the same clock)
     {"op": "released", "id": 9}   /   {"op": "withdrawn", "id": 10}         gone
 
 Loading replays it. A last line without its newline is what a crash in the middle of an
@@ -89,9 +89,10 @@ class JournalEntry:
     ``limit_end``: for a lease with a time limit, when it ends, in ``time.monotonic()``
     seconds (CLOCK_MONOTONIC on Linux: one clock for every process of one boot, which is as
     long as a journal matters); None for none (and in journals written before it existed).
-    ``start``: for a lease, when it was granted, in wall-clock seconds (``time.time()``), so
-    that a restarted server counts its owner's usage from then, not from its own start;
-    None where unknown (a waiter, or a journal written before it existed).
+    ``start``: for a lease, when it was granted, on the same clock, so that a restarted
+    server counts its owner's fair-share usage from then (neither from its own start nor
+    from the clock's origin); None where unknown (a waiter, or a journal written before it
+    existed).
     """
 
     id: int

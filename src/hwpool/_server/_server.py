@@ -365,7 +365,6 @@ class _Server:
             half_life=config.half_life, limits=config.limits,
             default_limits=config.default_limits, accounts=config.accounts,
         )  # fmt: skip
-        self.state.clock_offset = time.time() - time.monotonic()  # starts journaled: wall clock
         procs = ProcFS()
         self.state.job_runs = lambda client: has_job(client.holder, procs)
         self.journal_path = _journal.journal_path(config.socket)
