@@ -5,12 +5,14 @@ from __future__ import annotations
 import grp
 import os
 import pwd
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from hostserver import Server, run_cli
+from hostserver import BOUND, ENV, Server, run_cli
 from hwpool._core._limits import OwnerLimits
 from hwpool._server._config import ConfigError, parse_config, read_config
 from rawpeers import Pair
@@ -464,6 +466,16 @@ def test_a_real_server_says_its_accounts_when_it_starts(
 
 
 # ----------------------------------------------------------------- values out of range
+def serve(*args: str) -> tuple[int, str, str]:
+    """``hwpool serve ARGS`` as a child process: its exit status, stdout and stderr. Bounded:
+    a server that starts instead of refusing is killed at ``BOUND`` and fails the test."""
+    done = subprocess.run(
+        [sys.executable, "-m", "hwpool", "serve", *args], capture_output=True, text=True,
+        env=ENV, timeout=BOUND, check=False, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    return done.returncode, done.stdout, done.stderr
+
+
 @pytest.mark.parametrize(
     ("text", "named"),
     [
@@ -500,7 +512,7 @@ def test_serve_refuses_a_value_out_of_range_naming_the_key_and_the_value(
     """Negative, zero where it makes no sense, absurdly large: exit 2, nothing started."""
     path = write(tmp_path / "serve.toml", text)
     socket = tmp_path / "d" / "s.sock"
-    code, out, err = run_cli("serve", "--socket", str(socket), "--config", str(path))
+    code, out, err = serve("--socket", str(socket), "--config", str(path))
     assert (code, out) == (2, "")
     assert named in err and str(path) in err
     assert not (tmp_path / "d").exists()
@@ -524,7 +536,7 @@ def test_serve_refuses_a_flag_out_of_range_naming_it_and_the_value(
     tmp_path: Path, flag: str, value: str, named: str
 ) -> None:
     socket = tmp_path / "d" / "s.sock"
-    code, out, err = run_cli("serve", "--socket", str(socket), "--gpus", "1", flag, value)
+    code, out, err = serve("--socket", str(socket), "--gpus", "1", flag, value)
     assert (code, out) == (2, "")
     assert named in err
     assert not (tmp_path / "d").exists()
@@ -550,6 +562,6 @@ def test_a_config_file_in_a_directory_others_may_write_is_refused(tmp_path: Path
         (write(inner / "serve.toml", "gpus = 2\n"),
          f"{str(shared)!r} (above the config file) is writable by others without the sticky"),
     ):  # fmt: skip
-        code, _, err = run_cli("serve", "--socket", str(socket), "--config", str(path))
+        code, _, err = serve("--socket", str(socket), "--config", str(path))
         assert code == 2 and problem in err, err
         assert not (tmp_path / "d").exists()
