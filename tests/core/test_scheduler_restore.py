@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+from hwpool._core._limits import LimitExceeded, OwnerLimits
 from hwpool._core._scheduler import Demand, Scheduler
 
 U = 1_000
@@ -60,3 +63,46 @@ def test_restore_refuses_while_requests_wait() -> None:
     with pytest.raises(ValueError, match="1 requests wait"):
         core.restore((0,), 1)
     assert core.is_waiting(ticket) and core.free == (0,)
+
+
+# ----------------------------------------------------------------- issue 35: usage and limits
+@pytest.mark.parametrize("policy", ["easy", "reserve-all"])
+def test_a_restored_grant_counts_in_its_owners_usage_from_its_real_start(policy: str) -> None:
+    """Held since t=40, taken back at t=100: its owner has used it 60 s, not 0 (a restart
+    forgives) nor since the clock's origin (a restart inflates)."""
+    core = Scheduler(2, U, policy=policy, half_life=1e9)
+    grant = core.restore((0, 1), U, owner="a", now=100.0, since=40.0)
+    assert core.usage("a", 100.0) == pytest.approx(120.0, rel=1e-6)  # 2 GPUs x 60 s
+    core.release_many(core.held(grant), ticket=grant.ticket, now=110.0)
+    assert core.usage("a", 130.0) == pytest.approx(140.0, rel=1e-6)  # and 10 s more
+    assert core.running("a") == 0.0
+
+
+@pytest.mark.parametrize("since", [None, 100.0, 250.0])
+def test_a_restored_grant_with_no_earlier_start_counts_from_now(since: float | None) -> None:
+    core = Scheduler(1, U, half_life=1e9)
+    core.restore((0,), U, owner="a", now=100.0, since=since)
+    assert core.usage("a", 110.0) == pytest.approx(10.0, rel=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["wait", "refuse"])
+@pytest.mark.parametrize(
+    ("limits", "held", "named"),
+    [
+        (OwnerLimits(gpus=1), {1: U}, "gpus"),
+        (OwnerLimits(running=1), {1: U // 4}, "running"),
+        (OwnerLimits(units=U + U // 2), {1: U}, "units"),
+    ],
+)
+def test_taking_back_a_grant_past_its_owners_limit_is_refused_whatever_the_mode(
+    limits: OwnerLimits, held: dict[int, int], named: str, mode: str
+) -> None:
+    """A grant held already cannot wait: past a limit it is refused, changing nothing."""
+    core = Scheduler(2, U, limits={"a": replace(limits, mode=mode)})
+    core.check_restore("a", {0: U})  # the first fits
+    core.restore((0,), U, owner="a", now=1.0)
+    with pytest.raises(LimitExceeded) as info:
+        core.check_restore("a", held)
+    assert info.value.limit == named and info.value.owner == "a"
+    assert core.free == (0, U) and core.running("a") == 1.0
+    core.check_restore("b", {1: U})  # another owner is not limited

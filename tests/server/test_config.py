@@ -5,12 +5,14 @@ from __future__ import annotations
 import grp
 import os
 import pwd
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from hostserver import Server, run_cli
+from hostserver import BOUND, ENV, Server, run_cli
 from hwpool._core._limits import OwnerLimits
 from hwpool._server._config import ConfigError, parse_config, read_config
 from rawpeers import Pair
@@ -461,3 +463,105 @@ def test_a_real_server_says_its_accounts_when_it_starts(
         "account ml share 3, uid 4242 share 2, limits: account ml gpus=2 mode=wait, "
         "accounts: ml (uids 0, 4243), ops (uids 4244)"
     )
+
+
+# ----------------------------------------------------------------- values out of range
+def serve(*args: str) -> tuple[int, str, str]:
+    """``hwpool serve ARGS`` as a child process: its exit status, stdout and stderr. Bounded:
+    a server that starts instead of refusing is killed at ``BOUND`` and fails the test."""
+    done = subprocess.run(
+        [sys.executable, "-m", "hwpool", "serve", *args], capture_output=True, text=True,
+        env=ENV, timeout=BOUND, check=False, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    return done.returncode, done.stdout, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("watch_interval = 1e12\n", "watch_interval: must be at most 3600, got 1000000000000.0"),
+        ("watch_interval = 0.001\n",
+         "watch_interval: must be 0 (off) or at least 0.1 s, got 0.001"),
+        ("grace = 1e12\n", "grace: must be at most 3600, got 1000000000000.0"),
+        ('half_life = "1000d"\n', "half_life: must be at most 31622400, got 86400000.0"),
+        ("hello_timeout = 1e9\n", "hello_timeout: must be at most 3600, got 1000000000.0"),
+        ("idle_timeout = 1e12\n", "idle_timeout: must be at most 31622400, got 1000000000000.0"),
+        ("over_lease_grace = 1e12\n",
+         "over_lease_grace: must be at most 86400, got 1000000000000.0"),
+        ("max_connections = 0\n", "max_connections: must be an integer >= 1, got 0"),
+        ("max_connections = 100000000\n", "max_connections: must be at most 4096, got 100000000"),
+        ("max_control_connections = -1\n", "max_control_connections: must be an integer >= 1"),
+        ("max_requests_per_user = 2147483648\n",
+         "max_requests_per_user: must be at most 1000000, got 2147483648"),
+        ('gpu_memory = ["80GiB", "90TiB"]\n',
+         "gpu_memory: GPU 1's memory must be at most 16777216 MiB (16 TiB), got 94371840 MiB"),
+        ("[shares]\nroot = 1e300\n", "shares.root: must be at most 1000000 (shares are relative)"),
+        ("[limits.default]\ngpus = -1\n",
+         "limits.default.gpus: must be a finite number of GPUs > 0, got -1"),
+        ("[limits.default]\ngpus = 1e9\n",
+         "limits.default.gpus: must be at most 4096, got 1000000000.0"),
+        ("[limits.default]\nrunning = 1000000000\n",
+         "limits.default.running: must be at most 1000000, got 1000000000"),
+        ("[limits.default]\nqueued = 1000000000\n",
+         "limits.default.queued: must be at most 1000000, got 1000000000"),
+    ],
+)  # fmt: skip
+def test_serve_refuses_a_value_out_of_range_naming_the_key_and_the_value(
+    tmp_path: Path, text: str, named: str
+) -> None:
+    """Negative, zero where it makes no sense, absurdly large: exit 2, nothing started."""
+    path = write(tmp_path / "serve.toml", text)
+    socket = tmp_path / "d" / "s.sock"
+    code, out, err = serve("--socket", str(socket), "--config", str(path))
+    assert (code, out) == (2, "")
+    assert named in err and str(path) in err
+    assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "named"),
+    [
+        ("--watch-interval", "1e12", "--watch-interval: must be at most 3600, got 1000000000000.0"),
+        ("--grace", "1e12", "--grace: must be at most 3600, got 1000000000000.0"),
+        ("--hello-timeout", "1e9", "--hello-timeout: must be at most 3600, got 1000000000.0"),
+        ("--max-connections",
+         "100000000", "--max-connections: must be at most 4096, got 100000000"),
+        ("--max-connections", "0", "--max-connections: must be an integer >= 1, got 0"),
+        ("--gpus", "100000", "--gpus: must be at most 4096, got 100000"),
+        ("--gpu-memory", "80GiB,90TiB",
+         "--gpu-memory: GPU 1's memory must be at most 16777216 MiB (16 TiB), got 94371840 MiB"),
+    ],
+)  # fmt: skip
+def test_serve_refuses_a_flag_out_of_range_naming_it_and_the_value(
+    tmp_path: Path, flag: str, value: str, named: str
+) -> None:
+    socket = tmp_path / "d" / "s.sock"
+    code, out, err = serve("--socket", str(socket), "--gpus", "1", flag, value)
+    assert (code, out) == (2, "")
+    assert named in err
+    assert not (tmp_path / "d").exists()
+
+
+def test_a_config_file_in_a_directory_others_may_write_is_refused(tmp_path: Path) -> None:
+    """The config file's directory and those above it are checked as the socket's are: a
+    file others could replace is refused (exit 2, naming the directory), nothing started."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    inner = shared / "inner"
+    inner.mkdir(mode=0o755)
+    real = tmp_path / "real"
+    real.mkdir(mode=0o755)
+    write(real / "serve.toml", "gpus = 2\n")
+    (tmp_path / "link").symlink_to(real)
+    socket = tmp_path / "d" / "s.sock"
+    for path, problem in (
+        (write(shared / "serve.toml", "gpus = 2\n"), f"{str(shared)!r} is writable by everyone"),
+        (tmp_path / "link" / "serve.toml",
+         f"{str(tmp_path / 'link')!r} is a symbolic link: the config file's directory"),
+        (write(inner / "serve.toml", "gpus = 2\n"),
+         f"{str(shared)!r} (above the config file) is writable by others without the sticky"),
+    ):  # fmt: skip
+        code, _, err = serve("--socket", str(socket), "--config", str(path))
+        assert code == 2 and problem in err, err
+        assert not (tmp_path / "d").exists()

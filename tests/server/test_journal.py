@@ -218,14 +218,14 @@ def test_the_state_hands_over_what_changed_since_it_was_last_asked() -> None:
     acquire(state, a, 1)  # id 1, granted
     acquire(state, b, 1)  # id 2, waits
     assert state.journal_changes() == {
-        1: JournalEntry(1, 1000, 1, 1, UNITS_PER_GPU, ((0, UNITS_PER_GPU),)),
+        1: JournalEntry(1, 1000, 1, 1, UNITS_PER_GPU, ((0, UNITS_PER_GPU),), start=0.0),
         2: JournalEntry(2, 1000, 2, 1, UNITS_PER_GPU),
     }
     assert state.journal_changes() == {}
     state.release(a, p.Release(9, 1), 1.0)  # 1 goes, 2 is granted
     assert state.journal_changes() == {
         1: None,
-        2: JournalEntry(2, 1000, 2, 1, UNITS_PER_GPU, ((0, UNITS_PER_GPU),)),
+        2: JournalEntry(2, 1000, 2, 1, UNITS_PER_GPU, ((0, UNITS_PER_GPU),), start=1.0),
     }
     assert state.counters() == Counters(granted=2, released=1)
     assert state.journal().counters == state.counters()
@@ -239,6 +239,18 @@ def test_a_leases_time_limit_end_is_journaled_and_replayed(tmp_path: Path) -> No
     records = [json.loads(line) for line in file.path.read_text().splitlines()[1:]]
     by_id = {r["id"]: r for r in records if r["op"] in ("granted", "queued")}
     assert by_id[1]["limit_end"] == 12345.25 and "limit_end" not in by_id[2]
+
+
+def test_a_leases_start_is_journaled_and_replayed(tmp_path: Path) -> None:
+    file = opened(tmp_path)
+    started = JournalEntry(1, 0, 11, 1, FULL, ((0, FULL),), "t", start=81200.25)
+    file.write(1025, {1: started, 2: waiter(2)}, Counters())
+    assert _journal.load(file.path) == Journal(1025, (started, waiter(2)), Counters())
+    text = file.path.read_text()
+    assert '"start":81200.25' in text
+    file.path.write_text(text.replace("81200.25", '"then"'))
+    with pytest.raises(JournalError, match="start"):
+        _journal.load(file.path)
 
 
 def test_a_bad_limit_end_is_a_journal_error(tmp_path: Path) -> None:

@@ -179,8 +179,65 @@ def test_another_user_cannot_reclaim_a_lease_and_its_owner_then_can(
         again.wait_for("recovery over")
         assert [(x["id"], x["uid"]) for x in status_of(path)["leases"]] == [(ident, pair.alice)]
         late = talk_as(pair.bob, pair.gid, path, [hello(), reclaim(1, ident, [[0, FULL]])])
-        assert reply_to(late, 1)["code"] == "lost"  # after recovery: only if it fits
+        assert reply_to(late, 1)["code"] == "lost"  # only the client the journal names
         assert alice.release() == "released"
         assert [g["free"] for g in status_of(path)["gpus"]] == [1.0]
     finally:
         alice.end()
+
+
+# ----------------------------------------------------------------- item: limits on a reclaim
+def limited(sockdir: Path, uid: int, gpus: int) -> Path:
+    """A config file limiting ``uid`` (a real user, by name) to ``gpus`` GPUs held at once."""
+    config = sockdir / "serve.toml"
+    config.write_text(f"[limits.users.{pwd.getpwuid(uid).pw_name}]\ngpus = {gpus}\n")
+    return config
+
+
+def test_a_limited_user_cannot_reclaim_leases_the_journal_never_named(
+    start_server: StartServer, sockdir: Path, pair: Pair
+) -> None:
+    """The issue's bypass: after a restart, a reclaim of made-up leases (any id) was granted
+    without its owner's limits, so a user limited to 1 GPU took all 4."""
+    path = sockdir / "shared" / "s.sock"
+    config = limited(sockdir, pair.bob, 1)
+    args = ("--gpus", "4", "--grace", "30", "--group", str(pair.gid), "--config", str(config))
+    server = start_server(*args, socket=path)
+    os.chmod(sockdir, 0o711)  # the others may pass through to the shared directory
+    restart(server, start_server, *args)  # nothing journaled: it serves at once
+    everything = [[gpu, FULL] for gpu in range(4)]
+    grab = {"op": "reclaim", "req": 1, "id": 7, "count": 4, "units": FULL,
+            "held": everything, "age_s": 1.0}  # fmt: skip
+    got = talk_as(pair.bob, pair.gid, path, [hello(), grab, reclaim(2, 1, [[0, FULL]])])
+    for req in (1, 2):
+        refused = reply_to(got, req)
+        assert refused["op"] == "error" and refused["code"] == "lost", refused
+    report = status_of(path)
+    assert report["leases"] == [] and [g["free"] for g in report["gpus"]] == [1.0] * 4
+
+
+def test_a_journaled_lease_past_its_owners_limit_is_not_taken_back(
+    start_server: StartServer, sockdir: Path, pair: Pair
+) -> None:
+    """A reclaim goes through the admission of a new lease: restarted with a limit of 1 GPU,
+    alice gets one of her two journaled leases back, and the other is refused (lost to her
+    client), naming the limit."""
+    path = sockdir / "shared" / "s.sock"
+    args = ("--gpus", "2", "--grace", "30", "--group", str(pair.gid))
+    server = start_server(*args, socket=path)
+    os.chmod(sockdir, 0o711)
+    holders = [Holder(pair.alice, pair.gid, path) for _ in range(2)]
+    try:
+        for holder in holders:
+            assert holder.report().startswith("granted "), holder
+        config = limited(sockdir, pair.alice, 1)
+        again = restart(server, start_server, *args, "--config", str(config))
+        again.wait_for("recovery over")
+        line = again.wait_for("refuse a request of")
+        assert "limited to 1 GPU held at once" in line, line
+        report = status_of(path)
+        assert [x["uid"] for x in report["leases"]] == [pair.alice]
+        assert sorted(g["free"] for g in report["gpus"]) == [0.0, 1.0]
+    finally:
+        for holder in holders:
+            holder.end()

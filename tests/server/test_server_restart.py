@@ -11,6 +11,7 @@ import asyncio
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable
 
 from hostserver import BOUND, ClientProc, Server, status_of
@@ -218,4 +219,31 @@ def test_a_reclaimed_lease_keeps_its_time_limit_end(start_server: StartServer) -
     assert kept.limit_end == ends[kept.held]  # exactly the journaled end
     mine.release(short)  # revoked: a no-op
     mine.release(long)
+    mine.close()
+
+
+def test_a_recovered_lease_counts_in_its_owners_usage_from_its_real_start(
+    start_server: StartServer,
+) -> None:
+    """A restart credited a recovered lease with the usage of a lease held since the boot
+    (thousands of GPU-seconds); its owner's usage is what it really held."""
+    args = ("--gpus", "1", "--grace", "30")
+    server = start_server(*args)
+    path = server.socket
+    began = time.monotonic()
+    mine = UnixBackend(path)
+    mine.acquire_blocking(Demand(1, FULL), BOUND)
+    for _ in range(int(BOUND / 0.05)):  # held a second, by the server's own account
+        held_s = status(path)["leases"][0]["held_s"]
+        if held_s >= 1.0:
+            break
+        threading.Event().wait(0.05)
+    assert held_s >= 1.0
+    server.proc.kill()  # the status above is a sync point: the journal is on disk
+    server.proc.wait(BOUND)
+    again = start_server(*args)
+    again.wait_for("recovery over")
+    (owner,) = [o for o in status(path)["owners"] if o["uid"] == os.getuid()]
+    held_in_all = time.monotonic() - began
+    assert held_s <= owner["usage_gpu_s"] <= held_in_all  # not from 0, not from the restart
     mine.close()

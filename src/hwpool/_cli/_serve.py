@@ -20,6 +20,7 @@ from .._core._policies import POLICIES as SERVER_POLICIES
 from .._gpu._sizing import capacities_of, sized_gpus
 from .._host._detect import GPUInfo, detect_gpus
 from .._server import _listen
+from .._server._bounds import check_bound
 from .._server._config import ConfigError, read_config
 from .._server._defaults import (
     MAX_REQUESTS_PER_CONNECTION,
@@ -82,8 +83,18 @@ def _settings(args: argparse.Namespace, socket: Path) -> tuple[Path | None, dict
         if key == "group" and given is not None:
             settings[key] = _group(given)
         elif given is not None and given is not False:  # a flag given overrides the file
-            settings[key] = given
+            settings[key] = _bounded_flag(key, given)
     return path, settings
+
+
+def _bounded_flag(key: str, value: object) -> object:
+    """A flag's ``value``, within the bounds its config key has; bad usage naming the flag
+    and the value otherwise (nothing is started)."""
+    try:
+        check_bound(key, value)
+    except ValueError as exc:
+        raise Usage(f"--{key.replace('_', '-')}: {exc}") from None
+    return value
 
 
 def _check_config(path: Path | None, settings: dict[str, Any]) -> int:

@@ -160,10 +160,19 @@ class Usage:
         running when counting began at ``now``: what it has held so far, decayed, and what it
         holds from now."""
         account = self.hold(None, held, now)
+        self.backdate(None, held, start, now)
+        return account
+
+    def backdate(self, owner: Hashable, held: Mapping[int, int], start: float, now: float) -> None:
+        """Add to ``owner``'s usage what a grant holding ``held`` (counted from ``now``) used
+        between ``start`` and ``now``, decayed: for a grant that began before it was counted
+        (nothing if ``start`` is not before ``now``)."""
+        account = self._accounts[owner]
+        if now > account.since:
+            self._advance(account, now)
         gpus = sum(units * self._per_unit[gpu] for gpu, units in held.items())
         elapsed = max(0.0, now - start)
         account.used -= gpus * _expm1(-self._decay * elapsed) / self._decay
-        return account
 
     def drop(self, account: Account, gpu: int, units: int, now: float, ended: bool) -> None:
         """``units`` of a grant counted by :meth:`hold` given back on ``gpu`` at ``now``;

@@ -1688,14 +1688,18 @@ class Scheduler:
         *,
         now: float | None = None,
         owner: Hashable = None,
+        since: float | None = None,
     ) -> Grant:
         """Re-create a grant that was held before a restart: ``units`` on each of ``gpus``,
-        counted in ``owner``'s usage from now (rule 8).
+        counted in ``owner``'s usage from ``since`` (the caller's clock, when it was really
+        granted; None or later than now: from now), decayed as if this core had seen it all
+        along (rule 8), so that a restart neither forgives nor inflates it.
 
         The host server calls this while its clients re-declare their leases, before it
-        queues anything, so no reservation or queue walk is involved. Raises ValueError,
-        changing nothing, if requests wait, ``gpus`` is empty, repeats or names an unknown
-        GPU, or any of them has fewer than ``units`` free.
+        queues anything, so no reservation or queue walk is involved; it checks the owner's
+        limits first (:meth:`check_restore`). Raises ValueError, changing nothing, if
+        requests wait, ``gpus`` is empty, repeats or names an unknown GPU, or any of them has
+        fewer than ``units`` free.
         """
         if self._queue:
             raise ValueError(f"cannot restore a grant while {len(self._queue)} requests wait")
@@ -1716,13 +1720,43 @@ class Scheduler:
         for gpu in gpus:
             self._free[gpu] -= units
         grant = Grant(next(self._tickets), tuple(gpus), units)
-        if self._easy:  # held from before: its start is unknown, so nothing is learned
-            held = dict.fromkeys(gpus, units)
+        held = dict.fromkeys(gpus, units)
+        if self._easy:  # held from before: its start is not learned from
             account = self._usage.hold(owner, held, at) if self._counting else None
             self._durations.start(grant.ticket, None, held, at, None, account)
         else:
             self._accounted(grant, owner)
+        if since is not None and self._counting:
+            self._usage.backdate(owner, held, since, at)
         return grant
+
+    def check_restore(self, owner: Hashable, held: Mapping[int, int]) -> None:
+        """LimitExceeded, changing nothing, where taking back a grant holding ``held`` (GPU ->
+        units) would take ``owner`` past its ``gpus``, ``running`` or ``units`` limit (rule
+        11), whatever its mode: a grant that is held already cannot wait. What a grant held
+        before a restart goes through, as a new request goes through :meth:`submit`'s."""
+        limits = self._limits_of(owner)
+        if limits is None:
+            return
+        usage = self._usage
+        grants = usage.grants(owner)
+        if limits.running is not None and grants + 1 > limits.running:
+            raise LimitExceeded(
+                owner, "running", limits.running, grants + 1,
+                f"it holds {grants} and this lease would be one more",
+            )  # fmt: skip
+        has, adds = usage.running(owner), sum(u / self._totals[g] for g, u in held.items())
+        if limits.gpus is not None and has + adds > limits.gpus + EPSILON:
+            raise LimitExceeded(
+                owner, "gpus", limits.gpus, has + adds,
+                f"it holds {has:g} and this lease holds {adds:g}",
+            )  # fmt: skip
+        units, more = usage.units(owner), sum(held.values())
+        if limits.units is not None and units + more > limits.units:
+            raise LimitExceeded(
+                owner, "units", limits.units, units + more,
+                f"it holds {units} and this lease holds {more}",
+            )  # fmt: skip
 
     def rebuild(
         self,

@@ -33,7 +33,8 @@ from .._check import duration_from_text as _duration
 from .._core._limits import LIMIT_MODES, OwnerLimits
 from .._core._memory import parse_memory
 from .._core._policies import POLICIES
-from .._wire._safety import read_trusted_file
+from .._wire._safety import check_directory, read_trusted_file
+from ._bounds import MOST_LIMIT, MOST_SHARE, at_most, bounded
 from ._defaults import DEFAULT_CONFIG
 
 __all__ = [
@@ -204,6 +205,7 @@ KEYS: dict[str, Callable[[object], object]] = {
 }
 """The plain keys and what checks each (a ValueError saying what is wrong); ``[shares]`` and
 ``[limits]`` are the tables."""
+KEYS = {key: bounded(key, check) for key, check in KEYS.items()}
 
 TABLES = ("accounts", "limits", "over_lease_owners", "shares")
 
@@ -226,6 +228,8 @@ def _share(value: object) -> float:
         raise ValueError(f"must be a number > 0, got {value!r}")
     if not (math.isfinite(value) and value > 0):
         raise ValueError(f"must be a finite number > 0, got {value!r}")
+    if value > MOST_SHARE:
+        raise ValueError(f"must be at most {MOST_SHARE:.0f} (shares are relative), got {value!r}")
     return float(value)
 
 
@@ -424,13 +428,16 @@ def _user_name(uid: int) -> str:
 
 def read_config(path: Path, owners: Collection[int]) -> dict[str, object]:
     """The checked settings of the config file at ``path``, which must belong to a uid in
-    ``owners`` (root and the server's) and be writable by its owner only. ConfigError for a
-    file that is missing, unsafe, unreadable or not a valid config."""
+    ``owners`` (root and the server's) and be writable by its owner only, in a directory
+    checked as the socket's is (``_wire._safety.check_directory``: its own and every one
+    above it, so that nobody else can replace the file). ConfigError for a file that is
+    missing, unsafe, unreadable or not a valid config."""
     try:
+        check_directory(path.parent, owners, what="config file")
         data = read_trusted_file(path, owners)
     except FileNotFoundError:
         raise ConfigError(f"config file {str(path)!r} does not exist") from None
-    except OSError as exc:  # UnsafePathError names the file
+    except OSError as exc:  # UnsafePathError names the file or the directory
         raise ConfigError(str(exc) or f"config file {str(path)!r}: {exc!r}") from None
     try:
         text = data.decode()
@@ -470,9 +477,9 @@ def _limit_mode(value: object) -> str:
 
 
 LIMIT_KEYS: dict[str, Callable[[object], object]] = {
-    "gpus": _limit_gpus,
-    "running": _count,
-    "queued": _limit_queued,
+    "gpus": at_most(MOST_LIMIT["gpus"], _limit_gpus),
+    "running": at_most(MOST_LIMIT["running"], _count),
+    "queued": at_most(MOST_LIMIT["queued"], _limit_queued),
     "memory": _limit_memory,
     "mode": _limit_mode,
 }

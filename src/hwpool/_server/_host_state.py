@@ -187,11 +187,16 @@ def _count(n: int, noun: str) -> str:
 
 
 def _journaled(entry: Entry) -> JournalEntry:
+    """``entry`` as the journal has it (a lease with its start and time limit's end, on the
+    state's clock: ``time.monotonic()`` in the server)."""
     held = None if entry.held is None else tuple(sorted(entry.held.items()))
     c = entry.client
     demand = entry.demand
     end = entry.limit_end if entry.held is not None else None
-    return JournalEntry(entry.id, c.uid, c.pid, demand.count, demand.units, held, c.token, end)
+    start = None if entry.held is None else entry.since
+    return JournalEntry(
+        entry.id, c.uid, c.pid, demand.count, demand.units, held, c.token, end, start
+    )
 
 
 def _made_by(journaled: JournalEntry, client: Client) -> bool:
@@ -271,6 +276,9 @@ class HostState:
         self.changes = 0  # bumped on every change worth journaling
         self._dirty: set[int] = set()  # ids whose journal record changed: journal_changes()
         self.recovery: Recovery | None = None
+        # Journaled leases recovery ended without (their client came back too late): only
+        # those may still be reclaimed after it, by their client, within its owner's limits.
+        self._late: dict[int, JournalEntry] = {}
         self._by_id: dict[int, Entry] = {}
         self._by_ticket: dict[int, Entry] = {}
         self._held_back: list[Entry] = []
@@ -862,12 +870,15 @@ class HostState:
     def reclaim(self, client: Client, msg: Reclaim, now: float) -> list[Delivery]:
         """A reconnected client re-declares lease or waiter ``msg.id`` under ``msg.req``.
 
-        During recovery, a journaled id is taken back only by the client that made it and
-        only as journaled (else ``forbidden``, naming the id); a lease the journal does not
-        name is refused (``lost``: it could take what a journaled one needs), unless the
-        journal was unreadable. Anything else (a waiter the journal missed, any reclaim after
-        recovery) is served as a new request: a new id, except that after recovery an id
-        from before that nobody uses is kept; a lease only if it fits and nobody waits.
+        A lease is taken back only as the journal names it (``lost`` otherwise, naming the
+        id): by the client that made it (else ``forbidden``), as journaled, during recovery
+        or, for one recovery ended without, after it. With an unreadable journal, a lease is
+        taken back during recovery as the client says. Either way it goes through the
+        admission a new lease goes through: the caps on requests and its owner's limits
+        (``limit``: a lease that is held cannot wait), and what is free (``lost``); after
+        recovery only while nobody waits. Its owner's usage counts it from its journaled
+        start. A waiter is served as a new request (its journaled id kept, its place held
+        during recovery).
         """
         self._data_only(client, msg.req)
         self._fresh_req(client, msg.req)
@@ -880,18 +891,20 @@ class HostState:
                 ErrorCode.BAD_MESSAGE, f"reclaim of #{msg.id}: held names a GPU twice", msg.req
             )
         journaled = self._journaled_as(client, msg, demand)
-        if journaled is None:
-            self._room_for(client, msg.req)
-        # the lease taken back as its client's owner's, or LOST
-        units = None if msg.held is None else self._restore(msg.held, msg.req, demand.owner)
+        self._room_for(client, msg.req)  # the caps on requests, as for a new one
+        start = self._journaled_start(journaled, now)
+        ticket = None
+        if msg.held is not None:
+            ticket = self._restore(client, msg.held, msg.req, start, now)
         if journaled is not None:
-            assert self.recovery is not None
-            del self.recovery.pending[msg.id]
+            self._forget_journaled(msg.id)
         ident = msg.id if journaled is not None else self._old_id(msg.id)
-        entry = self._add(client, msg, demand, now - msg.age_s, ident)
-        if msg.held is None or units is None:
+        since = start if start is not None else now - msg.age_s
+        entry = self._add(client, msg, demand, since, ident)
+        if msg.held is None:
             return [self._grant_or_queue(entry, now)]
         entry.held = dict(msg.held)
+        entry.granted_as = ticket
         amounts = {units for _, units in msg.held}
         entry.units = amounts.pop() if len(amounts) == 1 else 0  # as a grant says it
         end = journaled.limit_end if journaled is not None else None
@@ -900,17 +913,19 @@ class HostState:
         if end is not None:
             self._limit_at(entry, end)
         self.log(f"reclaim #{entry.id} by {client}: {self._what(entry.held)}")
+        units = max(units for _, units in msg.held)
         return [(client, Granted(msg.req, entry.id, tuple(entry.held), units))]
 
     def _journaled_as(self, client: Client, msg: Reclaim, demand: Demand) -> JournalEntry | None:
-        """The pending journal entry ``msg`` takes back, or None where it names none (a new
-        request); ProtocolError where it may not be taken back so."""
+        """The journal entry ``msg`` takes back (pending during recovery; after it, a lease
+        recovery ended without), or None where it names none and may be served as a new
+        request; ProtocolError where it may not be taken back so."""
         recovery = self.recovery
-        if recovery is None:
+        if recovery is None and msg.held is None:
             return None
-        journaled = recovery.pending.get(msg.id)
+        journaled = (self._late if recovery is None else recovery.pending).get(msg.id)
         if journaled is None:
-            if msg.held is not None and recovery.complete:
+            if msg.held is not None and (recovery is None or recovery.complete):
                 raise ProtocolError(
                     ErrorCode.LOST,
                     f"cannot reclaim lease #{msg.id}: the journal has no such lease waiting to "
@@ -941,6 +956,21 @@ class HostState:
             )
         return journaled
 
+    def _journaled_start(self, journaled: JournalEntry | None, now: float) -> float | None:
+        """When the lease ``journaled`` was granted, on this state's clock (never after
+        ``now``), or None where the journal does not say."""
+        if journaled is None or journaled.start is None:
+            return None
+        return min(now, journaled.start)
+
+    def _forget_journaled(self, ident: int) -> None:
+        """Journal entry ``ident`` is taken back: recovery (or the late leases) no longer
+        expects it."""
+        if self.recovery is not None:
+            del self.recovery.pending[ident]
+        else:
+            del self._late[ident]
+
     def _old_id(self, ident: int) -> int | None:
         """``ident`` for a reclaim after recovery, if it was handed out before and nobody uses
         it; else None (a new id). During recovery ids decide the order, so none is kept."""
@@ -948,18 +978,37 @@ class HostState:
             return ident
         return None
 
-    def _restore(self, held: tuple[tuple[int, int], ...], req: int, owner: Hashable) -> int:
-        """Take ``held`` back in the core as ``owner``'s (all or nothing); LOST if it no
-        longer fits."""
+    def _restore(
+        self,
+        client: Client,
+        held: tuple[tuple[int, int], ...],
+        req: int,
+        since: float | None,
+        now: float,
+    ) -> int | None:
+        """Take ``held`` back in the core as ``client``'s owner's, counted in its usage from
+        ``since`` (None: from now), all or nothing, through the admission of a new lease: its
+        owner's limits (``limit``, logged) and what is free (``lost``). The core's ticket of
+        the grant, where it is one grant (held of equal units on each GPU)."""
+        owner = self.owner_of(client.uid)
+        try:
+            self.core.check_restore(owner, dict(held))
+        except LimitExceeded as exc:
+            raise self._refused(client, exc, req) from None
+        by_units: dict[int, list[int]] = {}
+        for gpu, units in held:
+            by_units.setdefault(units, []).append(gpu)
         done: list[Grant] = []
         try:
-            for gpu, units in held:
-                done.append(self.core.restore((gpu,), units, owner=owner))
+            for units, gpus in by_units.items():
+                done.append(
+                    self.core.restore(tuple(gpus), units, owner=owner, now=now, since=since)
+                )
         except ValueError as exc:
             for grant in done:
-                self.core.release_many([(grant.gpus[0], grant.units)])
+                self.core.release_many(self.core.held(grant), ticket=grant.ticket)
             raise ProtocolError(ErrorCode.LOST, f"cannot reclaim this lease: {exc}", req) from None
-        return max(units for _, units in held)
+        return done[0].ticket if len(done) == 1 else None
 
     def reclaimed(self, client: Client, now: float) -> list[Delivery]:
         """``client`` has re-declared everything: what else it journaled is gone (only its
@@ -986,6 +1035,7 @@ class HostState:
             return []
         self.recovery = None
         self.changes += 1
+        self._late = {i: e for i, e in recovery.pending.items() if e.held is not None}
         self.log(
             f"recovery over: {len(recovery.pending)} journaled requests not reclaimed, freed; "
             f"{len(self._held_back)} held-back waiters enter the queue in order"

@@ -17,6 +17,7 @@ whole line::
     {"op": "queued", "id": 9, "uid": ..., "held": null, ...}      a waiter (or its update)
     {"op": "granted", "id": 9, "uid": ..., "held": [[0, 500]], ...}     a lease (or update)
     {"op": "granted", ..., "limit_end": 81234.5}   a lease with a time limit, which ends then
+    {"op": "granted", ..., "start": 81200.5}   when it was granted (the same clock)
     {"op": "released", "id": 9}   /   {"op": "withdrawn", "id": 10}         gone
 
 Loading replays it. A last line without its newline is what a crash in the middle of an
@@ -88,6 +89,10 @@ class JournalEntry:
     ``limit_end``: for a lease with a time limit, when it ends, in ``time.monotonic()``
     seconds (CLOCK_MONOTONIC on Linux: one clock for every process of one boot, which is as
     long as a journal matters); None for none (and in journals written before it existed).
+    ``start``: for a lease, when it was granted, on the same clock, so that a restarted
+    server counts its owner's fair-share usage from then (neither from its own start nor
+    from the clock's origin); None where unknown (a waiter, or a journal written before it
+    existed).
     """
 
     id: int
@@ -98,6 +103,7 @@ class JournalEntry:
     held: tuple[tuple[int, int], ...] | None = None
     token: str = ""
     limit_end: float | None = None
+    start: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +137,8 @@ def _entry_line(entry: JournalEntry) -> str:
     else:
         op, held = "granted", "[" + ",".join(f"[{g},{u}]" for g, u in entry.held) + "]"
     end = "" if entry.limit_end is None else f',"limit_end":{entry.limit_end!r}'
+    if entry.start is not None:
+        end += f',"start":{entry.start!r}'
     return (
         f'{{"op":"{op}","id":{entry.id},"uid":{entry.uid},"pid":{entry.pid},'
         f'"count":{entry.count},"units":{entry.units},"held":{held},'
@@ -336,17 +344,19 @@ def _parse_entry(raw: object) -> JournalEntry:
         check_int("units", raw["units"], minimum=1),
         pairs,
         _parse_token(raw.get("token", "")),
-        _parse_limit_end(raw.get("limit_end")),
+        _parse_time("limit_end", raw.get("limit_end")),
+        _parse_time("start", raw.get("start")),
     )
 
 
-def _parse_limit_end(raw: object) -> float | None:
-    """A lease's ``limit_end``: a finite number (monotonic seconds), or None."""
+def _parse_time(name: str, raw: object) -> float | None:
+    """A lease's ``limit_end`` (monotonic seconds) or ``start`` (wall-clock seconds): a
+    finite number, or None."""
     if raw is None:
         return None
-    number = check_real("limit_end", raw)
+    number = check_real(name, raw)
     if not math.isfinite(number):
-        raise ValueError(f"limit_end must be a finite number, got {raw!r}")
+        raise ValueError(f"{name} must be a finite number, got {raw!r}")
     return number
 
 

@@ -86,8 +86,11 @@ def user_name(uid: int) -> str:
 
 
 # ----------------------------------------------------------------- directories
-def check_directory(directory: Path, owners: Collection[int]) -> os.stat_result:
-    """Check the socket's ``directory`` and every directory above it; its ``lstat``.
+def check_directory(
+    directory: Path, owners: Collection[int], *, what: str = "socket"
+) -> os.stat_result:
+    """Check the ``directory`` of the socket (or of the ``what``, say a config file) and every
+    directory above it; its ``lstat``.
 
     ``directory`` must be a real directory owned by a uid in ``owners``, not writable by
     group or others; above it, each directory is owned by root or a uid in ``owners`` and
@@ -98,26 +101,31 @@ def check_directory(directory: Path, owners: Collection[int]) -> os.stat_result:
     info = os.lstat(directory)
     if stat.S_ISLNK(info.st_mode):
         raise UnsafePathError(
-            f"{str(directory)!r} is a symbolic link: the socket's directory must be a real "
+            f"{str(directory)!r} is a symbolic link: the {what}'s directory must be a real "
             "directory (remove the link, or choose the directory itself)"
         )
     if not stat.S_ISDIR(info.st_mode):
         raise UnsafePathError(f"{str(directory)!r} exists and is not a directory")
-    _check_ancestors(Path(os.path.realpath(directory)), owners)
+    _check_ancestors(Path(os.path.realpath(directory)), owners, what)
     if info.st_uid not in owners:
         allowed = " or ".join(user_name(uid) for uid in sorted(owners))
         raise UnsafePathError(
             f"{str(directory)!r} belongs to {user_name(info.st_uid)}, not to {allowed}: "
-            "refusing to use a socket there (remove it if it is not yours, or choose another "
+            f"refusing to use a {what} there (remove it if it is not yours, or choose another "
             "path)"
         )
     if info.st_mode & _WRITABLE_BY_OTHERS:
-        raise UnsafePathError(_writable_message(directory, info))
+        raise UnsafePathError(_writable_message(directory, info, what))
     return info
 
 
-def _writable_message(directory: Path, info: os.stat_result) -> str:
+def _writable_message(directory: Path, info: os.stat_result, what: str) -> str:
     who = "everyone" if info.st_mode & stat.S_IWOTH else "its group"
+    if what != "socket":
+        return (
+            f"{str(directory)!r} is writable by {who}: they could replace the {what} in it; "
+            f"remove that write permission (chmod go-w {str(directory)!r}) or move the {what}"
+        )
     if info.st_mode & stat.S_ISVTX:
         return (
             f"{str(directory)!r} is a shared directory (writable by {who}, sticky): another "
@@ -132,7 +140,7 @@ def _writable_message(directory: Path, info: os.stat_result) -> str:
     )
 
 
-def _check_ancestors(real: Path, owners: Collection[int]) -> None:
+def _check_ancestors(real: Path, owners: Collection[int], what: str) -> None:
     """Every directory above ``real`` (a resolved path): see :func:`check_directory`."""
     trusted = {0, *owners}
     first_come = {0, os.geteuid()}  # who may own what anyone could have created first
@@ -141,13 +149,13 @@ def _check_ancestors(real: Path, owners: Collection[int]) -> None:
         above = os.lstat(parent)
         if above.st_uid not in trusted:
             raise UnsafePathError(
-                f"{str(parent)!r} (above the socket) belongs to {user_name(above.st_uid)}, who "
+                f"{str(parent)!r} (above the {what}) belongs to {user_name(above.st_uid)}, who "
                 f"could replace {str(child)!r}: choose a path owned by you or root"
             )
         writable = above.st_mode & _WRITABLE_BY_OTHERS
         if writable and not above.st_mode & stat.S_ISVTX:
             raise UnsafePathError(
-                f"{str(parent)!r} (above the socket) is writable by others without the "
+                f"{str(parent)!r} (above the {what}) is writable by others without the "
                 f"sticky bit: anyone could replace {str(child)!r}; choose another path"
             )
         below = os.lstat(child)
