@@ -6,13 +6,14 @@ import importlib
 import os
 import stat
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 from hypothesis import HealthCheck, settings
 
+import hermetic
 from fakes.gpus import FakeGPU, nvml_module
 
 # No per-example deadline and no slow-generation health check anywhere: on a loaded 2-core
@@ -20,6 +21,30 @@ from fakes.gpus import FakeGPU, nvml_module
 # (every test is bounded by pytest-timeout instead).
 settings.register_profile("hwpool", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("hwpool")
+
+
+# hwpool's places (the machine-wide socket and config, the per-user socket and job table) are
+# pointed into this run's own directory here, at import: this conftest is imported before
+# every other one and every test module, some of which copy the environment at import
+# (tests/hostserver.py's ENV), and every process started from it inherits them. See
+# tests/hermetic.py.
+_MADE = hermetic.isolate()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _MADE is not None:
+        hermetic.remove(_MADE)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def hermetic_places() -> Iterator[dict[str, str]]:
+    """Every test runs with hwpool's places pointed away from the machine's own (set when
+    this conftest was imported, before the test modules were); a test that changed them for
+    good (not through monkeypatch) fails the session here, at its end."""
+    places = hermetic.own()
+    assert set(places) == {*hermetic.MACHINE, *hermetic.PER_USER}, places
+    yield places
+    assert hermetic.own() == places, "a test changed hwpool's places in os.environ for good"
 
 
 @pytest.fixture

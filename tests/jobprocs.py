@@ -20,6 +20,7 @@ from typing import IO
 
 from hostserver import BOUND, SRC
 from hwpool._jobs._supervisor import LOCK_NAME, LOG_NAME
+from interactive import interactive
 
 STANDIN = Path(__file__).resolve().parent / "jobs" / "standin_launcher.py"
 
@@ -114,8 +115,8 @@ class Command:
     by line."""
 
     def __init__(self, state_dir: Path, *args: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "hwpool", *args], stdin=subprocess.DEVNULL,
+        self.proc = subprocess.Popen(  # interactive: interrupt() must reach it under nohup
+            interactive([sys.executable, "-m", "hwpool", *args]), stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=job_env(state_dir),
         )  # fmt: skip
         assert self.proc.stdout is not None and self.proc.stderr is not None

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+import hermetic
 from docblocks import KINDS, PYTHON_TAGS, ROOT, Block, all_blocks, python_blocks, stray_markers
 from hostserver import running_server
 
@@ -30,6 +31,7 @@ def _environment(folder: Path) -> dict[str, str]:
     runtime = folder / "runtime"
     runtime.mkdir(mode=0o700)
     return {
+        **hermetic.machine(),
         "PATH": "/usr/bin:/bin",
         "HOME": str(folder),
         "XDG_RUNTIME_DIR": str(runtime),

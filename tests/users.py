@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+import hermetic
 from hostserver import BOUND, SRC
 
 
@@ -101,7 +102,10 @@ class Users:
         keep = ("PATH", "LANG", "LC_ALL")
         env = {k: v for k, v in os.environ.items() if k in keep}
         path = readable_src()
-        return {**env, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1", "HOME": "/", **extra}
+        return {
+            **env, **hermetic.machine(), "PYTHONPATH": path, "PYTHONUNBUFFERED": "1",
+            "HOME": "/", **extra,
+        }  # fmt: skip
 
     def close(self) -> None:
         for name in self.users:

@@ -218,3 +218,27 @@ def test_root_refuses_a_table_that_is_a_symbolic_link(users: Users, people: list
     proc = as_root("jobs", "--user", alice.user.name, "--all", "--json")
     assert proc.returncode == 1 and json.loads(proc.stdout) == []
     assert "is a symbolic link" in proc.stderr
+
+
+SPOIL = """
+import sqlite3, sys
+connection = sqlite3.connect(sys.argv[1], isolation_level=None)
+connection.execute("UPDATE jobs SET argv = 'not json', gpus = 'x/y'")
+connection.close()
+"""
+
+
+def test_root_skips_a_table_with_an_unreadable_row_and_says_why(
+    users: Users, people: list[Person]
+) -> None:
+    alice, bob = people
+    give_job(users, alice, "alice-job", "alice's output")
+    give_job(users, bob, "bob-job", "bob's output")
+    spoil = users.command(alice.user, ["-c", SPOIL, str(alice.state / "jobs.db")])
+    subprocess.run(spoil, env=users.env(HOME=str(alice.home)), check=True, timeout=BOUND)
+    proc = as_root("jobs", "--all-users", "--all", "--json")
+    assert proc.returncode == 1, proc.stderr
+    names = [job["name"] for job in json.loads(proc.stdout)]
+    assert "bob-job" in names and "alice-job" not in names
+    assert f"{alice.user.name}'s jobs were not read" in proc.stderr
+    assert "has a row that cannot be read" in proc.stderr and "Traceback" not in proc.stderr

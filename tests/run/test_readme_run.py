@@ -6,13 +6,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import hermetic
 from docblocks import blocks_tested_by
 
 
 def test_the_lease_run_example_prints_the_leased_device() -> None:
     (code,) = (block.code for block in blocks_tested_by(__file__))
-    env = {"PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": "GPU-x,GPU-y", "PYTHONPATH":
-           str(Path(__file__).resolve().parents[2] / "src")}  # fmt: skip
+    env = {**hermetic.own(), "PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": "GPU-x,GPU-y",
+           "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}  # fmt: skip
     proc = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env,
         timeout=60, check=False,

@@ -17,6 +17,7 @@ import pytest
 
 import hwpool
 from hostserver import ENV, Server, run_cli, status_of
+from interactive import INTERACTIVE
 from runproc import Run, eventually, gone, waiting_pids
 
 UUIDS = ("GPU-1111aaaa-0000-0000-0000-000000000000", "GPU-2222bbbb-0000-0000-0000-000000000000")
@@ -125,7 +126,7 @@ def test_a_signal_while_waiting_withdraws_the_request(
     one_gpu: Server, sockdir: Path, signum: int, expected: int
 ) -> None:
     with hwpool.connect(one_gpu.socket) as pool, pool.lease(1.0):
-        run = Run(one_gpu, sockdir, "a")
+        run = Run(one_gpu, sockdir, "a", launcher=INTERACTIVE)  # even under nohup
         eventually(lambda: waiting_pids(one_gpu.socket) == [run.pid], "a waits", run)
         run.proc.send_signal(signum)
         code, err = run.finish()
@@ -149,7 +150,10 @@ def test_timeout_gives_up_with_124(one_gpu: Server, sockdir: Path) -> None:
 
 def test_status_shows_the_jobs_command_line_and_name(one_gpu: Server, sockdir: Path) -> None:
     with hwpool.connect(one_gpu.socket) as pool, pool.lease(1.0):
-        run = Run(one_gpu, sockdir, "a", "exit=0", options=("--name", "embed batch 7"))
+        run = Run(
+            one_gpu, sockdir, "a", "exit=0", options=("--name", "embed batch 7"),
+            launcher=INTERACTIVE,
+        )  # fmt: skip
         eventually(lambda: waiting_pids(one_gpu.socket) == [run.pid], "a waits", run)
         (waiter,) = status_of(one_gpu.socket)["waiting"]
         code, text, _ = run_cli("status", "--socket", str(one_gpu.socket))

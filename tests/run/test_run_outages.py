@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from hostserver import BOUND, ENV, Server, run_cli, status_of
+from interactive import interactive
 from notaserver import NotAServer
 from runproc import Run, eventually, gone
 
@@ -156,8 +157,9 @@ sys.exit(run_job([sys.executable, "-c", JOB], os.environ, 1.0))
 def test_ctrl_c_that_lands_as_run_sleeps_is_still_forwarded_to_the_job() -> None:
     # As in the client's waits (tests/server/test_client_outages.py): a signal another thread
     # takes is acted on only once the main thread wakes, which waiting for the job did not.
-    proc = subprocess.Popen(
-        [sys.executable, "-c", FORWARDER], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+    proc = subprocess.Popen(  # interactive: the SIGINT below must reach it under nohup too
+        interactive([sys.executable, "-c", FORWARDER]), stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True, env=ENV,
     )  # fmt: skip
     try:

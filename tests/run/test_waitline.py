@@ -14,6 +14,7 @@ from pathlib import Path
 
 import hwpool
 from hostserver import BOUND, ENV, Server
+from interactive import interactive
 from runproc import eventually, waiting_pids
 
 
@@ -44,9 +45,9 @@ def test_a_terminal_shows_the_queue_position_in_place(
     master, slave = os.openpty()
     try:
         with hwpool.connect(server.socket) as pool, pool.lease(1.0):
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "hwpool", "run", "--socket", str(server.socket),
-                 "--gpus", "0.5", "--", "true"],
+            proc = subprocess.Popen(  # interactive: the SIGINT below must reach it
+                interactive([sys.executable, "-m", "hwpool", "run", "--socket",
+                             str(server.socket), "--gpus", "0.5", "--", "true"]),
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=slave, env=ENV,
             )  # fmt: skip
             seen: list[str] = []

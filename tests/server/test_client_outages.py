@@ -25,6 +25,7 @@ from hostserver import BOUND, ENV, Server, status_of
 from hwpool._backends._unix import UnixBackend
 from hwpool._core._capacity import UNITS_PER_GPU
 from hwpool._core._scheduler import Demand
+from interactive import interactive
 from notaserver import NotAServer
 from runproc import eventually, waiting_pids
 
@@ -245,8 +246,8 @@ def test_ctrl_c_that_lands_as_the_waiter_sleeps_still_interrupts_it(
     # SIGINT in the main thread, is the first made deterministic.
     server = start_server("--gpus", "1")
     with hwpool.connect(server.socket) as pool, pool.lease(1.0):
-        proc = subprocess.Popen(
-            [sys.executable, "-c", WAITER, str(server.socket)],
+        proc = subprocess.Popen(  # interactive: the SIGINT below must reach it under nohup
+            interactive([sys.executable, "-c", WAITER, str(server.socket)]),
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True, env=ENV,
         )  # fmt: skip

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from hostserver import Server, run_cli
-from hwpool._cli import _serve
 from hwpool._core._limits import OwnerLimits
 from hwpool._server._config import ConfigError, parse_config, read_config
 from rawpeers import Pair
@@ -169,7 +168,7 @@ def test_the_default_file_is_read_only_by_the_machine_wide_server(
 ) -> None:
     path = write(tmp_path / "serve.toml", "gpus = 5\n")
     machine_wide = tmp_path / "run" / "hwpool.sock"
-    monkeypatch.setattr(_serve, "DEFAULT_CONFIG", path)
+    monkeypatch.setenv("HWPOOL_CONFIG", str(path))
     monkeypatch.setenv("HWPOOL_SYSTEM_SOCKET", str(machine_wide))
     code, out, _ = run_cli("serve", "--socket", str(machine_wide), "--check-config")
     assert code == 0 and f"# config file: {path}" in out and "gpus = 5" in out
@@ -178,6 +177,20 @@ def test_the_default_file_is_read_only_by_the_machine_wide_server(
     path.unlink()  # a missing default file is no error
     code, out, _ = run_cli("serve", "--socket", str(machine_wide), "--check-config")
     assert code == 0 and "# config file: none" in out
+
+
+def test_hwpool_config_empty_names_no_file_and_relative_is_a_usage_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    machine_wide = tmp_path / "run" / "hwpool.sock"
+    monkeypatch.setenv("HWPOOL_SYSTEM_SOCKET", str(machine_wide))
+    monkeypatch.setenv("HWPOOL_CONFIG", "")
+    code, out, _ = run_cli("serve", "--socket", str(machine_wide), "--check-config")
+    assert code == 0 and "# config file: none" in out
+    monkeypatch.setenv("HWPOOL_CONFIG", "etc/serve.toml")
+    code, out, err = run_cli("serve", "--socket", str(machine_wide), "--check-config")
+    assert code == 2 and out == ""
+    assert "HWPOOL_CONFIG must be an absolute path, got 'etc/serve.toml'" in err
 
 
 # ----------------------------------------------------------------- [limits] (rule 11)

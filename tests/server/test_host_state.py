@@ -193,6 +193,7 @@ def test_owner_may_cancel_a_waiter_which_is_told() -> None:
 def test_other_users_may_not_cancel_but_admins_may_revoke() -> None:
     state = host(1)
     owner, other, admin = client(uid=1000), client(uid=1001, number=2), client(uid=500, number=3)
+    state.job_runs = lambda holder: holder is owner
     acquire(state, owner, 3)
     with pytest.raises(ProtocolError, match="only its owner or an admin") as info:
         state.cancel(other, p.Cancel(1, 1), 0.0)
@@ -209,6 +210,7 @@ def test_other_users_may_not_cancel_but_admins_may_revoke() -> None:
 
 def test_a_revoked_lease_cannot_be_released_twice() -> None:
     state, owner, root = host(1), client(), client(uid=0, number=2)
+    state.job_runs = lambda holder: holder is owner
     acquire(state, owner, 3)
     state.cancel(root, p.Cancel(1, 1), 0.0)
     with pytest.raises(ProtocolError):
@@ -647,6 +649,7 @@ def test_log_lines_name_the_user_and_the_job_escaped() -> None:
 # ----------------------------------------------------------------- time limits
 def test_a_lease_past_its_limit_is_revoked_and_its_capacity_granted_on() -> None:
     state, a, b = host(1), client(pid=1), client(pid=2, number=2)
+    state.job_runs = lambda holder: holder is a
     assert only(state.acquire(a, p.Acquire(1, 1, FULL, True, limit_s=5.0), 1.0)) == p.Granted(
         1, 1, (0,), FULL
     )
@@ -686,6 +689,7 @@ def test_a_revoked_leases_gpus_go_back_at_the_end_of_its_hold_unless_its_job_run
 
 def test_a_lease_ended_for_overuse_holds_its_gpus_until_its_holder_is_gone() -> None:
     state, a, b = host(1), client(pid=1), client(pid=2, number=2)
+    state.job_runs = lambda holder: holder is a
     acquire(state, a, 1)
     acquire(state, b, 1)
     lease = state.lease(1)
@@ -694,6 +698,27 @@ def test_a_lease_ended_for_overuse_holds_its_gpus_until_its_holder_is_gone() -> 
     assert [e.id for e in state.revoked_leases()] == [1] and state.held_leases() == []
     assert state.disconnect(a, 2.0) == [(b, p.Granted(1, 2, (0,), FULL))]
     assert state.revoked_leases() == []
+
+
+def test_a_revoked_lease_of_a_holder_with_no_job_goes_back_at_once() -> None:
+    """Nothing proves a job of the holder runs (an in-process pool's connection, a client
+    the server cannot see into): its revoked lease's GPUs go to the waiter at once, as the
+    in-process pool frees them, on a time limit, a cancel and overuse alike."""
+    state, a, b, root = host(1), client(pid=1), client(pid=2, number=2), client(uid=0, number=3)
+    state.job_runs = lambda holder: False
+    state.acquire(a, p.Acquire(1, 1, FULL, True, limit_s=5.0), 0.0)
+    acquire(state, b, 1)
+    assert state.expire(5.0) == [
+        (a, p.Revoked(1, 1, 1000, "limit")), (b, p.Granted(1, 2, (0,), FULL))
+    ]  # fmt: skip
+    out = state.cancel(root, p.Cancel(4, 2), 6.0)
+    assert out == [(root, p.Done(4, "lease")), (b, p.Revoked(1, 2, 0))]
+    assert state.core.free == (FULL,) and state.revoked_leases() == []
+    acquire(state, a, 2)
+    lease = state.lease(3)
+    assert lease is not None
+    assert state.end_for_overuse(lease, 0, 7.0) == [(a, p.Revoked(2, 3, 0, "overuse"))]
+    assert state.core.free == (FULL,) and state.next_deadline() is None
 
 
 def test_a_lease_released_before_its_limit_is_not_revoked() -> None:

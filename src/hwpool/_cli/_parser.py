@@ -215,8 +215,8 @@ def _add_host(commands: Subcommands) -> None:
     )  # fmt: skip
     srv.add_argument(
         "--config", type=Path, metavar="PATH",
-        help=f"read settings from this TOML file (default: {DEFAULT_CONFIG} if it exists and "
-        "the server listens on the machine-wide socket); flags override it",
+        help=f"read settings from this TOML file (default: $HWPOOL_CONFIG, else {DEFAULT_CONFIG}, "
+        "if it exists and the server listens on the machine-wide socket); flags override it",
     )  # fmt: skip
     srv.add_argument(
         "--check-config", action="store_true",

@@ -21,7 +21,7 @@ from .._gpu._sizing import capacities_of, sized_gpus
 from .._host._detect import GPUInfo, detect_gpus
 from .._server import _listen
 from .._server._config import ConfigError, read_config
-from .._server._defaults import DEFAULT_CONFIG, MAX_REQUESTS_PER_CONNECTION, MAX_REQUESTS_PER_USER
+from .._server._defaults import MAX_REQUESTS_PER_CONNECTION, MAX_REQUESTS_PER_USER, default_config
 from .._server._server import ServeConfig, serve
 from .._wire._paths import system_socket
 from ._host_cmds import Usage, guarded, socket_of, user_name
@@ -44,16 +44,21 @@ _BUILT_IN: dict[str, object] = {
 
 def _config_file(args: argparse.Namespace, socket: Path) -> Path | None:
     """The config file to read: ``--config``, else the default one for the machine-wide
-    server (on the machine-wide socket) if it exists, else none."""
+    server (``HWPOOL_CONFIG``, else /etc/hwpool/serve.toml: on the machine-wide socket) if
+    it exists, else none. Bad usage for a relative ``HWPOOL_CONFIG``."""
     if args.config is not None:
         return Path(args.config)
+    try:
+        default = default_config()
+    except ValueError as exc:
+        raise Usage(str(exc)) from None
     try:
         machine_wide = system_socket()
     except ValueError:
         machine_wide = None
-    if machine_wide is not None and socket == machine_wide and DEFAULT_CONFIG.exists():
-        return DEFAULT_CONFIG
-    return None
+    if machine_wide is None or socket != machine_wide or default is None:
+        return None
+    return default if default.exists() else None
 
 
 def _settings(args: argparse.Namespace, socket: Path) -> tuple[Path | None, dict[str, Any]]:

@@ -46,7 +46,9 @@ def default_state_directory(user: pwd.struct_passwd) -> Path:
 def read_user_jobs(user: pwd.struct_passwd, *, include_finished: bool) -> list[JobRecord]:
     """``user``'s jobs, newest first (as :meth:`JobStore.list`), from their default state
     directory; none when they have no table. UnsafePathError for a directory or table that
-    fails the checks of the module; JobTableError for one that cannot be read."""
+    fails the checks of the module; JobTableError for one that cannot be read (a corrupt
+    file, a newer schema, or one row with a value this hwpool cannot read: the user can
+    write any value into their own table, so no row of it is trusted to parse)."""
     directory = default_state_directory(user)
     table = directory / TABLE_NAME
     if not os.path.lexists(directory):
@@ -111,6 +113,11 @@ def _read_once(
         jobs = JobStore(connection, table).list(include_finished=include_finished)
     except sqlite3.DatabaseError as exc:
         raise JobTableError(f"the job table {str(table)!r} cannot be read: {exc}") from None
+    except (ValueError, TypeError, KeyError) as exc:  # a bad value in a row of the user's
+        raise JobTableError(
+            f"the job table {str(table)!r} has a row that cannot be read: "
+            f"{type(exc).__name__}: {exc}"
+        ) from None
     finally:
         connection.close()
     after = os.lstat(table)

@@ -49,6 +49,7 @@ from .._core._scheduler import Demand, Grant
 from .._errors import RevokedError
 from .._gpu._pool import GPUPool, _limited, _owned
 from .._wire._bounds import MAX_TEXT
+from ._backoff import Backoff
 from ._model import JobRecord, JobState, signal_name
 from ._procs import is_running, process_start
 from ._state import LOCK_NAME, LOG_NAME, SOCKET_NAME
@@ -133,6 +134,7 @@ class Supervisor:
         self._version: int | None = None  # the table's data_version when last settled
         self._busy = True
         self._retry_at = 0.0  # when to try the server again after it could not be reached
+        self._refusals = Backoff()  # refused requests: when to ask again, what was logged
 
     # ------------------------------------------------------------------ the loop
     async def run(self) -> None:
@@ -192,6 +194,7 @@ class Supervisor:
             if job.id not in watched:
                 self._adopt(job)
         wanted = {job.id for job in queued}
+        self._refusals.keep(wanted)
         for job_id in list(self._requests):
             if job_id not in wanted and not self._requests[job_id].done():
                 self._requests[job_id].cancel()  # cancelled in the table: withdraw it
@@ -221,18 +224,23 @@ class Supervisor:
         except asyncio.CancelledError:
             raise
         except (ValueError, TypeError) as exc:  # a request this server can never grant
+            self._refusals.forget(job.id)
             self._give_up(job.id, f"the server refused its request: {exc}")
             return
         except RevokedError as exc:  # `hwpool cancel N` of its request: the job's cancel
+            self._refusals.forget(job.id)
             self._give_up(job.id, f"its {exc}")
             return
-        except Exception as exc:
-            self._log(f"{job.id}: no share yet: {exc}")
-            await asyncio.sleep(1.0)
+        except Exception as exc:  # a refusal that may pass: try again later and later
+            refusal = self._refusals.refused(job.id, str(exc))
+            if refusal.new:
+                self._log(f"{job.id}: no share yet (asking again, backing off to 5 min): {exc}")
+            await asyncio.sleep(refusal.delay_s)
             return
         finally:
             self._requests.pop(job.id, None)
             self._wake.set()
+        self._refusals.forget(job.id)
         self._start(job, backend, grant)
 
     def _reachable(self, memory: bool) -> bool:

@@ -1,17 +1,18 @@
 """The server's defaults that the command line names in its help, on their own: building the
 ``hwpool`` parser, before every command, loads nothing of the server."""
 
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
 from pathlib import Path
 
 __all__ = [
-    "DEFAULT_CONFIG",
-    "HANDOVER_S",
-    "MAX_REQUESTS_PER_CONNECTION",
-    "MAX_REQUESTS_PER_USER",
-    "REVOKED_HOLD_S",
-    "REVOKED_RECHECK_S",
-]
+    "CONFIG_VAR", "DEFAULT_CONFIG", "HANDOVER_S", "MAX_REQUESTS_PER_CONNECTION",
+    "MAX_REQUESTS_PER_USER", "REVOKED_HOLD_S", "REVOKED_RECHECK_S", "default_config",
+]  # fmt: skip
 
+CONFIG_VAR = "HWPOOL_CONFIG"
 DEFAULT_CONFIG = Path("/etc/hwpool/serve.toml")
 """The machine-wide server's config file, read when it exists (``hwpool serve --config``)."""
 MAX_REQUESTS_PER_CONNECTION = 1024
@@ -29,3 +30,19 @@ HANDOVER_S = 30.0
 withdrawn and the lease released (its taker died, or could not be started), so that no GPU
 is held for good by an offer nobody will take. A launcher takes its lease within a second or
 two of its start."""
+
+
+def default_config(environ: Mapping[str, str] | None = None) -> Path | None:
+    """The machine-wide server's config file: ``HWPOOL_CONFIG`` (empty: none), else
+    ``/etc/hwpool/serve.toml``; ValueError, naming the variable and the value, for a
+    relative path. A test suite (or a second deployment) points it elsewhere, so that it
+    never reads the machine's own file."""
+    env = os.environ if environ is None else environ
+    raw = env.get(CONFIG_VAR)
+    if raw is None:
+        return DEFAULT_CONFIG
+    if not raw:
+        return None
+    if not os.path.isabs(raw):
+        raise ValueError(f"{CONFIG_VAR} must be an absolute path, got {raw!r}")
+    return Path(raw)

@@ -21,11 +21,13 @@ names the taker's pid and token), and its owner, id, GPUs and time limit stay th
 offer not taken within ``handover_s`` is withdrawn and its lease released.
 
 A revoked lease (``hwpool cancel``, its time limit, ended for overuse) is gone for its client
-and the journal at once, but its GPUs stay held (granted to no one else) until its holder's
-processes are gone: until its connection closes (``hwpool run`` and a job's launcher close
-it once the job has ended), or, at the latest, ``revoked_hold_s`` after the revoke (the
-launcher's SIGTERM grace and a margin) unless ``job_runs`` says the holder's job still runs
-then (asked again every ``REVOKED_RECHECK_S``). A restart forgets the hold.
+and the journal at once. Its GPUs go back at once unless ``job_runs`` says a job of its
+holder runs (a proven job group: ``hwpool run``, a job's launcher); then they stay held
+(granted to no one else) until the job's processes are gone: until its connection closes
+(``hwpool run`` and a job's launcher close it once the job has ended), or, at the latest,
+``revoked_hold_s`` after the revoke (the launcher's SIGTERM grace and a margin) unless
+``job_runs`` says the job still runs then (asked again every ``REVOKED_RECHECK_S``). A
+restart forgets the hold.
 
 One client cannot flood the others: a connection holds at most ``max_per_connection``
 requests (leases and waiters), a uid at most ``max_per_user`` over all its connections.
@@ -550,7 +552,7 @@ class HostState:
             )
             notice = Revoked(entry.req, entry.id, entry.client.uid, "limit")
             out.append((entry.client, notice))
-            self._hold_revoked(entry, now)
+            out += self._hold_revoked(entry, now)
         return out + self._end_holds(now) + self._end_offers(now)
 
     def next_deadline(self) -> float | None:
@@ -561,17 +563,22 @@ class HostState:
         limit = self.next_limit_end()
         return min([*ends, *([] if limit is None else [limit])], default=None)
 
-    def _hold_revoked(self, entry: Entry, now: float) -> None:
-        """Lease ``entry`` was revoked: it is gone for its client and the journal, but its
-        GPUs stay held until its holder's processes are gone (see the module docstring)."""
+    def _hold_revoked(self, entry: Entry, now: float) -> list[Delivery]:
+        """Lease ``entry`` was revoked: it is gone for its client and the journal; its GPUs
+        stay held while a job of its holder is proven to run (see the module docstring), and
+        go back at once otherwise (answered: the waiters they let through)."""
         self._drop(entry)
         self.released += 1
+        if not self.job_runs(entry.client):
+            self._revoked[entry.id] = entry
+            return self._free_revoked(entry, now, "no job of its holder runs")
         entry.revoked_until = now + self.revoked_hold_s
         self._revoked[entry.id] = entry
         self.log(
             f"hold {self._what(entry.held or {})} of revoked {_job(entry)} until the processes "
             f"of {entry.client} are gone ({self.revoked_hold_s:g} s at most unless its job runs)"
         )
+        return []
 
     def _end_holds(self, now: float) -> list[Delivery]:
         """Free the revoked leases whose hold has run out by ``now``, unless the job of their
@@ -700,8 +707,7 @@ class HostState:
             self.log(f"cancel {_job(entry)} of {owner} by {by}")
         was: Literal["lease", "waiter"] = "lease" if entry.held is not None else "waiter"
         if entry.held is not None:
-            self._hold_revoked(entry, now)
-            grants = []
+            grants = self._hold_revoked(entry, now)
         else:
             grants = self._remove(entry, now)
         return [(actor, Done(msg.req, was)), (owner, notice), *grants]
@@ -1023,8 +1029,7 @@ class HostState:
         self.log(f"revoke {_job(entry)} of {entry.client}: ended for overuse: "
                  f"{self._what(entry.held or {})}")  # fmt: skip
         notice = Revoked(entry.req, entry.id, by, "overuse")
-        self._hold_revoked(entry, now)
-        return [(entry.client, notice)]
+        return [(entry.client, notice), *self._hold_revoked(entry, now)]
 
     # ----------------------------------------------------------------- views
     def status(
