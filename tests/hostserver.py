@@ -50,13 +50,20 @@ def status_of(socket: Path) -> dict[str, Any]:
 class Server:
     """One ``hwpool serve`` process; its stderr is collected line by line."""
 
-    def __init__(self, socket: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        socket: Path,
+        *args: str,
+        env: dict[str, str] | None = None,
+        python: Sequence[str] = (sys.executable,),
+    ) -> None:
+        """``python``: the interpreter's argv (another user's: ``users.command(user, [])``)."""
         self.socket = socket
         self.args = args
         self.lines: list[str] = []
         self._changed = threading.Condition()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "hwpool", "serve", "--socket", str(socket), *args],
+            [*python, "-m", "hwpool", "serve", "--socket", str(socket), *args],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             text=True, env=ENV if env is None else env,
         )  # fmt: skip
