@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from hostserver import BOUND, status_of
-from jobbox import LONG_BOUND, Box
 from hwpool._jobs._model import JobState
+from jobbox import LONG_BOUND, Box
 
 
 @pytest.fixture
