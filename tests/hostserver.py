@@ -53,14 +53,15 @@ class Server:
 
     def __init__(
         self, socket: Path, *args: str, env: dict[str, str] | None = None,
-        nofile: int | None = None,
+        nofile: int | None = None, python: Sequence[str] = (sys.executable,),
     ) -> None:  # fmt: skip
+        """``python``: the interpreter's argv (another user's: ``users.command(user, [])``)."""
         self.socket = socket
         self.args = args
         self.lines: list[str] = []
         self._changed = threading.Condition()
         self.proc = subprocess.Popen(
-            [*_limited(nofile), "serve", "--socket", str(socket), *args],
+            [*_limited(nofile, python), "serve", "--socket", str(socket), *args],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             text=True, env=ENV if env is None else env,
         )  # fmt: skip
@@ -118,13 +119,13 @@ _LIMITED = (
 )
 
 
-def _limited(nofile: int | None) -> list[str]:
+def _limited(nofile: int | None, python: Sequence[str] = (sys.executable,)) -> list[str]:
     """The command that runs ``hwpool`` (its arguments follow), allowed ``nofile``
     descriptors at most where that is given (set before the exec: no preexec_fn in a
     process with threads)."""
     if nofile is None:
-        return [sys.executable, "-m", "hwpool"]
-    return [sys.executable, "-c", _LIMITED, str(nofile)]
+        return [*python, "-m", "hwpool"]
+    return [*python, "-c", _LIMITED, str(nofile)]
 
 
 @contextlib.contextmanager

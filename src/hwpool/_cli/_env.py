@@ -91,6 +91,12 @@ def _keep(environ: Mapping[str, str]) -> None:
     keep_from_env(environ)
 
 
+def _log_max(environ: Mapping[str, str]) -> None:
+    from .._jobs._state import log_cap_from_env
+
+    log_cap_from_env(environ)
+
+
 CHECKED: dict[str, Callable[[Mapping[str, str]], object]] = {
     "HWPOOL_NUM_GPUS": _num_gpus,
     "HWPOOL_THREADS": _threads,
@@ -100,6 +106,7 @@ CHECKED: dict[str, Callable[[Mapping[str, str]], object]] = {
     RECONNECT_VAR: reconnect_timeout_from_env,
     "HWPOOL_JOBS_KEEP": _keep,
     "HWPOOL_JOBS_KEEP_COUNT": _keep,
+    "HWPOOL_JOBS_LOG_MAX": _log_max,
 }
 """Each variable checked, and its parser (which reads it from the environment given); the
 names are the parsers' modules' own (``tests/cli/test_startup.py`` checks)."""

@@ -465,15 +465,16 @@ def _cmd_retry(args: argparse.Namespace) -> int:
 
 
 # ----------------------------------------------------------------- cancel (jN)
-def cancel_jobs(job_ids: Sequence[str]) -> int:
+def cancel_jobs(job_ids: Sequence[str], reason: str | None = None) -> int:
     """``hwpool cancel jN...``: cancel each job, one line each on what happened; the number
     not cancelled (not confirmed within the wait). Exit-2 errors (an unknown id: then none is
-    cancelled) are raised as :class:`_Usage` for ``hwpool cancel`` to report."""
+    cancelled) are raised as :class:`_Usage` for ``hwpool cancel`` to report. ``reason``:
+    a queued job's (root's ``cancel --user``: ``cancelled by root``)."""
     try:
         with _table(job_ids) as store:
             for job_id in job_ids:  # every id known before anything is cancelled
                 store.get(job_id)
-            outcomes = [cancel_job(store, job_id) for job_id in job_ids]
+            outcomes = [cancel_job(store, job_id, reason=reason) for job_id in job_ids]
     except (UnknownJobError, JobStateError) as exc:
         raise CancelRefused(_message(exc), 2) from None
     except (UnsafePathError, JobTableError) as exc:

@@ -12,12 +12,17 @@ the server's socket. The launcher then:
    cancelled meanwhile, or another launcher won, it gives the lease back and exits;
 3. runs the job as ``hwpool run`` does (its own process group, killed if this process is
    killed) with the job's environment and working directory plus the lease's variables,
-   stdin from ``/dev/null``, stdout and stderr to ``logs/<id>.out`` and ``logs/<id>.err``;
+   stdin from ``/dev/null``, stdout and stderr through pipes copied into ``logs/<id>.out``
+   and ``logs/<id>.err`` up to ``HWPOOL_JOBS_LOG_MAX`` each (``_jobs._capped``: a marker
+   where output was dropped; a log is only ever appended to, never truncated);
    ends it at its time limit, counted from the lease's grant as the server counts it (one
    clock: a launcher that starts late does not stretch it; SIGTERM, SIGKILL after the
    grace), or when ``hwpool cancel``
    sends :data:`~hwpool._jobs._procs.CANCEL_SIGNAL`, or when the lease is revoked;
-4. records the end (succeeded, failed, timed-out, cancelled) and releases the lease.
+4. records the end (succeeded, failed, timed-out, cancelled) and releases the lease; a table
+   that cannot be written (the disk is full) is written again until it takes the record
+   (``_launch_end``). Before the job starts, such a fault leaves the job queued and ends
+   the launcher with exit status :data:`~._launch_end.TABLE_FAULT`, for the supervisor.
 
 Its own messages go to the job's stderr log, where the user looks.
 """
@@ -28,6 +33,7 @@ import contextlib
 import json
 import os
 import signal
+import sqlite3
 import stat
 import sys
 import time
@@ -39,12 +45,15 @@ from typing import Any
 from .. import _exits
 from .._gpu._lease import GPULease
 from .._gpu._pool import GPUPool
-from .._jobs._model import JobRecord, JobState
+from .._jobs._capped import LogCopy
+from .._jobs._model import JobRecord
 from .._jobs._procs import CANCEL_SIGNAL, process_start
+from .._jobs._state import log_cap_from_env
 from .._jobs._store import JobStateError, JobStore
 from .._jobs._supervisor import GRACE_S
 from .._wire._safety import UnsafePathError, open_side_file
 from . import _autostart, _child
+from ._launch_end import TABLE_FAULT, outcome_of, record
 
 __all__ = ["main"]
 
@@ -70,6 +79,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         handoff = json.loads(sys.stdin.readline())
         _stdin_from_devnull()
         return _launch(Path(args[0]), handoff)
+    except sqlite3.Error as exc:  # before the job started: it stays queued
+        _child.say(f"hwpool launcher: cannot start the job: the job table: {exc}")
+        return TABLE_FAULT
     except Exception as exc:
         _child.say(f"hwpool launcher: cannot start the job: {type(exc).__name__}: {exc}")
         return 3
@@ -100,7 +112,7 @@ def _take_over(store: JobStore, job: JobRecord, pool: GPUPool, handoff: dict[str
         return pool.take_over(int(handoff["lease"]), str(handoff["ticket"]))
     except (ValueError, ConnectionError) as exc:
         note = f"its launcher could not take its lease over ({exc}): queued again"
-        with contextlib.suppress(JobStateError):  # cancelled meanwhile
+        with contextlib.suppress(JobStateError, sqlite3.Error):  # cancelled meanwhile
             store.note_queued(job.id, note)
         raise
 
@@ -116,8 +128,18 @@ def _run(store: JobStore, directory: Path, job: JobRecord, pool: GPUPool, lease:
             )  # fmt: skip
         except JobStateError:
             return 0  # cancelled meanwhile, or another launcher runs it: the lease goes back
+        except sqlite3.Error as exc:  # the disk is full, say: the job stays queued
+            _child.say(f"hwpool launcher: cannot record {job.id} running ({exc}): not "
+                       "starting it; its lease goes back")  # fmt: skip
+            return TABLE_FAULT
         os.dup2(fds[1], 2)  # our own lines go where the user reads the job's
-        return _record(store, job, _execute(job, lease, fds, pool), lease)
+        copy = LogCopy((fds[0], fds[1]), *log_cap_from_env(os.environ))
+        try:
+            end = _execute(job, lease, list(copy.job_fds), pool)
+        finally:
+            copy.finish()
+        outcome = outcome_of(end, _Cancel.requested, lease)
+        return record(store, job, outcome, lambda: lease.__exit__(None, None, None))
     finally:
         for fd in fds:
             os.close(fd)
@@ -176,41 +198,6 @@ def _ending_why(job: JobRecord, lease: GPULease) -> str:
         f"hwpool: {job.id}'s lease #{lease.id} was revoked (`hwpool cancel {lease.id}` by an "
         "admin, or lost with the server): ending it"
     )
-
-
-def _record(store: JobStore, job: JobRecord, end: _child.JobEnd, lease: GPULease) -> int:
-    """Write how the job ended; 0 (the launcher did its work, whatever the job's status)."""
-    code: dict[str, Any] = (
-        {"signal": -end.returncode} if end.returncode < 0 else {"exit_code": end.returncode}
-    )
-    with contextlib.suppress(JobStateError):  # someone recorded it first (a lost job)
-        if end.timed_out:
-            store.mark_timed_out(job.id, signal=code.get("signal"))
-        elif end.ended and _Cancel.requested:
-            store.mark_cancelled(job.id, **code)
-        elif _child.ended_for_overuse(lease, sync=end.ended or end.returncode < 0):
-            store.mark_cancelled(
-                job.id, reason="ended for overuse: it used more GPU memory than it was leased",
-                **code,
-            )  # fmt: skip
-        elif end.ended:
-            store.mark_cancelled(
-                job.id, reason="its lease was revoked (hwpool cancel, or lost with the server)",
-                **code,
-            )  # fmt: skip
-        else:
-            store.mark_finished(job.id, **code)
-    finished = store.get(job.id)
-    _child.say(f"hwpool: {job.id} {finished.state.value}" + _how(finished))
-    return 0
-
-
-def _how(job: JobRecord) -> str:
-    if job.signal is not None:
-        return f" (killed by {signal.Signals(job.signal).name})"
-    if job.exit_code is not None and job.state is not JobState.SUCCEEDED:
-        return f" (exit status {job.exit_code})"
-    return ""
 
 
 def _log_paths(directory: Path, job: JobRecord) -> tuple[Path, Path]:

@@ -282,6 +282,11 @@ def _add_host(commands: Subcommands) -> None:
         "--mine", action="store_true",
         help="also every request of yours (with --name: those of yours named NAME)",
     )  # fmt: skip
+    cancel.add_argument(
+        "--user", metavar="NAME",
+        help="the job ids are user NAME's (root or an admin of the server only): root "
+        "cancels them as NAME in NAME's table; an admin through the server, by their labels",
+    )  # fmt: skip
     _socket_option(cancel)
     cancel.set_defaults(run=_cancel)
 
@@ -496,7 +501,12 @@ _top = _lazy("._top", "cmd_top")
 
 def _cancel(args: argparse.Namespace) -> int:
     """Job ids alone (``hwpool cancel j3 j4``) need only the job table; a server request id,
-    ``--name``, ``--mine`` (or nothing, a usage error said there) go to the server's side."""
+    ``--name``, ``--mine`` (or nothing, a usage error said there) go to the server's side;
+    ``--user NAME``: another user's jobs (``_cancel_user``)."""
+    if args.user is not None:
+        from ._cancel_user import cmd_cancel_user
+
+        return cmd_cancel_user(args)
     if args.ids and all(isinstance(i, str) for i in args.ids) and not (args.name or args.mine):
         from ._jobs_cmds import cmd_cancel as cancel_jobs
 

@@ -161,13 +161,19 @@ class CancelOutcome:
 
 
 def cancel_job(
-    store: JobStore, job_id: str, *, wait_s: float = CANCEL_WAIT_S, poll: float = POLL_S
+    store: JobStore,
+    job_id: str,
+    *,
+    wait_s: float = CANCEL_WAIT_S,
+    poll: float = POLL_S,
+    reason: str | None = None,
 ) -> CancelOutcome:
     """Cancel the job ``job_id`` (see the module); UnknownJobError for an unknown id.
 
     A finished job is left as it is (``done``, the note says so). A running job's launcher
     is signalled and the end awaited for up to ``wait_s`` seconds (not ``done`` if it was
-    not recorded by then)."""
+    not recorded by then). ``reason``: a queued or waiting job's (default: the table's,
+    ``cancelled by its user``)."""
     for _ in range(3):  # a queued job may start meanwhile: then it is cancelled as running
         record = store.get(job_id)
         if record.state.finished:
@@ -176,7 +182,10 @@ def cancel_job(
             return _cancel_running(store, record, wait_s, poll)
         try:
             was = record.state.value
-            cancelled = store.mark_cancelled(job_id)
+            if reason is None:
+                cancelled = store.mark_cancelled(job_id)
+            else:
+                cancelled = store.mark_cancelled(job_id, reason=reason)
         except JobStateError:
             continue
         return CancelOutcome(cancelled, True, f"cancelled (it was {was})", _settle(store, job_id))

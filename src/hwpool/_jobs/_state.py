@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from .._check import duration_from_text, int_from_text
+from .._core._memory import parse_memory
 from .._wire._safety import UnsafePathError, _side_file_problem, check_directory, open_side_file
 
 __all__ = [
@@ -32,11 +33,13 @@ __all__ = [
     "KEEP_COUNT_VAR",
     "KEEP_VAR",
     "LOCK_NAME",
+    "LOG_MAX_VAR",
     "LOG_NAME",
     "SOCKET_NAME",
     "STATE_DIR_VAR",
     "TABLE_NAME",
     "keep_from_env",
+    "log_cap_from_env",
     "open_table_file",
     "prepare_state_directory",
     "state_directory",
@@ -45,6 +48,8 @@ __all__ = [
 STATE_DIR_VAR = "HWPOOL_STATE_DIR"
 KEEP_VAR = "HWPOOL_JOBS_KEEP"  # how long finished jobs are kept (a duration: 7d, 12h)
 KEEP_COUNT_VAR = "HWPOOL_JOBS_KEEP_COUNT"  # how many finished jobs are kept at most
+LOG_MAX_VAR = "HWPOOL_JOBS_LOG_MAX"  # each job log's cap: a size (1GiB, 500M) or unlimited
+DEFAULT_LOG_MAX = "1GiB"
 DEFAULT_KEEP_SECONDS = 7 * 86400.0
 DEFAULT_KEEP_COUNT = 1000
 TABLE_NAME = "jobs.db"
@@ -159,3 +164,21 @@ def keep_from_env(environ: Mapping[str, str]) -> tuple[float, int]:
     if raw:
         count = int_from_text(KEEP_COUNT_VAR, raw, minimum=0, maximum=2**31)
     return seconds, count
+
+
+def log_cap_from_env(environ: Mapping[str, str]) -> tuple[int | None, str]:
+    """The cap of each job log (stdout and stderr each), in bytes (None: ``unlimited``), and
+    as written: ``HWPOOL_JOBS_LOG_MAX``, a size with a binary unit (``1GiB``, ``500M``;
+    at least 1 MiB), default :data:`DEFAULT_LOG_MAX`; ValueError naming the variable and
+    its value when it is malformed."""
+    raw = environ.get(LOG_MAX_VAR) or DEFAULT_LOG_MAX
+    if raw.strip() == "unlimited":
+        return None, "unlimited"
+    try:
+        mib = parse_memory(raw, LOG_MAX_VAR)
+    except ValueError:
+        raise ValueError(
+            f"{LOG_MAX_VAR} must be a size with a binary unit ('1GiB', '500M', '1.5G': at "
+            f"least 1 MiB) or 'unlimited', got {raw!r}"
+        ) from None
+    return mib << 20, raw.strip()

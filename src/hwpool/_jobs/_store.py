@@ -34,7 +34,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from fractions import Fraction
 from pathlib import Path
 from types import TracebackType
@@ -152,14 +152,22 @@ class JobStore:
     @contextmanager
     def _write(self) -> Iterator[None]:
         """One write transaction, taken at once (``BEGIN IMMEDIATE``: no deadlock between
-        two readers turning writers); rolled back on any exception."""
+        two readers turning writers); rolled back on any exception, a failed ``COMMIT``
+        included (the disk is full: sqlite may leave the transaction open, and every later
+        ``BEGIN`` of this connection would fail), so that the next write may succeed."""
         self._db.execute("BEGIN IMMEDIATE")
         try:
             yield
+            self._db.execute("COMMIT")
         except BaseException:
-            self._db.execute("ROLLBACK")
+            self._rollback()
             raise
-        self._db.execute("COMMIT")
+
+    def _rollback(self) -> None:
+        """End the open transaction, if any (sqlite ends it by itself after some errors)."""
+        if self._db.in_transaction:
+            with suppress(sqlite3.Error):
+                self._db.execute("ROLLBACK")
 
     @contextmanager
     def _read(self) -> Iterator[None]:
@@ -168,7 +176,11 @@ class JobStore:
         try:
             yield
         finally:
-            self._db.execute("COMMIT")
+            try:
+                self._db.execute("COMMIT")
+            except sqlite3.Error:
+                self._rollback()  # never a connection left inside a transaction
+                raise
 
     def data_version(self) -> int:
         """A number that changes when another connection commits a change to the table

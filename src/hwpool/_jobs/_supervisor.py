@@ -24,6 +24,11 @@ its life). It is a client of the host server like any other, on one connection:
   (If this process dies too, its connection's close frees the offer; and the server
   withdraws an offer nobody took within its ``handover_s``.)
 
+A job table it cannot write (the disk is full: any ``sqlite3.Error``) never ends it: it pauses
+(no share asked for, no launcher started), says why once, looks again later and later, and
+resumes by itself once the table takes writes again (``_faults``); a launcher that could not
+write the table says so by its exit status, :data:`~._faults.TABLE_FAULT`.
+
 It learns of new jobs and cancellations through the table (``PRAGMA data_version``, looked
 at twice a second) and, at once, through ``supervisor.sock``, where ``hwpool submit`` and
 ``hwpool cancel`` wake it. With nothing left to run or watch it exits after ``idle_s``.
@@ -37,6 +42,7 @@ import json
 import os
 import shlex
 import socket
+import sqlite3
 import struct
 import subprocess
 import time
@@ -50,6 +56,7 @@ from .._errors import RevokedError
 from .._gpu._pool import GPUPool, _limited, _owned
 from .._wire._bounds import MAX_TEXT
 from ._backoff import Backoff
+from ._faults import TABLE_FAULT, TableFaults
 from ._model import JobRecord, JobState, signal_name
 from ._procs import is_running, process_start
 from ._state import LOCK_NAME, LOG_NAME, SOCKET_NAME
@@ -135,6 +142,7 @@ class Supervisor:
         self._busy = True
         self._retry_at = 0.0  # when to try the server again after it could not be reached
         self._refusals = Backoff()  # refused requests: when to ask again, what was logged
+        self._faults = TableFaults()  # the pause while the table cannot be written
 
     # ------------------------------------------------------------------ the loop
     async def run(self) -> None:
@@ -145,11 +153,8 @@ class Supervisor:
             while True:
                 woken = self._wake.is_set()
                 self._wake.clear()
-                busy = self._settle(woken)
+                busy = self._look(woken)
                 now = time.monotonic()
-                if self._prune is not None and now - self._pruned_at >= PRUNE_EVERY_S:
-                    self._prune()  # the history past its retention, with its logs
-                    self._pruned_at = now
                 if busy:
                     idle_since = None
                 elif idle_since is None:
@@ -165,7 +170,7 @@ class Supervisor:
                         return
                     server, idle_since = await self._listen(), None
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(POLL_S):
+                    async with asyncio.timeout(max(POLL_S, self._faults.wait_s(now))):
                         await self._wake.wait()
         finally:
             server.close()
@@ -174,6 +179,32 @@ class Supervisor:
             await asyncio.gather(*self._requests.values(), return_exceptions=True)
             if self._backend is not None:
                 self._backend.close()
+
+    def _look(self, woken: bool) -> bool:
+        """:meth:`_settle` (and prune, now and then), unless paused by a table fault; a fault
+        starts or prolongs the pause, and the first look that goes through ends it. Whether
+        anything is left to run or watch (a pause counts as something)."""
+        now = time.monotonic()
+        if self._faults.wait_s(now) > 0:
+            return True
+        try:
+            busy = self._settle(woken or self._faults.paused)
+            if self._prune is not None and now - self._pruned_at >= PRUNE_EVERY_S:
+                self._prune()  # the history past its retention, with its logs
+                self._pruned_at = now
+        except sqlite3.Error as exc:
+            self._table_fault(f"the job table cannot be written: {exc}")
+            return True
+        if self._faults.healed():
+            self._log("the job table answered again: resuming")
+        return busy
+
+    def _table_fault(self, reason: str) -> None:
+        """Pause (see ``_faults``), saying why when the reason is new."""
+        self._version = None  # look again whatever the table's version then
+        if self._faults.failed(reason, time.monotonic()):
+            self._log(f"{reason}: pausing (no share asked for, no launcher started), looking "
+                      "again later and later, up to each minute")  # fmt: skip
 
     def _settle(self, woken: bool) -> bool:
         """Bring the requests and launchers in line with the table (when it changed, or
@@ -322,13 +353,22 @@ class Supervisor:
                           f"{str(self._directory / LOG_NAME)!r}")  # fmt: skip
             return
         note = f"{why}: queued again ({failures} of {MAX_LAUNCH_FAILURES} tries)"
-        with contextlib.suppress(JobStateError):  # cancelled meanwhile
-            self._store.note_queued(job_id, note)
+        try:
+            with contextlib.suppress(JobStateError):  # cancelled meanwhile
+                self._store.note_queued(job_id, note)
+        except sqlite3.Error as exc:  # the job stays queued, without the note
+            self._table_fault(f"the job table cannot be written: {exc}")
         self._log(f"{job_id}: {note}")
 
     def _give_up(self, job_id: str, reason: str) -> None:
-        with contextlib.suppress(JobStateError):
-            self._store.mark_cancelled(job_id, reason=reason)
+        """Cancel ``job_id`` with ``reason``; a table fault leaves it queued, asked for
+        again after the pause."""
+        try:
+            with contextlib.suppress(JobStateError):
+                self._store.mark_cancelled(job_id, reason=reason)
+        except sqlite3.Error as exc:
+            self._table_fault(f"the job table cannot be written: {exc}")
+            return
         self._log(f"{job_id}: {reason}")
 
     # ------------------------------------------------------------------ launchers
@@ -395,7 +435,13 @@ class Supervisor:
         if launcher.offer is not None and not started:
             self._take_back(job.id, launcher.offer)  # it died before it took the lease over
         how = _how_ended(code)
-        if job.state is JobState.RUNNING and job.pid == launcher.pid:
+        if code == TABLE_FAULT and job.state is JobState.QUEUED:  # it could not start it
+            self._table_fault(f"{job.id}'s launcher could not record it running (the job "
+                              "table could not be written): it is queued again")  # fmt: skip
+        elif code == TABLE_FAULT and job.state is JobState.RUNNING and job.pid == launcher.pid:
+            self._lose(job.id, launcher.pid, "its launcher could not record its end (the job "
+                       "table could not be written): how it ended is unknown")  # fmt: skip
+        elif job.state is JobState.RUNNING and job.pid == launcher.pid:
             self._lose(job.id, launcher.pid, f"its launcher {how} without recording its end")
         elif job.state is JobState.QUEUED:
             self._log(f"{job.id}: launcher {launcher.pid} {how} before it started the job")

@@ -1,0 +1,127 @@
+"""``hwpool cancel --user NAME jN...``: cancel another user's jobs, for root or an admin.
+
+A job lives in its user's own table (``~NAME/.local/state/hwpool``, theirs alone), so:
+
+- **root** cancels them as NAME would: a child process becomes NAME (uid, gid, groups,
+  home) and runs NAME's own ``hwpool cancel jN`` on NAME's default state directory. The
+  table is written only by its owner (no file of root's is left there), every check on it
+  is the one NAME's commands make, and nothing runs with more rights than NAME has. Every
+  state is covered: a queued or waiting job is recorded cancelled (``cancelled by root``),
+  a running one ended by its launcher.
+- **anyone else** goes through the host server, the one that knows who is an admin:
+  NAME's requests and leases labelled ``jN ...`` (the supervisor's and the launchers' labels)
+  are cancelled there, which the server allows an admin only (``forbidden`` otherwise,
+  and a non-admin does not even see other users' labels). A withdrawn request cancels its
+  job, a revoked lease ends the running job; their user's supervisor and launcher record it.
+
+A refusal (not root nor an admin, an unknown user or job) is exit 2 and changes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pwd
+import sys
+
+from .._jobs._others import default_state_directory
+from .._wire._connection import Wire
+from .._wire._protocol import LeaseRecord, WaiterRecord
+from ._host_cmds import _cancel_one, socket_of
+from ._text import one_line
+
+__all__ = ["cmd_cancel_user"]
+
+
+def cmd_cancel_user(args: argparse.Namespace) -> int:
+    """``hwpool cancel --user NAME jN...`` (see the module): 0 when each was cancelled."""
+    job_ids = list(dict.fromkeys(args.ids))
+    problem = _usage(args, job_ids)
+    if problem is not None:
+        print(f"hwpool: error: cancel --user: {problem}", file=sys.stderr)
+        return 2
+    try:
+        user = pwd.getpwnam(args.user)
+    except KeyError:
+        print(f"hwpool: error: cancel --user: no user named {one_line(repr(args.user))}",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    if os.geteuid() == 0:
+        return _as_user(user, job_ids)
+    return _at_server(args, user, job_ids)
+
+
+def _usage(args: argparse.Namespace, job_ids: list[object]) -> str | None:
+    if not job_ids:
+        return "give the ids of NAME's jobs to cancel (j12)"
+    if not all(isinstance(i, str) for i in job_ids) or args.name is not None or args.mine:
+        return "takes job ids only (j12); cancel a server request by its id, without --user"
+    return None
+
+
+def _as_user(user: pwd.struct_passwd, job_ids: list[str]) -> int:
+    """Root: cancel ``job_ids`` in ``user``'s default table in a child that is ``user``."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (the child; its work is the tested cancel)
+        code = 1
+        try:
+            code = _cancel_as(user, job_ids)
+        except BaseException as exc:  # the child must never return into root's command
+            print(f"hwpool: error: cancel --user: {one_line(str(exc))}", file=sys.stderr)
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+def _cancel_as(user: pwd.struct_passwd, job_ids: list[str]) -> int:
+    """Become ``user`` (for good: groups, gid, then uid), then cancel as their own command."""
+    os.setgroups(os.getgrouplist(user.pw_name, user.pw_gid))
+    os.setresgid(user.pw_gid, user.pw_gid, user.pw_gid)
+    os.setresuid(user.pw_uid, user.pw_uid, user.pw_uid)
+    os.environ["HOME"] = user.pw_dir
+    os.environ["HWPOOL_STATE_DIR"] = str(default_state_directory(user))
+    from ._jobs_cmds import CancelRefused, cancel_jobs  # noqa: PLC0415 (after the change)
+
+    try:
+        unconfirmed = cancel_jobs(job_ids, reason="cancelled by root")
+    except CancelRefused as exc:
+        print(f"hwpool: error: {user.pw_name}'s {one_line(str(exc))}", file=sys.stderr)
+        return exc.status
+    return 1 if unconfirmed else 0
+
+
+def _at_server(args: argparse.Namespace, user: pwd.struct_passwd, job_ids: list[str]) -> int:
+    """Anyone but root: cancel ``user``'s requests and leases labelled with the job ids at
+    the host server, which refuses unless the caller is an admin."""
+    wire = Wire(socket_of(args), role="control")
+    try:
+        reply = wire.status()
+        records: list[LeaseRecord | WaiterRecord] = [*reply.leases, *reply.waiting]
+        refused, req = 0, 0
+        for job_id in job_ids:
+            found = [r for r in records if r.uid == user.pw_uid and _labelled(r, job_id)]
+            if not found:
+                print(f"hwpool: error: {user.pw_name}'s {job_id}: no request or lease of it at "
+                      "the hwpool server that you may see (only an admin sees other users' "
+                      "jobs; a job waiting on a dependency has none)", file=sys.stderr)  # fmt: skip
+                refused += 1
+            for record in found:
+                req += 1
+                line, ok = _cancel_one(wire, req, record.id, record)
+                print(f"{user.pw_name}'s {job_id}: {line}" if ok else f"hwpool: error: {line}",
+                      file=sys.stdout if ok else sys.stderr)  # fmt: skip
+                refused += not ok
+    finally:
+        wire.shutdown()
+    return 2 if refused else 0
+
+
+def _labelled(record: LeaseRecord | WaiterRecord, job_id: str) -> bool:
+    """Whether ``record`` is job ``job_id``'s (labelled ``jN NAME`` by the supervisor and
+    the launcher)."""
+    return (record.name or "").split(" ", 1)[0] == job_id
