@@ -481,7 +481,7 @@ def serve(*args: str) -> tuple[int, str, str]:
     [
         ("watch_interval = 1e12\n", "watch_interval: must be at most 3600, got 1000000000000.0"),
         ("watch_interval = 0.001\n",
-         "watch_interval: must be 0 (off) or at least 0.1 s, got 0.001"),
+         "watch_interval: must be 0 (off) or at least 0.01 s, got 0.001"),
         ("grace = 1e12\n", "grace: must be at most 3600, got 1000000000000.0"),
         ('half_life = "1000d"\n', "half_life: must be at most 31622400, got 86400000.0"),
         ("hello_timeout = 1e9\n", "hello_timeout: must be at most 3600, got 1000000000.0"),

@@ -44,7 +44,7 @@ MOST_SHARE = 1e6
 """The largest fair share: shares are relative, and a million to one is already absolute."""
 MOST_LIMIT: dict[str, float] = {"gpus": MAX_GPUS, "running": 1_000_000, "queued": 1_000_000}
 """The most each key of a ``[limits]`` table may be (``memory`` is bounded by its parser)."""
-MIN_WATCH_INTERVAL = 0.1
+MIN_WATCH_INTERVAL = 0.01
 """The shortest watch interval but 0 (off): sampling NVML or nvidia-smi faster only burns
 the server's loop."""
 
