@@ -90,7 +90,7 @@ class Box:
         return path
 
     def supervisor_pid(self) -> int | None:
-        with contextlib.suppress(OSError, ValueError):
+        with contextlib.suppress(OSError, ValueError, IndexError):  # empty while written
             return int((self.state / LOCK_NAME).read_text().split()[0])
         return None
 

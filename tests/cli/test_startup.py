@@ -16,7 +16,7 @@ from hostserver import ENV
 from hwpool._cli import _env
 from hwpool._host._detect import NUM_GPUS_VAR
 from hwpool._host._sizing import SPIN_VAR, THREADS_VAR
-from hwpool._jobs._state import KEEP_COUNT_VAR, KEEP_VAR
+from hwpool._jobs._state import KEEP_COUNT_VAR, KEEP_VAR, LOG_MAX_VAR
 from hwpool._numa._results import NUMA_VAR
 
 SERVER_SIDE = {
@@ -97,9 +97,12 @@ def test_info_without_gpu_hardware_loads_no_watcher(tmp_path: Path) -> None:
     assert modules & (WATCHER | METRICS | JOB_TABLE) == set()
 
 
-def test_submit_loads_no_server_side(tmp_path: Path) -> None:
+def test_submit_loads_the_client_but_no_server_side(tmp_path: Path) -> None:
     """What ``hwpool submit`` imports: its module (which imports all it uses when loaded)
-    with the parser, not run (a run would start a supervisor)."""
+    with the parser, not run (a run would start a supervisor). It asks the server whether it
+    serves the user and could grant the request before queuing (issue 35), so the client
+    (asyncio, ``GPUPool`` on the Unix backend, the protocol) is in; the server, the
+    supervisor and the rest are not."""
     code = (
         "import json, sys\nimport hwpool._cli._submit\nfrom hwpool._cli._parser import build\n"
         "build().parse_args(['submit', '--gpus', '0.5', '--', 'true'])\n"
@@ -111,7 +114,9 @@ def test_submit_loads_no_server_side(tmp_path: Path) -> None:
     )  # fmt: skip
     modules = set(json.loads(done.stdout)[1])
     assert "hwpool._jobs._submit" in modules
-    assert modules & (SERVER_SIDE | PROTOCOL) == set()
+    client = {"asyncio", "hwpool._gpu._pool", "hwpool._backends._unix"} | PROTOCOL
+    assert client <= modules
+    assert modules & (SERVER_SIDE - client) == set()
 
 
 @pytest.mark.parametrize(
@@ -132,7 +137,7 @@ def test_status_cancel_and_top_load_the_protocol_but_not_the_server(
 def test_the_environment_check_knows_each_variable_by_its_modules_name() -> None:
     assert set(_env.CHECKED) == {
         NUM_GPUS_VAR, THREADS_VAR, SPIN_VAR, NUMA_VAR, _env.AUTOSTART_VAR, _env.RECONNECT_VAR,
-        KEEP_VAR, KEEP_COUNT_VAR,
+        KEEP_VAR, KEEP_COUNT_VAR, LOG_MAX_VAR,
     }  # fmt: skip
 
 
@@ -147,6 +152,7 @@ def test_the_environment_check_knows_each_variable_by_its_modules_name() -> None
         ("HWPOOL_RECONNECT_TIMEOUT", "soon"),
         ("HWPOOL_JOBS_KEEP", "forever"),
         ("HWPOOL_JOBS_KEEP_COUNT", "-3"),
+        ("HWPOOL_JOBS_LOG_MAX", "12"),
     ],
 )
 def test_each_bad_variable_is_named(variable: str, value: str) -> None:
