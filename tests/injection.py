@@ -1,14 +1,30 @@
-"""KeyboardInterrupt injected at the n-th line that runs in chosen files (sys.settrace).
+"""KeyboardInterrupt injected at the n-th line, or the n-th signal point, that runs in chosen
+files (sys.settrace).
 
-The exception comes out of the traced line as one raised by a signal handler would (only
-more often: at every line, not only where CPython checks for signals). A trace function that
-raises is unset, so each run injects at most once. A line event back at a ``with`` statement
-(its exit) is not counted: raised there, before ``__exit__`` runs, the exception would leave
-a lock held, where no signal can land (CPython checks for them after the call to __exit__).
+Lines (:class:`Injection`): the exception comes out of the traced line as one raised by a
+signal handler would (only more often: at every line, not only where CPython checks for
+signals). A trace function that raises is unset, so each run injects at most once. A line
+event back at a ``with`` statement (its exit) is not counted: raised there, before
+``__exit__`` runs, the exception would leave a lock held, where no signal can land (CPython
+checks for them after the call to __exit__).
+
+Signal points (:class:`AtSignalPoints`): every place *inside* a line where CPython 3.11 runs
+signal handlers and raises asynchronous exceptions, found by tracing opcodes: on entering a
+function (of these files, or one they call), after every call returns (before the next
+instruction: the result of ``ticket, grant = core.submit(...)`` is then never stored), at a
+loop's back edge and on resuming after ``yield``. Line events miss most of these (a line is
+usually several calls), and raising at an arbitrary opcode would test for points where no
+signal can land (between a ``del`` and the ``append`` after it, or before a ``with``'s
+``__exit__`` is called). An exception that CPython raises there and one raised by the trace
+function before the next instruction are the same to the code that runs. (The interpreter
+cannot be asked to do it itself: an asynchronous exception scheduled from a trace function is
+raised inside the trace function, at its next call.)
 """
 
 from __future__ import annotations
 
+import ctypes
+import dis
 import linecache
 import sys
 from collections.abc import Callable, Iterator
@@ -68,14 +84,118 @@ class Injection:
             sys.settrace(None)
 
 
+_CALLS = frozenset(dis.opmap[name] for name in ("CALL", "CALL_FUNCTION_EX"))
+_BACK_EDGES = frozenset(
+    code
+    for name, code in dis.opmap.items()
+    if name.startswith(("JUMP_BACKWARD", "POP_JUMP_BACKWARD"))
+    and name != "JUMP_BACKWARD_NO_INTERRUPT"
+)
+_RESUME = dis.opmap["RESUME"]
+
+
+class AtSignalPoints(Injection):
+    """Counts the signal points (see the module doc) of code in ``where`` and of Python
+    functions it calls; raises KeyboardInterrupt at the ``at``-th, before the instruction
+    that follows it (``place``: file name, line)."""
+
+    def __init__(self, at: int, where: tuple[str, ...] = CORE) -> None:
+        super().__init__(at, where)
+        self._before: dict[FrameType, int] = {}  # frame -> its last instruction's opcode
+        self._inline: set[FrameType] = set()  # frames in a CALL of a Python function
+
+    def _point(self, frame: FrameType) -> None:
+        self.lines += 1
+        if self.lines == self.at:
+            self.fired = True
+            self.place = (Path(frame.f_code.co_filename).name, frame.f_lineno)
+            raise KeyboardInterrupt(f"injected at signal point {self.at}")
+
+    def _local(self, frame: FrameType, event: str, arg: object) -> Any:
+        if event == "opcode":
+            code = frame.f_code.co_code
+            before = self._before.get(frame)
+            if before in _CALLS:
+                if frame in self._inline:  # a Python function's return: no check there
+                    self._inline.discard(frame)
+                else:
+                    self._point(frame)
+            elif before in _BACK_EDGES and frame.f_lasti < self._last[frame]:
+                self._point(frame)
+            self._before[frame] = code[frame.f_lasti]
+            self._last[frame] = frame.f_lasti
+        elif event in ("exception", "return"):  # unwound or left: no check on the way
+            self._before.pop(frame, None)
+            self._inline.discard(frame)
+        return self._local
+
+    def _global(self, frame: FrameType, event: str, arg: object) -> Any:
+        ours = frame.f_code.co_filename.startswith(self.where)
+        caller = frame.f_back
+        called = caller is not None and caller.f_code.co_filename.startswith(self.where)
+        entry = _checks_on_entry(frame)
+        if called and entry and not _is_entry(frame):
+            self._inline.add(caller)  # called by the interpreter loop itself, not through C
+        if (ours or called) and entry:
+            self._point(frame)  # the function raises on entry: its call does nothing
+        if not ours:
+            return None
+        frame.f_trace_opcodes = True
+        frame.f_trace_lines = False
+        self._before.pop(frame, None)
+        return self._local
+
+
+def _checks_on_entry(frame: FrameType) -> bool:
+    """Whether CPython checks for signals as ``frame`` starts or resumes: at its RESUME on a
+    call, and on resuming after a plain ``yield`` (RESUME with an argument below 2), not after
+    ``await`` or ``yield from``, nor where an exception is thrown in at a ``yield``."""
+    code, at = frame.f_code.co_code, frame.f_lasti
+    return code[at] == _RESUME and code[at + 1] < 2
+
+
+_POINTER = ctypes.sizeof(ctypes.c_void_p)
+_F_FRAME = 3 * _POINTER  # PyFrameObject: refcount, type, f_back, f_frame
+_F_CODE = 4 * _POINTER  # _PyInterpreterFrame: f_func, f_globals, f_builtins, f_locals, f_code
+_IS_ENTRY = 8 * _POINTER + ctypes.sizeof(ctypes.c_int)  # ..., prev_instr, stacktop, is_entry
+
+
+def _is_entry(frame: FrameType) -> bool:
+    """Whether ``frame`` was started by C code (a type's ``__init__``, a key function, a
+    generator resumed by ``next``), not by a CALL the interpreter loop runs inline: only then
+    does the CALL check for signals once it returns (CPython 3.11's ``is_entry``)."""
+    inner = ctypes.c_void_p.from_address(id(frame) + _F_FRAME).value
+    assert inner is not None
+    code = ctypes.c_void_p.from_address(inner + _F_CODE).value
+    assert code == id(frame.f_code), "not CPython 3.11's frame layout"
+    return bool(ctypes.c_bool.from_address(inner + _IS_ENTRY).value)
+
+
 def every_line(
     run: Callable[[Injection], None], where: tuple[str, ...] = CORE, limit: int = 100_000
 ) -> int:
     """Call ``run`` with an injection at line event 1, 2, ... until one runs to its end with
     none fired; return how many were injected (fails past ``limit``)."""
+    return _every(Injection, run, where, limit)
+
+
+def every_signal_point(
+    run: Callable[[Injection], None], where: tuple[str, ...] = CORE, limit: int = 200_000
+) -> int:
+    """Call ``run`` with an injection at signal point 1, 2, ... until one runs to its end
+    with none fired; return how many were injected (fails past ``limit``)."""
+    return _every(AtSignalPoints, run, where, limit)
+
+
+def _every(
+    kind: Callable[[int, tuple[str, ...]], Injection],
+    run: Callable[[Injection], None],
+    where: tuple[str, ...],
+    limit: int,
+) -> int:
     for at in range(1, limit):
-        injection = Injection(at, where)
+        injection = kind(at, where)
         run(injection)
         if not injection.fired:
             return at - 1
-    raise AssertionError(f"still injecting after {limit} line events")
+    raise AssertionError(f"still injecting after {limit} events")
