@@ -99,8 +99,11 @@ class AtSignalPoints(Injection):
     functions it calls; raises KeyboardInterrupt at the ``at``-th, before the instruction
     that follows it (``place``: file name, line)."""
 
-    def __init__(self, at: int, where: tuple[str, ...] = CORE) -> None:
+    def __init__(
+        self, at: int, where: tuple[str, ...] = CORE, *, foreign_entries: bool = True
+    ) -> None:
         super().__init__(at, where)
+        self.foreign_entries = foreign_entries  # count the entry of a function ours call
         self._before: dict[FrameType, int] = {}  # frame -> its last instruction's opcode
         self._inline: set[FrameType] = set()  # frames in a CALL of a Python function
 
@@ -109,6 +112,11 @@ class AtSignalPoints(Injection):
         if self.lines == self.at:
             self.fired = True
             self.place = (Path(frame.f_code.co_filename).name, frame.f_lineno)
+            # Keep no frame alive past the interrupt: what they hold (a lease whose exit
+            # never ran) must be dropped as it would be without the injector.
+            self._before.clear()
+            self._last.clear()
+            self._inline.clear()
             raise KeyboardInterrupt(f"injected at signal point {self.at}")
 
     def _local(self, frame: FrameType, event: str, arg: object) -> Any:
@@ -133,10 +141,12 @@ class AtSignalPoints(Injection):
         ours = frame.f_code.co_filename.startswith(self.where)
         caller = frame.f_back
         called = caller is not None and caller.f_code.co_filename.startswith(self.where)
-        entry = _checks_on_entry(frame)
+        # Not a finalizer's entry: CPython reports and drops what is raised in __del__, but
+        # one raised there from a trace function breaks the interpreter's state instead.
+        entry = _checks_on_entry(frame) and frame.f_code.co_name != "__del__"
         if called and entry and not _is_entry(frame):
             self._inline.add(caller)  # called by the interpreter loop itself, not through C
-        if (ours or called) and entry:
+        if (ours or (called and self.foreign_entries)) and entry:
             self._point(frame)  # the function raises on entry: its call does nothing
         if not ours:
             return None

@@ -95,19 +95,26 @@ class Backend(Protocol):
         ...
 
     async def acquire(
-        self, demand: Demand, timeout: float | None, expected: float | None = None
-    ) -> Grant:
+        self, demand: Demand, timeout: float | None, expected: float | None = None,
+        claim: list[Grant] | None = None,
+    ) -> Grant:  # fmt: skip
         """Wait in the queue on the running event loop; raise TimeoutError after ``timeout``.
-        ``expected`` (here and below): the caller's hint of the hold time, in seconds."""
+        ``expected`` (here and below): the caller's hint of the hold time, in seconds.
+        ``claim`` (here and below): a list the grant is appended to as the backend hands it
+        over; from then on it is the caller's to give back, also when the call is cut short
+        (Ctrl-C between the backend's return and the caller's books)."""
         ...
 
     def acquire_blocking(
-        self, demand: Demand, timeout: float | None, expected: float | None = None
-    ) -> Grant:
+        self, demand: Demand, timeout: float | None, expected: float | None = None,
+        claim: list[Grant] | None = None,
+    ) -> Grant:  # fmt: skip
         """Block the calling thread until granted; raise TimeoutError after ``timeout``."""
         ...
 
-    def acquire_now(self, demand: Demand, expected: float | None = None) -> Grant | None:
+    def acquire_now(
+        self, demand: Demand, expected: float | None = None, claim: list[Grant] | None = None
+    ) -> Grant | None:
         """Grant at once where that jumps no waiter, else None (never queues). This is the
         hot path: no event loop lookup, no waiter object."""
         ...

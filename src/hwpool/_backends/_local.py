@@ -81,6 +81,7 @@ class LocalBackend:
     """
 
     remote = False  # acquire_now is a call under a lock: the front tries it before waiting
+    releases_in_finalizer = True  # release() never waits for a lock (see its docstring)
 
     def __init__(
         self,
@@ -133,9 +134,12 @@ class LocalBackend:
         return self._totals if self._sized else None
 
     # ----------------------------------------------------------------- acquiring
-    def acquire_now(self, demand: Demand, expected: float | None = None) -> Grant | None:
+    def acquire_now(
+        self, demand: Demand, expected: float | None = None, claim: list[Grant] | None = None
+    ) -> Grant | None:
         """Grant at once where that jumps no waiter, else None; ``expected``: the caller's
-        guess of the hold time in seconds, or None to let the core learn it."""
+        guess of the hold time in seconds, or None to let the core learn it; ``claim``: see
+        the base class (the grant is appended the moment it is on our books)."""
         grant = None
         try:
             with self._lock:
@@ -149,6 +153,8 @@ class LocalBackend:
                 taken = self._core.grant_now(demand, now=now, expected=expected)
                 if taken is not None:
                     self._live[taken.ticket] = grant = taken
+                    if claim is not None:
+                        claim.append(taken)  # the caller's from here on
                     if demand.limit is not None:
                         self._deadlines.arm(taken.ticket, now + demand.limit)
                 self._dirty = False
@@ -157,15 +163,17 @@ class LocalBackend:
             return grant
         except BaseException:
             self._recover()
-            if grant is not None:  # on our books, but the caller will never see it
+            if grant is not None and not claim:  # on our books, but the caller will never see it
                 self.release(grant)
             raise
 
     async def acquire(
-        self, demand: Demand, timeout: float | None, expected: float | None = None
-    ) -> Grant:
+        self, demand: Demand, timeout: float | None, expected: float | None = None,
+        claim: list[Grant] | None = None,
+    ) -> Grant:  # fmt: skip
         """Wait on the running loop; TimeoutError after ``timeout`` seconds."""
         waiter = AsyncWaiter(asyncio.get_running_loop(), time.monotonic(), self._on_lost)
+        gave_up = _GaveUp(waiter, _Reason.CANCELLED), _GaveUp(waiter, _Reason.TIMED_OUT)
         try:
             grant = self._enqueue(demand, waiter, expected)
             if grant is None:
@@ -177,25 +185,34 @@ class LocalBackend:
                 grant = waiter.grant
                 if grant is None:
                     raise PoolClosedError("the GPU pool was closed while this request waited")
+            if claim is not None:
+                claim.append(grant)  # the caller's from here on
             return grant
         except BaseException as exc:
-            reason = _Reason.TIMED_OUT if isinstance(exc, TimeoutError) else _Reason.CANCELLED
-            self._abandon(waiter, reason)
+            if not claim:  # no signal point before the append (no call): never lost to Ctrl-C
+                self._returns.append(gave_up[TimeoutError in exc.__class__.__mro__])
+                self._settle()
             raise
 
     def acquire_blocking(
-        self, demand: Demand, timeout: float | None, expected: float | None = None
-    ) -> Grant:
+        self, demand: Demand, timeout: float | None, expected: float | None = None,
+        claim: list[Grant] | None = None,
+    ) -> Grant:  # fmt: skip
         """Block this thread until granted; TimeoutError after ``timeout`` seconds."""
         waiter = ThreadWaiter(time.monotonic())
+        gave_up = _GaveUp(waiter, _Reason.CANCELLED)
         try:
             grant = self._enqueue(demand, waiter, expected)
             if grant is None:
                 woken = waiter.event.wait(timeout)
                 grant = _granted_to(waiter) if woken else self._withdraw(waiter, timeout)
+            if claim is not None:
+                claim.append(grant)  # the caller's from here on
             return grant
         except BaseException:
-            self._abandon(waiter, _Reason.CANCELLED)
+            if not claim:  # as in acquire: the give-up is handed in before any signal point
+                self._returns.append(gave_up)
+                self._settle()
             raise
 
     def _enqueue(
@@ -397,11 +414,6 @@ class LocalBackend:
                 self._owner = get_ident()
                 if self._dirty:
                     self._drain()
-        self._settle()
-
-    def _abandon(self, waiter: Waiter, reason: _Reason) -> None:
-        """The waiting side gave up (may run in a finalizer: the GC closing its coroutine)."""
-        self._returns.append(_GaveUp(waiter, reason))
         self._settle()
 
     def _lost(self, waiter: AsyncWaiter) -> None:

@@ -785,6 +785,7 @@ class UnixBackend:
         demand: Demand,
         timeout: float | None,
         expected: float | None = None,
+        claim: list[Grant] | None = None,
         *,
         name: str | None = None,
         command: str | None = None,
@@ -816,6 +817,8 @@ class UnixBackend:
             with self._section():
                 self._timed_out += 1
             raise TimeoutError(f"no GPU capacity granted within timeout={timeout}s")
+        if claim is not None:
+            claim.append(grant)
         return grant
 
     def acquire_blocking(
@@ -823,6 +826,7 @@ class UnixBackend:
         demand: Demand,
         timeout: float | None,
         expected: float | None = None,
+        claim: list[Grant] | None = None,
         *,
         name: str | None = None,
         command: str | None = None,
@@ -830,7 +834,7 @@ class UnixBackend:
         """Block this thread until the server grants; TimeoutError after ``timeout``
         (``timeout=0``: a grant now or TimeoutError, as ``acquire``)."""
         if timeout == 0:
-            grant = self.acquire_now(demand, expected, name=name, command=command)
+            grant = self.acquire_now(demand, expected, claim, name=name, command=command)
             if grant is None:
                 with self._section():
                     self._timed_out += 1
@@ -845,6 +849,8 @@ class UnixBackend:
             self._abandon(r, timed_out=isinstance(exc, TimeoutError))
             raise
         assert grant is not None
+        if claim is not None:
+            claim.append(grant)
         return grant
 
     def _time_out(self, r: _Req, timeout: float | None) -> None:
@@ -861,6 +867,7 @@ class UnixBackend:
         self,
         demand: Demand,
         expected: float | None = None,
+        claim: list[Grant] | None = None,
         *,
         name: str | None = None,
         command: str | None = None,
@@ -871,10 +878,13 @@ class UnixBackend:
         try:
             if not _wait(r, REPLY_TIMEOUT_S):
                 raise ConnectionError(f"no reply from the hwpool server on {str(self._path)!r}")
-            return r.grant()
+            grant = r.grant()
         except BaseException:
             self._abandon(r, timed_out=False)
             raise
+        if grant is not None and claim is not None:
+            claim.append(grant)
+        return grant
 
     def _abandon(self, r: _Req, *, timed_out: bool, lost: bool = False) -> None:
         """The waiter gave up (may run in a finalizer): withdraw, or give back a late grant.

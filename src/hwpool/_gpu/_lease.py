@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import subprocess
 from collections.abc import Mapping
@@ -28,13 +29,16 @@ class LeasePool(Protocol):
     @property
     def gpus(self) -> tuple[GPUInfo, ...]: ...
 
-    def _try_now(self, demand: Demand, expected: float | None = None) -> Grant | None: ...
+    def _try_now(
+        self, demand: Demand, expected: float | None = None, claim: list[Grant] | None = None
+    ) -> Grant | None: ...
 
     def _release(self, grant: Grant) -> None: ...
 
     def _take_blocking(
-        self, demand: Demand, timeout: float | None, what: str, expected: float | None = None
-    ) -> Grant: ...
+        self, demand: Demand, timeout: float | None, what: str, expected: float | None,
+        claim: list[Grant],
+    ) -> Grant: ...  # fmt: skip
 
 
 _current: contextvars.ContextVar[tuple[int, ...]] = contextvars.ContextVar(
@@ -68,7 +72,8 @@ class GPULease:
     """
 
     __slots__ = (
-        "_demand", "_expected", "_grant", "_pool", "_revoked", "_timeout", "_token", "_used",
+        "_claim", "_demand", "_expected", "_grant", "_pool", "_revoked", "_timeout", "_token",
+        "_used",
     )  # fmt: skip
 
     def __init__(
@@ -83,6 +88,7 @@ class GPULease:
         self._timeout = timeout
         self._expected = expected
         self._grant: Grant | None = None
+        self._claim: list[Grant] | None = None  # while entering: what the backend handed over
         self._token: contextvars.Token[tuple[int, ...]] | None = None
         self._used = False
         self._revoked = False
@@ -247,20 +253,66 @@ class GPULease:
 
     def _enter(self, grant: Grant) -> list[int]:
         self._grant = grant
+        self._claim = None
         self._token = _current.set(grant.gpus)
         return list(grant.gpus)
 
+    def __del__(self) -> None:
+        # A lease dropped holding a grant: its enter or exit was cut short where no code of
+        # its own could run (Ctrl-C at the very entry of __exit__ or of a handler). Give the
+        # grant back, where the backend's release is safe in a finalizer (the in-process one:
+        # it never waits for a lock); a host server frees it when the connection closes.
+        # Its GPUs stop being current_gpus() where they still are (the same tuple: no later
+        # lease's, which would be another).
+        grant, token = self._grant, self._token
+        if grant is None and self._claim:
+            grant = self._claim[0]
+        if grant is None:
+            return
+        if token is not None and _current.get() is grant.gpus:
+            with contextlib.suppress(ValueError, RuntimeError):  # another context, or reset
+                _current.reset(token)
+        if getattr(self._pool._backend, "releases_in_finalizer", False):
+            with contextlib.suppress(Exception):  # released meanwhile, or revoked
+                self._pool._release(grant)
+
     def _exit(self) -> None:
         grant, token = self._grant, self._token
+        try:
+            if token is not None:
+                try:  # noqa: SIM105 (contextlib.suppress costs more than the rest of the exit)
+                    _current.reset(token)
+                except ValueError:  # exited in another context than entered: nothing to restore
+                    pass
+            if grant is not None:
+                self._revoked = self._pool._backend.revoked(grant.ticket)
+                self._pool._release(grant)
+        except BaseException:  # cut short (Ctrl-C): the exit still has its full effect
+            self._cut_short(grant, token, None)
+            raise
         self._grant = self._token = None
-        if token is not None:
-            try:  # noqa: SIM105 (contextlib.suppress costs more than the rest of the exit)
-                _current.reset(token)
-            except ValueError:  # exited in another context than entered: nothing to restore
-                pass
+
+    def _cut_short(
+        self, grant: Grant | None, token: contextvars.Token[tuple[int, ...]] | None,
+        before: tuple[int, ...] | None,
+    ) -> None:  # fmt: skip
+        """An enter or exit was cut short (Ctrl-C, a cancellation): end the lease as if it had
+        run to its end, so that the call raises holding nothing. ``before``: the current GPUs
+        before an enter (restored where its token was lost). The grant goes first and stays
+        on the lease until it has: cut short again, the lease's finalizer still has it."""
         if grant is not None:
-            self._revoked = self._pool._backend.revoked(grant.ticket)
-            self._pool._release(grant)
+            with contextlib.suppress(ValueError):  # released already, or revoked
+                self._pool._release(grant)
+        self._grant = self._token = self._claim = None
+        if token is not None:
+            with contextlib.suppress(ValueError, RuntimeError):  # another context, or reset
+                _current.reset(token)
+        elif before is not None:
+            _current.set(before)
+
+    def _claimed(self, claim: list[Grant], before: tuple[int, ...]) -> None:
+        """An enter was cut short after (maybe) taking the grant in ``claim``."""
+        self._cut_short(claim[0] if claim else None, self._token, before)
 
     async def __aenter__(self) -> list[int]:
         if self._used:
@@ -270,15 +322,16 @@ class GPULease:
             return self._enter(self._grant)
         pool = self._pool
         expected = self._expected
-        if expected is None:
-            grant = pool._try_now(self._demand)  # no waiter, no event loop lookup
-        else:
-            grant = pool._try_now(self._demand, expected)
-        if grant is None:
-            grant = await pool._backend.acquire(self._demand, self._timeout, expected)
-        self._grant = grant
-        self._token = _current.set(grant.gpus)
-        return list(grant.gpus)
+        claim: list[Grant] = []  # what the backend hands over: ours to give back if cut short
+        self._claim = claim
+        before = _current.get()
+        try:
+            if pool._try_now(self._demand, expected, claim) is None:  # no waiter, no loop
+                await pool._backend.acquire(self._demand, self._timeout, expected, claim)
+            return self._enter(claim[0])
+        except BaseException:
+            self._claimed(claim, before)
+            raise
 
     async def __aexit__(
         self,
@@ -292,8 +345,17 @@ class GPULease:
         self._start()
         if self._grant is not None:  # taken over: held already
             return self._enter(self._grant)
-        pool, what = self._pool, "with lease"
-        return self._enter(pool._take_blocking(self._demand, self._timeout, what, self._expected))
+        claim: list[Grant] = []
+        self._claim = claim
+        before = _current.get()
+        try:
+            self._pool._take_blocking(
+                self._demand, self._timeout, "with lease", self._expected, claim
+            )
+            return self._enter(claim[0])
+        except BaseException:
+            self._claimed(claim, before)
+            raise
 
     def __exit__(
         self,

@@ -15,6 +15,7 @@ own grant and is not among them).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import math
 import os
@@ -240,14 +241,15 @@ class GPUPool:
             timeout = check_timeout(timeout)
         if expected_s is not None:
             expected_s = check_timeout(expected_s, "expected_s")
-            grant = self._try_now(demand, expected_s)
-        else:
-            grant = self._try_now(demand)
-        if grant is None:
-            grant = await self._backend.acquire(demand, timeout, expected_s)
-        gpu = grant.gpus[0]
-        self._held[gpu].append(grant)
-        return gpu
+        claim: list[Grant] = []  # what the backend hands over: ours to give back if cut short
+        try:
+            if self._try_now(demand, expected_s, claim) is None:
+                await self._backend.acquire(demand, timeout, expected_s, claim)
+            gpus = self._keep(claim[0])
+        except BaseException:
+            self._unclaim(claim)
+            raise
+        return gpus[0]
 
     async def acquire_full(
         self,
@@ -266,10 +268,15 @@ class GPUPool:
         demand = _limited(_owned(self._demands.whole(count), owner, priority), limit_s)
         timeout = check_timeout(timeout)
         expected_s = check_timeout(expected_s, "expected_s")
-        grant = self._try_now(demand, expected_s)
-        if grant is None:
-            grant = await self._backend.acquire(demand, timeout, expected_s)
-        return self._keep(grant)
+        claim: list[Grant] = []
+        try:
+            if self._try_now(demand, expected_s, claim) is None:
+                await self._backend.acquire(demand, timeout, expected_s, claim)
+            gpus = self._keep(claim[0])
+        except BaseException:
+            self._unclaim(claim)
+            raise
+        return gpus
 
     # ----------------------------------------------------------------- blocking
     def acquire_blocking(
@@ -290,8 +297,14 @@ class GPUPool:
         """
         demand = _limited(_owned(self._demands.one(fraction, memory), owner, priority), limit_s)
         hint = check_timeout(expected_s, "expected_s")
-        grant = self._take_blocking(demand, check_timeout(timeout), "acquire_blocking()", hint)
-        return self._keep(grant)[0]
+        claim: list[Grant] = []
+        try:
+            self._take_blocking(demand, check_timeout(timeout), "acquire_blocking()", hint, claim)
+            gpus = self._keep(claim[0])
+        except BaseException:
+            self._unclaim(claim)
+            raise
+        return gpus[0]
 
     def acquire_full_blocking(
         self,
@@ -307,21 +320,31 @@ class GPUPool:
         demand = _limited(_owned(self._demands.whole(count), owner, priority), limit_s)
         hint = check_timeout(expected_s, "expected_s")
         what = "acquire_full_blocking()"
-        return self._keep(self._take_blocking(demand, check_timeout(timeout), what, hint))
+        claim: list[Grant] = []
+        try:
+            self._take_blocking(demand, check_timeout(timeout), what, hint, claim)
+            gpus = self._keep(claim[0])
+        except BaseException:
+            self._unclaim(claim)
+            raise
+        return gpus
 
     def _take_blocking(
-        self, demand: Demand, timeout: float | None, what: str, expected: float | None = None
-    ) -> Grant:
+        self, demand: Demand, timeout: float | None, what: str, expected: float | None,
+        claim: list[Grant],
+    ) -> Grant:  # fmt: skip
+        """Wait for ``demand`` in this thread; the grant is also appended to ``claim`` (see
+        :meth:`_unclaim`)."""
         if asyncio._get_running_loop() is not None:
             raise RuntimeError(
                 f"{what} called in a thread that runs an event loop: it would block the loop "
                 "(and never return if a task of this loop holds the GPUs); use "
                 "'await pool.acquire()' or 'async with pool.lease()' there"
             )
-        grant = self._try_now(demand, expected)
+        grant = self._try_now(demand, expected, claim)
         if grant is not None:
             return grant
-        return self._backend.acquire_blocking(demand, timeout, expected)
+        return self._backend.acquire_blocking(demand, timeout, expected, claim)
 
     # ----------------------------------------------------------------- nowait
     def acquire_nowait(
@@ -339,7 +362,7 @@ class GPUPool:
         Never jumps the queue: granted only where the policy lets a new arrival start.
         """
         demand = _limited(_owned(self._demands.one(fraction, memory), owner, priority), limit_s)
-        return self._keep(self._take_now(demand, check_timeout(expected_s, "expected_s")))[0]
+        return self._take_now(demand, check_timeout(expected_s, "expected_s"))[0]
 
     def acquire_full_nowait(
         self,
@@ -352,15 +375,20 @@ class GPUPool:
     ) -> list[int]:
         """Take ``count`` whole GPUs now, or raise :class:`hwpool.WouldBlock`."""
         demand = _limited(_owned(self._demands.whole(count), owner, priority), limit_s)
-        return self._keep(self._take_now(demand, check_timeout(expected_s, "expected_s")))
+        return self._take_now(demand, check_timeout(expected_s, "expected_s"))
 
-    def _take_now(self, demand: Demand, expected: float | None = None) -> Grant:
-        grant = self._acquire_now(demand, expected)
-        if grant is None:
-            sized = self._totals is not None and demand.count == 1 and not demand.whole
-            what = f"{demand.units} MiB" if sized and not demand.relative else _describe(demand)
-            raise WouldBlock(f"no GPU can take {what} without waiting")
-        return grant
+    def _take_now(self, demand: Demand, expected: float | None = None) -> list[int]:
+        """Grant ``demand`` now and keep it; its GPUs (WouldBlock if it would wait)."""
+        claim: list[Grant] = []
+        try:
+            if self._acquire_now(demand, expected, claim) is not None:
+                return self._keep(claim[0])
+        except BaseException:
+            self._unclaim(claim)
+            raise
+        sized = self._totals is not None and demand.count == 1 and not demand.whole
+        what = f"{demand.units} MiB" if sized and not demand.relative else _describe(demand)
+        raise WouldBlock(f"no GPU can take {what} without waiting")
 
     # ----------------------------------------------------------------- release
     def release(
@@ -394,6 +422,9 @@ class GPUPool:
                 held.remove(grant)
             except ValueError:  # another thread released it meanwhile
                 grant = self._forget(held, units)
+            except BaseException:  # Ctrl-C right after the removal: the release must follow
+                self._release_anyway(grant)
+                raise
         if grant is None:
             asked = f"memory={memory!r}" if memory is not None else f"fraction={fraction!r}"
             what = f"{units} MiB" if self._totals is not None else units_to_fraction(units)
@@ -402,7 +433,34 @@ class GPUPool:
                 f"grant of {what} on GPU {gpu_id} (released already, or "
                 "held by a lease, which releases itself)"
             )
-        self._release(grant)
+        try:
+            self._release(grant)
+        except ValueError:
+            raise
+        except BaseException:  # cut short (Ctrl-C) on its way in or out: a full effect
+            self._release_anyway(grant)
+            raise
+
+    def _release_anyway(self, grant: Grant) -> None:
+        """Finish the release of ``grant``, taken off the books by a release that was cut
+        short: a release that raises has had its full effect (ValueError: it had already)."""
+        with contextlib.suppress(ValueError):
+            self._release(grant)
+
+    def _unclaim(self, claim: list[Grant]) -> None:
+        """A call that took a grant (in ``claim``) was cut short (Ctrl-C, a cancellation)
+        before it returned: take what ``_keep`` kept of it off the books and give it back,
+        so that the call raises holding nothing."""
+        if not claim:
+            return
+        grant = claim.pop()
+        for gpu in grant.gpus:
+            held = self._held[gpu]
+            for kept in [g for g in held if g.ticket == grant.ticket]:
+                with contextlib.suppress(ValueError):
+                    held.remove(kept)
+        with contextlib.suppress(ValueError):  # revoked meanwhile: its release is a no-op
+            self._release(grant)
 
     def _keep(self, grant: Grant) -> list[int]:
         """Remember ``grant`` for ``release``, GPU by GPU; return its GPUs.
@@ -422,8 +480,7 @@ class GPUPool:
                 self._held[gpu].append(Grant(grant.ticket, (gpu,), self._totals[gpu]))
         return list(gpus)
 
-    @staticmethod
-    def _forget(held: list[Grant], units: int) -> Grant | None:
+    def _forget(self, held: list[Grant], units: int) -> Grant | None:
         """Take the oldest kept grant of ``units`` in ``held`` off the books (None: none is).
 
         Other threads may change the list meanwhile: scan a copy, remove by identity, retry.
@@ -438,6 +495,9 @@ class GPUPool:
                 held.remove(grant)
             except ValueError:  # another thread released it first: look again
                 continue
+            except BaseException:  # Ctrl-C right after the removal: the release must follow
+                self._release_anyway(grant)
+                raise
             return grant
 
     # ----------------------------------------------------------------- leases
@@ -551,7 +611,9 @@ def _limited(demand: Demand, limit_s: object) -> Demand:
     return Demand(d.count, d.units, d.whole, d.relative, d.owner, d.priority, number)
 
 
-def _no_grant(demand: Demand, expected: float | None = None) -> Grant | None:
+def _no_grant(
+    demand: Demand, expected: float | None = None, claim: list[Grant] | None = None
+) -> Grant | None:
     """The front's first question to a remote backend: none (it queues at once instead)."""
     return None
 

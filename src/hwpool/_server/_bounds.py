@@ -35,6 +35,8 @@ MOST: dict[str, float] = {
     "max_control_connections": 1024,
     "max_requests_per_connection": 1_000_000,
     "max_requests_per_user": 1_000_000,
+    "metrics_max_connections": 4096,
+    "metrics_timeout": HOUR,
 }
 """The most each plain setting may be (seconds, or a count)."""
 MOST_GPU_MEMORY = 2**24
