@@ -306,6 +306,9 @@ def test_removing_a_node_withdraws_its_gpus_and_frees_nothing_twice(
     eventually(lambda: len(pool.snapshot().leases) == 2)
     doomed = pool.submit(record, UNITS_PER_GPU, 0, gate, gpus=2)  # the new node is all left
     eventually(lambda: len(pool.snapshot().leases) == 3)
+    # Running, not only granted: a worker for a lease's devices may still be starting (one
+    # lost before it starts asks again, test_promises.py).
+    eventually(lambda: ray.get(gate.waiting.remote()) == 3, 90)
     new_node = node.node_id
     assert [x.node_id for x in pool.snapshot().leases].count(new_node) == 1
     waiter = pool.submit(record, UNITS_PER_GPU, 0, gpus=2)
