@@ -187,15 +187,21 @@ def test_a_failing_tasks_error_names_its_function_and_stays_catchable(pool: RayG
 
 
 def test_a_drivers_calls_join_the_queue_in_its_order(pool: RayGPUPool) -> None:
-    gate = signal_actor()
-    holders = [pool.submit(record, UNITS_PER_GPU, 0, gate, gpus=2) for _ in range(2)]
-    eventually(lambda: len(pool.snapshot().leases) == 2)  # every GPU held: the rest queue
-    shares = [(i + 1) / 100 for i in range(30)]  # one share per call, to tell them apart
-    refs = [pool.submit(record, 0, fraction=f) for f in shares]
-    eventually(lambda: len(pool.snapshot().waiting) == len(shares))
-    assert [round(w.fraction, 2) for w in pool.snapshot().waiting] == shares
-    ray.get(gate.send.remote())
-    ray.get([*holders, *refs], timeout=90)
+    # The order is the subject and the tasks never initialise CUDA: any worker process may
+    # run them (a worker per set of devices, started one at a time, cost 9 s here).
+    driver = hwpool.ray.connect(namespace=pool.namespace, reuse_across_gpus=True)
+    try:
+        gate = signal_actor()
+        holders = [driver.submit(record, UNITS_PER_GPU, 0, gate, gpus=2) for _ in range(2)]
+        eventually(lambda: len(pool.snapshot().leases) == 2)  # every GPU held: the rest queue
+        shares = [(i + 1) / 100 for i in range(30)]  # one share per call, to tell them apart
+        refs = [driver.submit(record, 0, fraction=f) for f in shares]
+        eventually(lambda: len(pool.snapshot().waiting) == len(shares))
+        assert [round(w.fraction, 2) for w in pool.snapshot().waiting] == shares
+        ray.get(gate.send.remote())
+        ray.get([*holders, *refs], timeout=90)
+    finally:
+        driver.close()
     eventually(lambda: free_everywhere(pool))
 
 
