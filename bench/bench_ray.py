@@ -17,8 +17,9 @@ workload and the overhead run 3 rounds in alternating order and the best of each
 
 Plain Ray runs the same tasks with ``.options(num_gpus=share, num_cpus=0)`` (num_cpus=0 is its
 best case: with its default of one CPU per task, a 1-CPU node runs one task at a time);
-hwpool.ray runs them with its defaults (reused workers, kept leases: ``keep_s=0.2``) and
-``num_cpus=0``, so that both reuse worker processes. Every Ray process binds 127.0.0.1
+hwpool.ray runs them with kept leases (``keep_s=0.2``), ``num_cpus=0`` and
+``reuse_across_gpus=True`` (these tasks never initialise CUDA), so that both reuse worker
+processes across GPUs. Every Ray process binds 127.0.0.1
 only (checked with ``ss`` when present).
 Run: ``python bench/bench_ray.py`` (about 80 s on a 2-core VM) or ``hwpool bench ray``; needs
 ``hwpool[ray]``. (No dataclasses here: ``hwpool bench`` loads this file outside
@@ -218,7 +219,11 @@ def compare(scale: Scale) -> dict[str, dict[str, Any]]:
     the best makespan and overhead of each, and the starvation probe once."""
     import hwpool.ray  # noqa: PLC0415
 
-    pool = hwpool.ray.connect(namespace="hwpool-bench", reuse_workers=True)
+    # The tasks here never initialise CUDA, and plain Ray's ``.options(num_gpus=...)`` tasks
+    # reuse workers across GPUs too (Ray's max_calls=1 applies only to a function decorated
+    # with num_gpus): like for like. hwpool.ray's default pins a worker process to its
+    # devices (docs/ray.md, "Worker processes").
+    pool = hwpool.ray.connect(namespace="hwpool-bench", reuse_across_gpus=True)
     try:
         contenders = {"hwpool.ray": hwpool_submitter(pool), "Ray": ray_submitter()}
         for submit in contenders.values():

@@ -3,7 +3,7 @@ a process outside the queue), the hysteresis and the over-lease flag together.""
 
 from __future__ import annotations
 
-from watchprocs import bystander, running_job
+from watchprocs import absent_pid, bystander, running_job
 
 from fakes.live_nvml import FakeNVML, LiveGPU
 from hwpool._watch import (
@@ -44,10 +44,27 @@ def test_an_outside_process_is_withheld_while_it_stays_and_a_greedy_job_is_flagg
 
 
 def test_a_failed_sample_changes_nothing() -> None:
-    nvml = FakeNVML([LiveGPU(A, 81920, processes={999_999: 4000})])
+    nvml = FakeNVML([LiveGPU(A, 81920)])
     watcher = Watcher(NvmlSampler(nvml), rule=HoldRule(take_samples=1, give_samples=1))
-    assert watcher.observe([], [], 0.0).withheld_mib == {A: 4000}
-    nvml.gpus[0].failing["nvmlDeviceGetComputeRunningProcesses"] = "Unknown Error"
-    failed = watcher.observe([], [], 1.0)
+    with bystander() as outsider:
+        nvml.gpus[0].processes = {outsider: 4000}
+        assert watcher.observe([], [], 0.0).withheld_mib == {A: 4000}
+        nvml.gpus[0].failing["nvmlDeviceGetComputeRunningProcesses"] = "Unknown Error"
+        failed = watcher.observe([], [], 1.0)
     assert failed.withheld_mib == {A: 4000} and failed.processes == ()
     assert "Unknown Error" in failed.sample.problem
+
+
+def test_memory_of_a_pid_that_names_no_process_here_is_not_withheld() -> None:
+    """Inside a container NVML reports host pids (NVIDIA/nvidia-docker#1483): a leased
+    job's process reported under a pid that names nothing here was "used outside the queue"
+    and its memory withheld from the queue. It is unknown now: not listed as outside, and
+    nothing is withheld for it."""
+    foreign = absent_pid()
+    nvml = FakeNVML([LiveGPU(A, 81920, processes={foreign: 6000})])
+    watcher = Watcher(NvmlSampler(nvml), rule=HoldRule(take_samples=1, give_samples=1))
+    reports = [watcher.observe([], [], now) for now in (0.0, 1.0)]
+    assert [r.withheld_mib for r in reports] == [{A: 0}, {A: 0}]
+    assert reports[-1].outside == ()
+    assert [(p.process.pid, p.unknown) for p in reports[-1].processes] == [(foreign, True)]
+    watcher.close()

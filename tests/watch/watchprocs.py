@@ -62,3 +62,58 @@ def bystander() -> Iterator[int]:
     finally:
         proc.kill()
         proc.wait()
+
+
+def absent_pid() -> int:
+    """A pid that names no process here: above the kernel's largest (``pid_max``)."""
+    with open("/proc/sys/kernel/pid_max") as f:
+        return int(f.read()) + 1
+
+
+@dataclass(frozen=True)
+class Nested:
+    """A process in a pid namespace of its own: its pid here (``pid``), its pid there
+    (``inner``) and that namespace (``ns``, the inode of its ``/proc/PID/ns/pid``)."""
+
+    pid: int
+    inner: int
+    ns: int
+
+
+_NESTED = "sleep 120 & echo $!; wait"
+
+
+@contextlib.contextmanager
+def nested_process() -> Iterator[Nested]:
+    """``unshare --pid --fork`` (root only): a shell, pid 1 of a new pid namespace, and its
+    child ``sleep``, whose pid there the shell prints once it has started it (the test's
+    timeout bounds the wait); found here as the shell's child."""
+    proc = subprocess.Popen(
+        ["unshare", "--pid", "--fork", "sh", "-c", _NESTED],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    try:
+        inner = int(proc.stdout.readline())
+        (shell,) = _children(proc.pid)
+        (pid,) = _children(shell)
+        yield Nested(pid, inner, os.stat(f"/proc/{pid}/ns/pid").st_ino)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` now."""
+    found = []
+    for name in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if name.isdigit() and fields[1] == str(pid):
+            found.append(int(name))
+    return found

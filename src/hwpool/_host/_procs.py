@@ -3,8 +3,11 @@
 ``/proc/PID/stat`` gives the state, parent pid, process group and session (fields 3 to 6,
 after the command name in parentheses, which may itself hold spaces and parentheses: the
 fields are read after its *last* closing parenthesis) and the start time (field 22, clock
-ticks after boot). ``/proc/PID/status`` gives the real uid. A process that is gone (or
-unreadable) reads as None: whoever asks then knows less, and never fails.
+ticks after boot). ``/proc/PID/status`` gives the real uid, and (Linux 4.1 on) the
+``NSpid:``, ``NSpgid:`` and ``NSsid:`` lines: the process's ids in each pid namespace it is
+in, from this procfs's namespace (first) to its own (last); ``/proc/PID/ns/pid`` names its
+own pid namespace (the inode of that link's target: proc(5), pid_namespaces(7)). A process
+that is gone (or unreadable) reads as None: whoever asks then knows less, and never fails.
 
 A pid alone names a process only while it lives: once it ends, the kernel may give the same
 pid to any later process, another user's included. :class:`ProcessId` is what names one
@@ -20,17 +23,23 @@ from dataclasses import dataclass
 from typing import Protocol
 
 __all__ = [
+    "INIT_PID_NS",
+    "NsIds",
     "ProcFS",
     "ProcReader",
     "ProcStat",
     "ProcessId",
     "identify",
     "is_process",
+    "pid_namespace",
     "process_start",
 ]
 
 _READ_BYTES = 8192  # /proc/PID/stat is under 1 KiB, /proc/PID/status about 1.5 KiB
 _ENDED = ("Z", "X")  # a zombie (ended, not reaped yet) or a dead process
+INIT_PID_NS = 0xEFFFFFFC
+"""The inode of the host's (initial) pid namespace: ``PROC_PID_INIT_INO`` in the kernel's
+``include/linux/proc_ns.h``; any other is a container's (or another nested) namespace."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +48,18 @@ class ProcStat:
 
     pid: int
     ppid: int
+    pgid: int
+    sid: int
+
+
+@dataclass(frozen=True)
+class NsIds:
+    """A process as its own pid namespace numbers it: that namespace (``ns``, the inode of
+    ``/proc/PID/ns/pid``) and its pid, process group and session there (the last entries of
+    ``NSpid:``, ``NSpgid:`` and ``NSsid:``; 0 for a group or session led from outside it)."""
+
+    ns: int
+    pid: int
     pgid: int
     sid: int
 
@@ -62,6 +83,10 @@ class ProcReader(Protocol):
 
     def uid(self, pid: int) -> int | None:
         """``pid``'s real uid."""
+        ...
+
+    def ns_ids(self, pid: int) -> NsIds | None:
+        """``pid`` as its own pid namespace numbers it."""
         ...
 
 
@@ -88,6 +113,23 @@ class ProcFS:
             if name == "Uid":
                 return int(real[0]) if real and real[0].isascii() and real[0].isdigit() else None
         return None
+
+    def ns_ids(self, pid: int) -> NsIds | None:
+        """``pid``'s own pid namespace and its pid, group and session there (see
+        :class:`NsIds`); None if it is gone, or either file cannot be read (a kernel before
+        4.1 writes no ``NSpid:`` line; another user's namespace link needs ptrace access)."""
+        last: dict[str, int] = {}
+        for line in (self._read(pid, "status") or "").splitlines():
+            name, _, values = line.partition(":")
+            if name in ("NSpid", "NSpgid", "NSsid") and values.split():
+                entry = values.split()[-1]
+                if not (entry.isascii() and entry.isdigit()):
+                    return None
+                last[name] = int(entry)
+        ns = pid_namespace(pid, self.root)
+        if ns is None or len(last) < 3:
+            return None
+        return NsIds(ns, last["NSpid"], last["NSpgid"], last["NSsid"])
 
     def start(self, pid: int) -> int | None:
         """``pid``'s start time (clock ticks after boot); None if it is gone or has ended (a
@@ -135,6 +177,15 @@ class ProcFS:
 
 
 _PROC = ProcFS()
+
+
+def pid_namespace(pid: int | str = "self", root: str = "/proc") -> int | None:
+    """The inode of the pid namespace of process ``pid`` (default: this one), which names
+    it; None if it cannot be read. :data:`INIT_PID_NS` is the host's."""
+    try:
+        return os.stat(f"{root}/{pid}/ns/pid").st_ino
+    except OSError:
+        return None
 
 
 def process_start(pid: int) -> int | None:

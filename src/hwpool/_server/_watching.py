@@ -55,6 +55,7 @@ from .._watch import (
     open_sampler,
     parse_policy,
 )
+from .._watch._procfs import namespace_note
 from .._watch._proof import JobGroup, job_group
 from .._wire._protocol import (
     MAX_OUTSIDE,
@@ -161,6 +162,7 @@ class Watching:
         opened = ""
         if self._watcher is None:
             sampler, opened = self._opener()
+            opened = "; ".join(filter(None, (opened, namespace_note())))
             self._watcher = Watcher(sampler, grace_s=self.grace_s)
         return self._watcher.observe(procs, shares, time.monotonic()), opened
 

@@ -20,7 +20,7 @@ from ._hold import Hold, HoldRule, OutsideHold, hold_step
 from ._nvml import NvmlSampler
 from ._open import open_sampler
 from ._overlease import LeaseShare, OverLeasePolicy, OverLeaseWatch, OverUse, parse_policy
-from ._procfs import ProcFS, ProcReader, ProcStat
+from ._procfs import NsIds, ProcFS, ProcReader, ProcStat
 from ._sample import GPUProcess, GPUReading, Sample, Sampler
 from ._smi import SmiSampler
 from ._watcher import Watcher, WatchReport
@@ -33,6 +33,7 @@ __all__ = [
     "HoldRule",
     "LeaseProcs",
     "LeaseShare",
+    "NsIds",
     "NvmlSampler",
     "OutsideHold",
     "OverLeasePolicy",

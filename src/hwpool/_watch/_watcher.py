@@ -29,8 +29,9 @@ class WatchReport:
 
     @property
     def outside(self) -> tuple[Attributed, ...]:
-        """The processes outside the queue (pid, GPU, memory, uid, user): for ``status``."""
-        return tuple(item for item in self.processes if item.lease is None)
+        """The processes outside the queue (pid, GPU, memory, uid, user): for ``status``;
+        not the unknown ones (see :class:`~._attribute.Attributed`)."""
+        return tuple(item for item in self.processes if item.outside)
 
 
 class Watcher:

@@ -68,13 +68,20 @@ _run_reusing = _api.remote(run_leased)
 
 @dataclass(frozen=True, slots=True)
 class TaskOptions:
-    """How leased work is launched: CPUs reserved through Ray, and whether a worker process
-    may serve several leases (the default, as fast as plain Ray; ``False`` gives each task a
-    fresh process, for work that keeps a CUDA context: CUDA reads ``CUDA_VISIBLE_DEVICES``
-    once per process)."""
+    """How leased work is launched: CPUs reserved through Ray; whether a worker process may
+    serve several leases on the same GPUs (``reuse_worker``, the default; ``False`` gives each
+    task a fresh process); and whether it may serve leases on other GPUs than its first
+    (``reuse_across_gpus``, only for work that never initialises CUDA: CUDA reads
+    ``CUDA_VISIBLE_DEVICES`` once per process). See docs/ray.md, "Worker processes"."""
 
     num_cpus: float = 0.0
     reuse_worker: bool = True
+    reuse_across_gpus: bool = False
+
+    @property
+    def pinned(self) -> bool:
+        """Whether a process that ran this work keeps the GPUs it started with."""
+        return not self.reuse_across_gpus
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +115,7 @@ class Launchers:
 
     def __init__(self, *, bind_repeated: bool = False) -> None:
         self._bind_repeated = bind_repeated
-        self._made: dict[tuple[object, TaskOptions, str], Any] = {}
+        self._made: dict[tuple[object, TaskOptions, str, tuple[str, ...] | None], Any] = {}
         self._seen: dict[int, Callable[..., Any]] = {}  # functions launched once, by id
         self._bound: dict[tuple[int, bool], tuple[Callable[..., Any], Any]] = {}
 
@@ -120,14 +127,20 @@ class Launchers:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> Any:
-        """Launch ``fn(*args, **kwargs)`` on ``placement``'s node and GPUs; its ``ObjectRef``."""
+        """Launch ``fn(*args, **kwargs)`` on ``placement``'s node and GPUs; its ``ObjectRef``.
+
+        Pinned work (the default) carries its devices in its runtime environment: Ray gives a
+        task only a worker started with the same runtime environment (its hash is part of the
+        worker's key), so each worker process serves leases on one set of devices only, and
+        sees them from its start."""
+        gpus, devices, pinned = placement.gpus, placement.devices, options.pinned
         bound = self._bound_remote(fn, options.reuse_worker) if self._bind_repeated else None
         if bound is not None:
             launcher = self._with_options(("bound", id(fn)), bound, fn, options, placement)
-            return launcher.remote(placement.gpus, placement.devices, *args, **kwargs)
+            return launcher.remote(gpus, devices, pinned, *args, **kwargs)
         generic = _run_reusing if options.reuse_worker else _run_fresh
         launcher = self._with_options(task_name(fn), generic, fn, options, placement)
-        return launcher.remote(fn, placement.gpus, placement.devices, *args, **kwargs)
+        return launcher.remote(fn, gpus, devices, pinned, *args, **kwargs)
 
     def _bound_remote(self, fn: Callable[..., Any], reuse_worker: bool) -> Any:
         """The remote function of its own for ``fn``, if it was launched before; else None."""
@@ -153,16 +166,19 @@ class Launchers:
         options: TaskOptions,
         placement: Placement,
     ) -> Any:
-        made_key = (key, options, placement.node_id)
+        devices = placement.devices if options.pinned else None
+        made_key = (key, options, placement.node_id, devices)
         launcher = self._made.get(made_key)
         if launcher is None:
             self._trim()
+            pinning = {} if devices is None else {"runtime_env": _pinned_env(devices)}
             launcher = self._made[made_key] = remote.options(
                 name=task_name(fn),
                 num_cpus=options.num_cpus,
                 num_gpus=0,
                 max_retries=0,
                 scheduling_strategy=_api.affinity(placement.node_id),
+                **pinning,
             )
         return launcher
 
@@ -173,6 +189,12 @@ class Launchers:
             self._made.clear()
             self._seen.clear()
             self._bound.clear()
+
+
+def _pinned_env(devices: tuple[str, ...]) -> dict[str, Any]:
+    """The runtime environment of pinned work on ``devices``: their variables, set when the
+    worker process starts (and so part of the key Ray picks a worker by)."""
+    return {"env_vars": device_env(devices, {})}
 
 
 class ClientActor:

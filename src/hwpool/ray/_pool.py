@@ -46,6 +46,7 @@ def connect(
     namespace: str = "hwpool",
     num_cpus: float = 0,
     reuse_workers: bool = True,
+    reuse_across_gpus: bool = False,
     keep_s: float = KEEP_S,
 ) -> RayGPUPool:
     """Join the cluster's hwpool scheduler (starting it if need be) and open this driver's pool.
@@ -54,9 +55,11 @@ def connect(
     clients: pools of one namespace share one queue over the cluster's GPUs. ``num_cpus`` is
     what each leased task or actor reserves through Ray besides its GPUs (0: the GPU lease is
     the admission control, and a granted task never waits for a CPU while holding its GPUs).
-    ``reuse_workers`` (default True) lets one worker process run several leased tasks, as
-    plain Ray's CPU tasks do; ``False`` starts a fresh process for each (``max_calls=1``), for
-    work that keeps a CUDA context (CUDA reads ``CUDA_VISIBLE_DEVICES`` once per process).
+    ``reuse_workers`` (default True) lets one worker process run several leased tasks on the
+    same GPUs, never on others (CUDA reads ``CUDA_VISIBLE_DEVICES`` once per process); ``False``
+    starts a fresh process for each task (``max_calls=1``). ``reuse_across_gpus`` (default
+    False) lets a worker process run tasks on other GPUs than its first: only for work that
+    never initialises CUDA (docs/ray.md, "Worker processes").
     ``keep_s`` (seconds, default 0.2; 0 turns it off): how long this driver keeps the lease of
     a finished task for its next task of the same demand, while the scheduler sees nobody
     waiting; a stream of equal tasks then costs no scheduler message per task, and a request
@@ -67,7 +70,7 @@ def connect(
     """
     if not isinstance(namespace, str) or not namespace:
         raise TypeError(f"namespace must be a non-empty str, got {namespace!r}")
-    options = _task_options(num_cpus, reuse_workers)
+    options = _task_options(num_cpus, reuse_workers, reuse_across_gpus)
     keep = check_real("keep_s", keep_s)
     if not 0 <= keep < float("inf"):
         raise ValueError(f"keep_s must be a finite number of seconds >= 0, got {keep_s!r}")
@@ -134,11 +137,17 @@ def _ask(method: Any) -> Any:
             time.sleep(RETRY_PAUSE_S)
 
 
-def _task_options(num_cpus: object, reuse_worker: object) -> TaskOptions:
+def _task_options(num_cpus: object, reuse_worker: object, across_gpus: object) -> TaskOptions:
     cpus = check_real("num_cpus", num_cpus)
     if not 0 <= cpus < float("inf"):
         raise ValueError(f"num_cpus must be a finite number >= 0, got {num_cpus!r}")
-    return TaskOptions(cpus, check_bool("reuse_worker", reuse_worker))
+    reuse = check_bool("reuse_worker", reuse_worker)
+    if check_bool("reuse_across_gpus", across_gpus) and not reuse:
+        raise ValueError(
+            "reuse_across_gpus=True lets a worker process run several tasks: it needs "
+            "reuse_workers=True (reuse_worker=True), got reuse_workers=False"
+        )
+    return TaskOptions(cpus, reuse, bool(across_gpus))
 
 
 def _demand(fraction: object, gpus: object, memory: object = None) -> Demand:
@@ -190,7 +199,10 @@ class RayGPUPool:
 
     def __repr__(self) -> str:
         options = self._options
-        return f"RayGPUPool(num_cpus={options.num_cpus}, reuse_workers={options.reuse_worker})"
+        return (
+            f"RayGPUPool(num_cpus={options.num_cpus}, reuse_workers={options.reuse_worker}, "
+            f"reuse_across_gpus={options.reuse_across_gpus})"
+        )
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Tasks and actors may submit through the driver's pool (its client serves them too).
@@ -239,6 +251,7 @@ class RayGPUPool:
         memory: int | str | None = None,
         num_cpus: float | None = None,
         reuse_worker: bool | None = None,
+        reuse_across_gpus: bool | None = None,
     ) -> _Decorator: ...
     def remote(
         self,
@@ -250,15 +263,19 @@ class RayGPUPool:
         memory: int | str | None = None,
         num_cpus: float | None = None,
         reuse_worker: bool | None = None,
+        reuse_across_gpus: bool | None = None,
     ) -> LeasedFunction[..., Any] | _Decorator:
         """Decorate a function to run on a GPU share: ``@pool.remote(fraction=0.25)``, then
         ``f.remote(*args) -> ObjectRef``. Bare ``@pool.remote`` asks for one whole GPU;
-        ``memory=`` asks for MiB of one GPU, as in ``submit``; ``num_cpus`` and
-        ``reuse_worker`` override the pool's for this function."""
+        ``memory=`` asks for MiB of one GPU, as in ``submit``; ``num_cpus``,
+        ``reuse_worker`` and ``reuse_across_gpus`` (for work that never initialises CUDA)
+        override the pool's for this function."""
         demand = self._checked(fraction, gpus, memory)
+        base = self._options
         options = _task_options(
-            self._options.num_cpus if num_cpus is None else num_cpus,
-            self._options.reuse_worker if reuse_worker is None else reuse_worker,
+            base.num_cpus if num_cpus is None else num_cpus,
+            base.reuse_worker if reuse_worker is None else reuse_worker,
+            base.reuse_across_gpus if reuse_across_gpus is None else reuse_across_gpus,
         )
 
         decorate = _Decorator(self, demand, options)

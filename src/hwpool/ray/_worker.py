@@ -5,6 +5,11 @@ ids (UUIDs where the node knows them) before the user's code runs, and
 :func:`hwpool.current_gpus` returns their indices on the node (as ``ray.get_gpu_ids()`` does for
 Ray's own GPU tasks; inside the process they are CUDA devices ``0..n-1``). The functions here
 are wrapped by ``ray.remote`` where they are launched.
+
+CUDA reads ``CUDA_VISIBLE_DEVICES`` once per process, so a worker process keeps the GPUs of
+its first lease: a *pinned* lease (the default) runs only in a process whose earlier pinned
+leases were on exactly the same devices (:func:`run_leased` refuses any other before the
+user's code runs); only leases launched with ``reuse_across_gpus`` skip the check.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ __all__ = [
     "bound_leased",
     "device_env",
     "leased_class",
+    "pin_devices",
     "probe_node",
     "run_leased",
     "task_name",
@@ -44,6 +50,7 @@ _EXITS = (SystemExit, AsyncioActorExit)
 """What a method raises to end its actor: ``ray.actor.exit_actor()`` (``AsyncioActorExit`` in
 an async actor) or ``sys.exit()``."""
 _exiting = threading.Event()  # the leased actor of this process is ending by itself
+_first_devices: tuple[str, ...] | None = None  # the devices of this process's first pinned lease
 _async_watches: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
 
 
@@ -86,15 +93,36 @@ def task_name(fn: Callable[..., Any]) -> str:
     return name if isinstance(name, str) and name else type(fn).__qualname__
 
 
+def pin_devices(devices: tuple[str, ...]) -> None:
+    """Record ``devices`` as this process's GPUs if it has none yet; RuntimeError, naming both,
+    if it has others (its CUDA may be bound to them already: CUDA reads
+    ``CUDA_VISIBLE_DEVICES`` once per process, when it initialises)."""
+    global _first_devices
+    if _first_devices is None:
+        _first_devices = tuple(devices)
+    elif _first_devices != tuple(devices):
+        raise RuntimeError(
+            f"hwpool.ray: worker process {os.getpid()} ran a lease on "
+            f"{VISIBLE_VAR}={','.join(_first_devices)!r} first, and CUDA reads that variable "
+            f"once per process: a lease on {VISIBLE_VAR}={','.join(devices)!r} must not run "
+            "here (reuse_across_gpus=True allows it, for work that never initialises CUDA)"
+        )
+
+
 def run_leased(
     fn: Callable[..., Any],
     gpus: tuple[int, ...],
     devices: tuple[str, ...],
+    pinned: bool,
     /,
     *args: Any,
     **kwargs: Any,
 ) -> Any:
-    """Call ``fn(*args, **kwargs)`` on the lease's GPUs; a coroutine is run to completion."""
+    """Call ``fn(*args, **kwargs)`` on the lease's GPUs; a coroutine is run to completion.
+    A ``pinned`` lease first checks that this process has had no other GPUs
+    (:func:`pin_devices`)."""
+    if pinned:
+        pin_devices(devices)
     with _leased_env(gpus, devices):
         result = fn(*args, **kwargs)
         if inspect.isawaitable(result):
@@ -107,9 +135,9 @@ def bound_leased(fn: Callable[..., Any]) -> Callable[..., Any]:
     ``run_leased`` ships ``fn`` with every call."""
 
     def run_bound(
-        gpus: tuple[int, ...], devices: tuple[str, ...], /, *args: Any, **kwargs: Any
+        gpus: tuple[int, ...], devices: tuple[str, ...], pinned: bool, /, *args: Any, **kwargs: Any
     ) -> Any:
-        return run_leased(fn, gpus, devices, *args, **kwargs)
+        return run_leased(fn, gpus, devices, pinned, *args, **kwargs)
 
     return run_bound
 
