@@ -9,7 +9,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-__all__ = ["GPUInfo", "device_id", "match_visible", "memory_group", "parse_visible_devices"]
+__all__ = ["GPUInfo", "device_id", "match_visible", "memory_group", "memory_groups_of",
+           "parse_visible_devices"]  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +52,14 @@ def memory_group(parent: str, gpu_instance: int) -> str:
     """The ``memory_group`` of the compute instances of GPU instance ``gpu_instance`` on the
     GPU whose UUID is ``parent``."""
     return f"{parent}/gi{gpu_instance}"
+
+
+def memory_groups_of(gpus: Sequence[GPUInfo]) -> tuple[str | None, ...] | None:
+    """Each GPU's ``memory_group`` for the core (rule 13), or None where no two GPUs share a
+    memory (the core then has nothing to keep)."""
+    groups = tuple(gpu.memory_group for gpu in gpus)
+    named = [group for group in groups if group is not None]
+    return groups if len(set(named)) < len(named) else None
 
 
 _DEVICE = re.compile(r"[0-9]+|(GPU|MIG)-[0-9A-Za-z/-]+")

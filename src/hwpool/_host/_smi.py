@@ -32,6 +32,7 @@ __all__ = [
     "NVIDIA_SMI_LIST",
     "NVIDIA_SMI_QUERY",
     "NVIDIA_SMI_TABLE",
+    "parse_mig_list",
     "parse_mig_table",
     "query_nvidia_smi",
     "run_nvidia_smi",
@@ -81,13 +82,13 @@ def _ask(exe: str, timeout: float) -> tuple[tuple[GPUInfo, ...], str]:
     if not gpus:
         return (), "nvidia-smi listed no GPU"
     listing, failure = _run(exe, NVIDIA_SMI_LIST, timeout)
-    migs = _parse_list(listing or "")
+    migs = parse_mig_list(listing or "")
     outcome = f"nvidia-smi listed {_gpus(len(gpus))}"
     if migs:
         outcome += f", {_mig_count(migs)} on {len(migs)} of them"
         table, why = _run(exe, NVIDIA_SMI_TABLE, timeout)
         sizes = parse_mig_table(table or "")
-        migs = _sized_migs(migs, sizes, {g.uuid: g.device_id for g in gpus})
+        migs = _sized_migs(migs, sizes)
         if not sizes:
             why = why or "no MIG devices section"
             outcome += f"; nvidia-smi's table: {why}, so their memory is unknown"
@@ -227,21 +228,24 @@ _MIG_ROW = re.compile(
 )
 
 
-def _parse_list(output: str) -> dict[str, list[GPUInfo]]:
+def parse_mig_list(output: str) -> dict[str, list[GPUInfo]]:
     """MIG devices in ``nvidia-smi -L`` output, by the UUID of their parent GPU, each with
-    its device number (``Device 3``) as ``device_id`` until :func:`_sized_migs` renames it.
+    its device number (``Device 3``) as ``device_id`` and its parent's GPU number as
+    ``index`` (what the default table names them by) until :func:`_sized_migs` renames it.
 
     Lines that are neither a GPU nor a MIG line are skipped: this is only ever an addition to
     what the CSV query found. No memory is read from the profile name (see the module doc).
     """
     migs: dict[str, list[GPUInfo]] = {}
     parent: str | None = None
+    index = 0
     for line in output.splitlines():
         if gpu := _GPU_LINE.fullmatch(line):
-            parent = gpu.group(2)
+            index, parent = int(gpu.group(1)), gpu.group(2)
         elif (mig := _MIG_LINE.fullmatch(line)) and parent is not None:
             profile, number, uuid = mig.group(1), mig.group(2), mig.group(3)
-            migs.setdefault(parent, []).append(GPUInfo(0, number, uuid, None, profile, parent))
+            found = GPUInfo(index, number, uuid, None, profile, parent)
+            migs.setdefault(parent, []).append(found)
     return migs
 
 
@@ -263,17 +267,14 @@ def parse_mig_table(output: str) -> dict[tuple[int, int], tuple[int, int, int, i
 
 
 def _sized_migs(
-    migs: dict[str, list[GPUInfo]],
-    table: dict[tuple[int, int], tuple[int, int, int, int]],
-    index_of: dict[str | None, str],
+    migs: dict[str, list[GPUInfo]], table: dict[tuple[int, int], tuple[int, int, int, int]]
 ) -> dict[str, list[GPUInfo]]:
     """``migs`` with each device's memory, memory in use and ``memory_group`` from ``table``
     (left unknown for a device the table does not list), and its UUID as ``device_id``."""
     sized: dict[str, list[GPUInfo]] = {}
     for parent, devices in migs.items():
-        gpu = index_of.get(parent, "")
         for device in devices:
-            row = table.get((int(gpu), int(device.device_id))) if gpu.isdigit() else None
+            row = table.get((device.index, int(device.device_id)))
             found = replace(device, device_id=device.uuid or device.device_id)
             if row is not None:
                 gi, _ci, used, total = row
