@@ -224,7 +224,7 @@ def _parse_in_use(output: str) -> dict[str, int | None] | None:
 _GPU_LINE = re.compile(r"GPU\s+([0-9]+):.*\(UUID:\s*(GPU-[^\s)]+)\)\s*")
 _MIG_LINE = re.compile(r"\s+MIG\s+(\S+)\s+Device\s+([0-9]+):\s*\(UUID:\s*(MIG-[^\s)]+)\)\s*")
 _MIG_ROW = re.compile(
-    r"\|\s*([0-9]+)\s+([0-9]+)\s+([0-9]+)\s+([0-9]+)\s*\|\s*([0-9]+)MiB\s*/\s*([0-9]+)MiB\b.*"
+    r"\|\s*([0-9]+)\s+([0-9]+)\s+([0-9]+)\s+([0-9]+)\s*\|\s*(?:([0-9]+)MiB|N/A)\s*/\s*([0-9]+)MiB\b.*"
 )
 
 
@@ -249,11 +249,12 @@ def parse_mig_list(output: str) -> dict[str, list[GPUInfo]]:
     return migs
 
 
-def parse_mig_table(output: str) -> dict[tuple[int, int], tuple[int, int, int, int]]:
+def parse_mig_table(output: str) -> dict[tuple[int, int], tuple[int, int, int | None, int]]:
     """The "MIG devices" section of nvidia-smi's default table: per (GPU index, MIG device
     number), its (GPU instance id, compute instance id, MiB used, MiB total) of the GPU
-    instance's memory. Rows of other sections, and anything unreadable, are skipped."""
-    found: dict[tuple[int, int], tuple[int, int, int, int]] = {}
+    instance's memory (used None where printed ``N/A``). Rows of other sections, and
+    anything unreadable, are skipped."""
+    found: dict[tuple[int, int], tuple[int, int, int | None, int]] = {}
     inside = False
     for line in output.splitlines():
         if "MIG devices:" in line:
@@ -261,13 +262,15 @@ def parse_mig_table(output: str) -> dict[tuple[int, int], tuple[int, int, int, i
         elif "Processes:" in line:
             inside = False
         elif inside and (row := _MIG_ROW.fullmatch(line.strip())):
-            gpu, gi, ci, dev, used, total = (int(x) for x in row.groups())
-            found[gpu, dev] = (gi, ci, used, total)
+            gpu, gi, ci, dev = (int(x) for x in row.groups()[:4])
+            used = None if row.group(5) is None else int(row.group(5))
+            found[gpu, dev] = (gi, ci, used, int(row.group(6)))
     return found
 
 
 def _sized_migs(
-    migs: dict[str, list[GPUInfo]], table: dict[tuple[int, int], tuple[int, int, int, int]]
+    migs: dict[str, list[GPUInfo]],
+    table: dict[tuple[int, int], tuple[int, int, int | None, int]],
 ) -> dict[str, list[GPUInfo]]:
     """``migs`` with each device's memory, memory in use and ``memory_group`` from ``table``
     (left unknown for a device the table does not list), and its UUID as ``device_id``."""
