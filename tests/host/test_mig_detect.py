@@ -71,7 +71,7 @@ def test_h100_mig_capture_one_compute_instance_per_gpu_instance(fake_smi) -> Non
 
 def test_without_the_table_a_mig_device_size_is_unknown_not_guessed(fake_smi) -> None:  # type: ignore[no-untyped-def]
     body = capture_smi(H200_MIG, "load")
-    fake_smi(f'[ $# -eq 0 ] && exit 9\n{body}')  # the default table fails
+    fake_smi(f"[ $# -eq 0 ] && exit 9\n{body}")  # the default table fails
     found = detect_gpus()
     assert [g.memory_mib for g in found.gpus] == [None] * 5
     assert [g.memory_group for g in found.gpus] == [None] * 5
