@@ -109,7 +109,7 @@ def test_the_easy_head_is_not_starved_through_another_device_of_its_memory() -> 
     _, small = core.submit(Demand(1, 100), now=2.0)
     assert small is None, "GPU 1 draws on the head's memory"
     granted_now = core.release(held.gpus[0], 500, ticket=held.ticket, now=3.0)
-    assert [g.ticket for g in granted_now][0] == head
+    assert granted_now[0].ticket == head
 
 
 # ----------------------------------------------------------------- the random machine

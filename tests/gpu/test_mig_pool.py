@@ -10,8 +10,8 @@ stays within 71424 MiB; each remains a device of its own.
 from __future__ import annotations
 
 import pytest
-from fakes.mig_captures import H200_MIG, capture_smi
 
+from fakes.mig_captures import H200_MIG, capture_smi
 from hwpool import GPUPool, WouldBlock
 
 

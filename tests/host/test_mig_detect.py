@@ -20,10 +20,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from fakes.gpus import H100_MIG, RTX, FakeMIG
+from fakes.gpus import H100_MIG, RTX, FakeMIG, smi_script
 from fakes.mig_captures import H100_MIG as H100_CAPTURE
 from fakes.mig_captures import H200_MIG, capture_smi
-
 from hwpool._host._detect import GPUSource, detect_gpus
 
 H200 = "GPU-00000000-0000-0000-0000-000000000000"
@@ -116,8 +115,6 @@ def test_nvml_as_non_root_still_enumerates_mig_devices(fake_nvml) -> None:  # ty
 
 
 def test_nvml_and_nvidia_smi_agree_on_a_shared_gpu_instance(fake_nvml, fake_smi) -> None:  # type: ignore[no-untyped-def]
-    from fakes.gpus import smi_script
-
     fake_smi(smi_script([SHARED, RTX]))
     by_smi = detect_gpus()
     nvml = fake_nvml([SHARED, RTX])

@@ -22,7 +22,6 @@ from pathlib import Path
 
 from fakes.live_nvml import FakeNVML, LiveGPU
 from fakes.mig_captures import H100_MIG, H200_MIG, capture_smi
-
 from hwpool._watch._attribute import Attributed, outside_mib
 from hwpool._watch._nvml import NvmlSampler
 from hwpool._watch._sample import GPUProcess, GPUReading

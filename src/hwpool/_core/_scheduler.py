@@ -170,7 +170,7 @@ Shared memory (both policies; issue 36), set by whoever builds the scheduler:
    shadow may be early (the head then waits on, and may move once). With a memory group
    the core takes the plain walk of GPUs of different sizes (the same rules).
 
-Invariants after every call: per GPU ``free <= total`` (``0 <= free`` but where withheld); a ticket is waiting, granted or
+Invariants after every call: per GPU ``0 <= free <= total``; a ticket is waiting, granted or
 gone, never two; reservations are disjoint and held only by waiters; with groups, every
 grant and reservation of more than one GPU lies within one group; with memory groups, the
 units held on a group's GPUs together are at most its capacity.

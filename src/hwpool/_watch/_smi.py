@@ -20,9 +20,9 @@ process query did.
 
 from __future__ import annotations
 
-from .._check import check_real
 import re
 
+from .._check import check_real
 from .._host._smi import (
     NVIDIA_SMI_LIST,
     NVIDIA_SMI_TABLE,
