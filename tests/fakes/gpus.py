@@ -1,10 +1,11 @@
 """Fake GPU machines for detection tests: a ``nvidia-smi`` script and a ``pynvml`` module.
 
 A machine is a list of :class:`FakeGPU`; both fakes describe the same machine, so a test can
-check that NVML and nvidia-smi agree (apart from what nvidia-smi cannot know exactly: the
-memory of a MIG instance, which it reads from the profile name, and the memory in use on one).
-``used_mib`` is the memory in use; None (the default) is a reading the driver cannot give:
-nvidia-smi prints ``[N/A]`` and NVML's memory record has no ``used``.
+check that NVML and nvidia-smi agree. The fake nvidia-smi prints ``-L``, the CSV queries and,
+for no argument, the default table's "MIG devices" section (each MIG device's GPU and compute
+instance and its memory, as driver 590 prints it). ``used_mib`` is the memory in use; None
+(the default) is a reading the driver cannot give: nvidia-smi prints ``[N/A]`` (``N/A`` in the
+MIG table) and NVML's memory record has no ``used``.
 """
 
 from __future__ import annotations
