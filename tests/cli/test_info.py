@@ -99,6 +99,7 @@ def test_info_shows_memory_names_and_mig(fake_smi) -> None:  # type: ignore[no-u
     info = gather()
     mig = info["gpus"]["devices"][0]
     assert mig["parent"] == H100_MIG.uuid and mig["memory_mib"] == 40448
+    assert mig["memory_group"] == f"{H100_MIG.uuid}/gi1"  # the fake's GPU instance of slot 0
     lines = format_info(json.loads(json.dumps(info))).splitlines()
     assert lines[0] == "GPUs: 4 (source: nvidia-smi)"  # before: "nvidia-smi; nvidia-smi"
     uuid = mig["uuid"]
