@@ -112,6 +112,21 @@ def test_the_easy_head_is_not_starved_through_another_device_of_its_memory() -> 
     assert granted_now[0].ticket == head
 
 
+def test_a_reserve_all_reservation_closes_the_other_devices_of_its_memory() -> None:
+    """Rule 13 with rule 4: the waiter reserves GPU 0; GPU 1 draws on the same memory, so a
+    new arrival may not backfill there either."""
+    core = Scheduler([U, U, U], policy="reserve-all", memory_groups=["gi2", "gi2", None])
+    _, half = core.submit(Demand(1, 500))
+    _, full = core.submit(Demand(1, U))
+    assert half is not None and full is not None and (half.gpus, full.gpus) == ((0,), (2,))
+    waiter, none = core.submit(Demand(1, 800))
+    assert none is None and core.reservations() == {waiter: (0,)}
+    _, small = core.submit(Demand(1, 100))
+    assert small is None, "GPU 1 draws on the reserved memory"
+    granted = core.release(0, 500, ticket=half.ticket)
+    assert granted[0].ticket == waiter
+
+
 # ----------------------------------------------------------------- the random machine
 class MemoryGroupMachine(RuleBasedStateMachine):
     """Random submits, releases and cancels on :data:`GROUPS`; the rule-13 invariants."""
