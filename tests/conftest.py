@@ -72,14 +72,18 @@ def fake_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[str],
 @pytest.fixture
 def fake_nvml(
     fake_smi: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Callable[[list[FakeGPU], str | None], ModuleType]:
+) -> Callable[..., ModuleType]:
     """Return a function installing a fake ``pynvml`` for a machine (see tests/fakes/gpus.py)
     on sys.path; the fake nvidia-smi fixture is in place too (no binary until installed)."""
 
-    def install(machine: list[FakeGPU], fail_init: str | None = None) -> ModuleType:
+    def install(
+        machine: list[FakeGPU], fail_init: str | None = None, non_root: bool = False
+    ) -> ModuleType:
         folder = tmp_path / "nvml"
         folder.mkdir(exist_ok=True)
-        (folder / "pynvml.py").write_text(nvml_module(machine, fail_init=fail_init))
+        (folder / "pynvml.py").write_text(
+            nvml_module(machine, fail_init=fail_init, non_root=non_root)
+        )
         monkeypatch.delitem(sys.modules, "pynvml")
         monkeypatch.syspath_prepend(str(folder))
         return importlib.import_module("pynvml")

@@ -98,12 +98,13 @@ def test_info_shows_memory_names_and_mig(fake_smi) -> None:  # type: ignore[no-u
     fake_smi(smi_script([H100_MIG, RTX]))
     info = gather()
     mig = info["gpus"]["devices"][0]
-    assert mig["parent"] == H100_MIG.uuid and mig["memory_mib"] == 38146
+    assert mig["parent"] == H100_MIG.uuid and mig["memory_mib"] == 40448
+    assert mig["memory_group"] == f"{H100_MIG.uuid}/gi1"  # the fake's GPU instance of slot 0
     lines = format_info(json.loads(json.dumps(info))).splitlines()
     assert lines[0] == "GPUs: 4 (source: nvidia-smi)"  # before: "nvidia-smi; nvidia-smi"
     uuid = mig["uuid"]
     assert lines[1] == (
-        f"  GPU 0: device {uuid} (NVIDIA H100 80GB HBM3 MIG 3g.40gb, 38146 MiB, "
+        f"  GPU 0: device {uuid} (NVIDIA H100 80GB HBM3 MIG 3g.40gb, 40448 MiB, "
         f"MIG instance of {H100_MIG.uuid})"
     )
     assert lines[4] == f"  GPU 3: device 1 (NVIDIA GeForce RTX 4090, {RTX.uuid}, 24564 MiB)"

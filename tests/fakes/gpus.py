@@ -1,10 +1,11 @@
 """Fake GPU machines for detection tests: a ``nvidia-smi`` script and a ``pynvml`` module.
 
 A machine is a list of :class:`FakeGPU`; both fakes describe the same machine, so a test can
-check that NVML and nvidia-smi agree (apart from what nvidia-smi cannot know exactly: the
-memory of a MIG instance, which it reads from the profile name, and the memory in use on one).
-``used_mib`` is the memory in use; None (the default) is a reading the driver cannot give:
-nvidia-smi prints ``[N/A]`` and NVML's memory record has no ``used``.
+check that NVML and nvidia-smi agree. The fake nvidia-smi prints ``-L``, the CSV queries and,
+for no argument, the default table's "MIG devices" section (each MIG device's GPU and compute
+instance and its memory, as driver 590 prints it). ``used_mib`` is the memory in use; None
+(the default) is a reading the driver cannot give: nvidia-smi prints ``[N/A]`` (``N/A`` in the
+MIG table) and NVML's memory record has no ``used``.
 """
 
 from __future__ import annotations
@@ -15,10 +16,16 @@ from dataclasses import asdict, dataclass, field
 
 @dataclass(frozen=True)
 class FakeMIG:
+    """A MIG device: ``memory_mib`` is its GPU instance's memory. ``gi`` and ``ci``: its GPU
+    and compute instance ids (``gi`` None: the slot number plus one, a GPU instance of its
+    own); devices with one ``gi`` share that memory, as the driver reports it."""
+
     uuid: str
     profile: str
     memory_mib: int
     used_mib: int | None = None
+    gi: int | None = None
+    ci: int = 0
 
 
 @dataclass(frozen=True)
@@ -69,15 +76,23 @@ def smi_script(machine: list[FakeGPU], *, log: str | None = None) -> str:
         f"{g.uuid}, {pid}, {_smi_mib(mib)}\n" for g in machine for pid, mib in g.processes
     )
     listing = ""
+    table = _MIG_TABLE_HEAD
     for i, gpu in enumerate(machine):
         listing += f"GPU {i}: {gpu.name} (UUID: {gpu.uuid})\n"
-        migs = [m for m in gpu.migs or [] if m is not None]
-        for j, mig in enumerate(migs):
+        migs = [(slot, m) for slot, m in enumerate(gpu.migs or []) if m is not None]
+        for j, (slot, mig) in enumerate(migs):
             listing += f"  MIG {mig.profile:<11} Device {j:>2}: (UUID: {mig.uuid})\n"
+            gi = slot + 1 if mig.gi is None else mig.gi
+            used = "N/A" if mig.used_mib is None else f"{mig.used_mib}MiB"
+            table += (
+                f"|  {i}  {gi:>3} {mig.ci:>3} {j:>3}  |  {used:>17} / {mig.memory_mib:>6}MiB"
+                "    | 16      0 |  1   0    1    0    1 |\n"
+            )
     logging = f'echo "$@" >> {log}\n' if log else ""
     return (
         f'{logging}case "$1" in\n'
         f"  -L) cat <<'EOF'\n{listing}EOF\n  ;;\n"
+        f"  '') cat <<'EOF'\n{table}EOF\n  ;;\n"
         f"  --query-gpu=uuid,memory.used) cat <<'EOF'\n{in_use}EOF\n  ;;\n"
         f"  --query-gpu=uuid,memory.total,memory.used,utilization.gpu) cat <<'EOF'\n"
         f"{watched}EOF\n  ;;\n"
@@ -87,18 +102,43 @@ def smi_script(machine: list[FakeGPU], *, log: str | None = None) -> str:
     )
 
 
+_MIG_TABLE_HEAD = """\
++-----------------------------------------------------------------------------------------+
+| MIG devices:                                                                            |
++------------------+----------------------------------+-----------+-----------------------+
+| GPU  GI  CI  MIG |              Shared Memory-Usage |        Vol|        Shared         |
+|      ID  ID  Dev |                Shared BAR1-Usage | SM     Unc| CE ENC  DEC  OFA  JPG |
+|==================+==================================+===========+=======================|
+"""
+"""The head of the default table's "MIG devices" section, as driver 590 prints it (see
+tests/fakes/captures/); the fake prints one row per MIG device below it."""
+
+
 def _smi_mib(mib: int | None) -> str:
     return "[N/A]" if mib is None else str(mib)
 
 
-def nvml_module(machine: list[FakeGPU], *, fail_init: str | None = None) -> str:
-    """The source of a fake ``pynvml`` for ``machine``; ``fail_init``: nvmlInit raises that."""
+def nvml_module(
+    machine: list[FakeGPU], *, fail_init: str | None = None, non_root: bool = False
+) -> str:
+    """The source of a fake ``pynvml`` for ``machine``; ``fail_init``: nvmlInit raises that.
+
+    ``non_root``: as for a user without privileges, a MIG-enabled GPU's own handle answers
+    NVML_ERROR_NO_PERMISSION to its memory info (documented: "In MIG mode, if device handle
+    is provided, the API returns aggregate information, only if the caller has appropriate
+    privileges") and, to test the fallback, to its MIG mode; MIG handles answer as usual.
+    """
     data = json.dumps([asdict(g) for g in machine])
     return f'''"""A fake pynvml (nvidia-ml-py) for tests."""
 import json
 
 MACHINE = json.loads({data!r})
+for _gpu in MACHINE:
+    for _slot, _mig in enumerate(_gpu.get("migs") or []):
+        if _mig is not None and _mig["gi"] is None:
+            _mig["gi"] = _slot + 1
 FAIL_INIT = {fail_init!r}
+NON_ROOT = {non_root!r}
 NVML_DEVICE_MIG_ENABLE = 1
 calls = []
 
@@ -113,6 +153,15 @@ class NVMLError_NotSupported(NVMLError):
 
 class NVMLError_NotFound(NVMLError):
     pass
+
+
+class NVMLError_NoPermission(NVMLError):
+    value = 4  # NVML_ERROR_NO_PERMISSION
+
+
+def _denied(h):
+    if NON_ROOT and h.get("migs"):
+        raise NVMLError_NoPermission("Insufficient Permissions")
 
 
 class _Memory:
@@ -150,10 +199,12 @@ def nvmlDeviceGetName(h):
 
 
 def nvmlDeviceGetMemoryInfo(h):
+    _denied(h)
     return _Memory(h["memory_mib"], h.get("used_mib"))
 
 
 def nvmlDeviceGetMigMode(h):
+    _denied(h)
     if h.get("migs") is None:
         raise NVMLError_NotSupported("Not Supported")
     return (1 if h["migs"] else 0, 0)
@@ -168,4 +219,16 @@ def nvmlDeviceGetMigDeviceHandleByIndex(h, i):
     if i >= len(migs) or migs[i] is None:
         raise NVMLError_NotFound("Not Found")
     return migs[i]
+
+
+def nvmlDeviceGetGpuInstanceId(h):
+    if "gi" not in h:
+        raise NVMLError_NotSupported("Not Supported")  # not a MIG device handle
+    return h["gi"]
+
+
+def nvmlDeviceGetComputeInstanceId(h):
+    if "ci" not in h:
+        raise NVMLError_NotSupported("Not Supported")
+    return h["ci"]
 '''

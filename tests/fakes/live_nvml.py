@@ -107,6 +107,7 @@ class FakeNVML(types.ModuleType):
         return _listed(gpu.graphics)
 
     def nvmlDeviceGetMigMode(self, gpu: LiveGPU) -> tuple[int, int]:
+        self._check("nvmlDeviceGetMigMode", gpu)  # "Insufficient Permissions": see _nvml
         if gpu.migs is None:
             raise NVMLError_NotSupported("Not Supported")
         return (1 if gpu.migs else 0, 0)

@@ -17,6 +17,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from hwpool import GPUPool
 from hwpool._backends._local import LocalBackend
+from hwpool._host._devices import GPUInfo
 
 NUM_GPUS = 3
 FRACTIONS = st.sampled_from([0.1, 0.25, 0.3, 0.5, 0.6, 0.75, 1.0])
@@ -140,3 +141,42 @@ class EasyPoolMachine(PoolMachine):
 
 EasyPoolMachine.TestCase.settings = PoolMachine.TestCase.settings
 TestEasyPoolMachine = EasyPoolMachine.TestCase
+
+
+class SharedMemoryPoolMachine(EasyPoolMachine):
+    """GPUs 0 and 1 draw on one memory (two MIG compute instances of one GPU instance, as in
+    the H200 MIG capture; issue 36): what is granted on both together stays within one GPU,
+    and each one's free share is the least of its own and its group's."""
+
+    GROUP = (0, 1)
+
+    def __init__(self) -> None:
+        super().__init__()
+        gpus = (
+            GPUInfo(0, "0", memory_group="gi2"),
+            GPUInfo(1, "1", memory_group="gi2"),
+            GPUInfo(2, "2"),
+        )
+        self.backend = LocalBackend(gpus, clock=lambda: 0.0)
+        self.pool = GPUPool(backend=self.backend)
+
+    @rule(count=st.integers(1, NUM_GPUS - 1), zero_timeout=st.booleans())
+    def acquire_full(self, count: int, zero_timeout: bool) -> None:
+        """At most two whole GPUs: three would need two of one memory."""
+        coro = self.pool.acquire_full(count, timeout=0 if zero_timeout else None)
+        self.start(coro, 1.0)
+
+    @invariant()
+    def every_unit_accounted_for(self) -> None:
+        """Replaced: a GPU of the group sees what the group has left."""
+        free = self.pool.snapshot().free
+        on = [sum(f for g, f in self.held if g == gpu) for gpu in range(NUM_GPUS)]
+        group = sum(on[gpu] for gpu in self.GROUP)
+        assert group <= 1.0 + 1e-9, ("the group holds more than its memory", self.held)
+        for gpu in range(NUM_GPUS):
+            room = 1.0 - group if gpu in self.GROUP else 1.0
+            assert abs(free[gpu] - min(1.0 - on[gpu], room)) < 1e-9, (gpu, free, self.held)
+
+
+SharedMemoryPoolMachine.TestCase.settings = PoolMachine.TestCase.settings
+TestSharedMemoryPoolMachine = SharedMemoryPoolMachine.TestCase

@@ -123,9 +123,15 @@ def test_an_unknown_use_is_refused_not_guessed(fake_smi) -> None:  # type: ignor
     assert GPUPool(memory=True).gpu_memory == (24564, 24564)  # without it: the totals
 
 
-def test_mig_instances_through_nvidia_smi_have_no_known_use(fake_smi) -> None:  # type: ignore[no-untyped-def]
+def test_mig_instances_through_nvidia_smi_have_their_tables_use(fake_smi) -> None:  # type: ignore[no-untyped-def]
+    """nvidia-smi's default table gives each MIG device's use ("MIG devices" section)."""
     fake_smi(smi_script([H100_BUSY]))
-    with pytest.raises(ValueError, match=r"GPU\(s\) \[0, 1, 2\] \(nvidia-smi gives none for a MIG"):
+    assert GPUPool(memory=True, reserve_in_use=True).gpu_memory == (36352, 20096, 9344)
+
+
+def test_mig_instances_without_nvidia_smis_table_have_no_known_size(fake_smi) -> None:  # type: ignore[no-untyped-def]
+    fake_smi(f"[ $# -eq 0 ] && exit 9\n{smi_script([H100_BUSY])}")
+    with pytest.raises(ValueError, match=r"memory=True needs every GPU's memory, but detection"):
         GPUPool(memory=True, reserve_in_use=True)
 
 

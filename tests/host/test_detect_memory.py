@@ -48,8 +48,9 @@ def test_mig_partitioned_h100_through_nvidia_smi(fake_smi) -> None:  # type: ign
     *migs, rtx = found.gpus
     assert [g.device_id for g in migs] == MIG_UUIDS == [g.uuid for g in migs]
     assert [g.index for g in found.gpus] == [0, 1, 2, 3]
-    # nvidia-smi -L gives the profile only: GB (10**9 bytes) rounded down to MiB.
-    assert [g.memory_mib for g in migs] == [38146, 19073, 9536]
+    # The default table's "MIG devices" section gives each device's memory as the driver
+    # reports it (as NVML does), never the profile name's rounding (issue 36).
+    assert [g.memory_mib for g in migs] == [40448, 20096, 9856]
     assert all(g.is_mig and g.parent == H100_MIG.uuid for g in migs)
     assert migs[0].name == "NVIDIA H100 80GB HBM3 MIG 3g.40gb"
     assert (rtx.device_id, rtx.memory_mib, rtx.is_mig) == ("1", 24564, False)

@@ -51,11 +51,12 @@ def test_used_memory_of_mig_instances_through_nvml(fake_nvml) -> None:  # type: 
     ]
 
 
-def test_nvidia_smi_knows_no_mig_instance_use(fake_smi) -> None:  # type: ignore[no-untyped-def]
+def test_nvidia_smi_reads_mig_device_use_from_its_table(fake_smi) -> None:  # type: ignore[no-untyped-def]
     fake_smi(smi_script([H100_BUSY, DESKTOP]))
     found = detect_gpus()
-    # memory.used is the physical GPU's: it says nothing of one instance.
-    assert [g.memory_used_mib for g in found.gpus] == [None, None, None, 1536]
+    # memory.used is the physical GPU's; the default table's "MIG devices" section gives each
+    # device's (its GPU instance's), N/A where the driver has none (issue 36).
+    assert [g.memory_used_mib for g in found.gpus] == [4096, 512, None, 1536]
 
 
 @pytest.mark.parametrize(

@@ -127,6 +127,20 @@ def test_mig_instances_are_never_granted_together() -> None:
     assert state.acquire(a, whole(2), 0.0) == [(a, p.Granted(2, 1, (0,), 10 * GIB))]
 
 
+def test_two_compute_instances_of_one_gpu_instance_share_its_memory() -> None:
+    """Issue 36 (the H200 MIG capture, tests/fakes/captures/): MIG devices 0 and 1 are
+    compute instances of GPU instance 2 and both report its 71424 MiB; the server never
+    grants more on them together."""
+    groups = ["gi2", "gi2", None]
+    state = HostState(3, totals=(71424, 71424, 33280), mig=True, memory_groups=groups)
+    a, b = client(pid=1), client(pid=2, number=2)
+    assert state.acquire(a, mib(1, 40 * GIB), 0.0) == [(a, p.Granted(1, 1, (0,), 40 * GIB))]
+    assert state.core.free == (30464, 30464, 33280)
+    assert state.acquire(b, mib(1, 40 * GIB), 0.0) == [(b, p.Queued(1, 2))]
+    state.release(a, p.Release(2, 1), 1.0)  # b's request is granted on GPU instance 2
+    assert state.core.free == (30464, 30464, 33280)
+
+
 def test_totals_must_match_the_gpu_count() -> None:
     with pytest.raises(ValueError, match="totals must give 2 GPUs"):
         HostState(2, totals=(GIB,))

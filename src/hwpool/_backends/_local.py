@@ -48,6 +48,7 @@ from .._core._scheduler import Demand, Grant, Scheduler
 from .._core._scheduler import Waiter as CoreWaiter
 from .._errors import PoolClosedError
 from .._host._detect import GPUInfo
+from .._host._devices import memory_groups_of
 from ._base import PoolSnapshot, WaiterSnapshot
 from ._deadlines import Deadlines
 from ._waiters import AsyncWaiter, ThreadWaiter, Waiter
@@ -99,7 +100,12 @@ class LocalBackend:
         self._sized = totals is not None
         sizes: int | tuple[int, ...] = len(self._gpus) if totals is None else tuple(totals)
         self._core = Scheduler(
-            sizes, policy=policy, shares=shares, half_life=half_life, backfill=backfill
+            sizes,
+            policy=policy,
+            shares=shares,
+            half_life=half_life,
+            backfill=backfill,
+            memory_groups=memory_groups_of(self._gpus),  # MIG devices of one GPU instance
         )
         self._totals = (
             (self._core.units_per_gpu,) * len(self._gpus) if totals is None else tuple(totals)

@@ -154,6 +154,7 @@ def _gpus_json(found: GPUDetection) -> dict[str, Any]:
                 "memory_used_mib": gpu.memory_used_mib,
                 "name": gpu.name,
                 "parent": gpu.parent,
+                "memory_group": gpu.memory_group,  # MIG: the GPU instance whose memory it shares
             }
             for gpu in found.gpus
         ],

@@ -155,9 +155,25 @@ Groups of GPUs (both policies; issue 25), set by whoever builds the scheduler:
    group (the default) every decision is exactly what it is without groups; with more, the
    core takes the plain walk of GPUs of different sizes (the same rules).
 
+Shared memory (both policies; issue 36), set by whoever builds the scheduler:
+
+13. ``memory_groups`` gives each GPU a memory group (any hashable; None: a memory of its own).
+   GPUs of one group draw on one capacity (MIG compute instances of one GPU instance, each
+   a CUDA device of its own that may allocate all of the instance's memory): the units
+   granted on all of them together never exceed the group's capacity (their common total),
+   and each GPU's free units are the least of its own and its group's
+   (:mod:`~hwpool._core._shared`). A whole-GPU grant of one of them holds the whole group.
+   The head's GPUs reserve their groups: under ``easy`` nothing goes onto another GPU of a
+   head's group but what may go onto the head's own GPUs by an enforced limit (rule 4e,
+   not by slack); under ``reserve-all`` a reservation closes the other GPUs of its group.
+   Hold-time estimates (rule 7e) count the grants on a GPU itself, not on its group: the
+   shadow may be early (the head then waits on, and may move once). With a memory group
+   the core takes the plain walk of GPUs of different sizes (the same rules).
+
 Invariants after every call: per GPU ``0 <= free <= total``; a ticket is waiting, granted or
 gone, never two; reservations are disjoint and held only by waiters; with groups, every
-grant and reservation of more than one GPU lies within one group.
+grant and reservation of more than one GPU lies within one group; with memory groups, the
+units held on a group's GPUs together are at most its capacity.
 """
 
 from __future__ import annotations
@@ -178,6 +194,7 @@ from ._durations import Durations
 from ._fairshare import DEFAULT_HALF_LIFE, OwnerQueue, Usage, check_half_life, check_shares
 from ._limits import EPSILON, LimitExceeded, LimitHold, OwnerLimits, check_limits
 from ._policies import BACKFILLS, POLICIES
+from ._shared import SharedFree, check_memory_groups
 from ._sizes import SizeIndex
 
 __all__ = ["BACKFILLS", "POLICIES", "Demand", "Grant", "Head", "Scheduler", "Waiter"]
@@ -441,6 +458,7 @@ class Scheduler:
         limits: Mapping[Hashable, OwnerLimits] | None = None,
         default_limits: OwnerLimits | None = None,
         groups: Sequence[Hashable] | None = None,
+        memory_groups: Sequence[Hashable | None] | None = None,
     ) -> None:
         """``gpus``: a count of GPUs of ``units_per_gpu`` units each (default a whole GPU's
         ``UNITS_PER_GPU``), or a sequence giving each GPU's total in units (any positive
@@ -453,7 +471,9 @@ class Scheduler:
         owner -> :class:`~hwpool._core._limits.OwnerLimits`, and ``default_limits`` for every
         owner not named there (rule 11; default: none). ``groups``: each GPU's group (a
         sequence of hashables, one per GPU; default: one group), within which a multi-GPU
-        demand is placed and reserves (rule 12).
+        demand is placed and reserves (rule 12). ``memory_groups``: each GPU's memory group
+        (None: a memory of its own; default: every GPU its own), whose GPUs have equal
+        totals and draw on that one capacity (rule 13).
         """
         checked_limits, checked_default = check_limits(limits, default_limits)
         checked_shares = check_shares(shares)
@@ -496,8 +516,13 @@ class Scheduler:
         )
         # Rule 12: the GPUs of each group (None: one group, no rule to keep).
         self._groups = _check_groups(groups, self.num_gpus)
+        # Rule 13: the GPUs of each memory group of two or more (None: every GPU its own).
+        self._shared = check_memory_groups(memory_groups, totals)
+        self._sibling_of = self._siblings(self._shared)
         # The fast path (GPUs of one size, no limits, one group); else the plain walk.
-        self._fast = self._uniform and not self._limited and self._groups is None
+        self._fast = (
+            self._uniform and not self._limited and self._groups is None and self._shared is None
+        )
         self._tickets = itertools.count(1)
         # Under easy: the clock, and what was learned (with the grants running).
         self._now = 0.0
@@ -511,7 +536,8 @@ class Scheduler:
 
     def _start_over(self) -> None:
         """Set what :meth:`rebuild` makes afresh: every GPU free, nobody waiting."""
-        self._free = list(self._totals)
+        shared = self._shared
+        self._free = list(self._totals) if shared is None else SharedFree(self._totals, shared)
         self._queue: OrderedDict[int, Demand] = OrderedDict()
         self._reserved: dict[int, tuple[int, ...]] = {}
         self._fraction_index = _DemandIndex()  # units of waiting single-GPU demands
@@ -582,6 +608,16 @@ class Scheduler:
         """The GPUs of each group (rule 12); one group of every GPU unless ``groups`` split
         them."""
         return self._groups if self._groups is not None else (tuple(range(self.num_gpus)),)
+
+    @property
+    def memory_groups(self) -> tuple[tuple[int, ...], ...]:
+        """The GPUs of each memory group of two or more GPUs (rule 13); empty if none."""
+        return self._shared or ()
+
+    def memory_held(self) -> tuple[tuple[tuple[int, ...], int, int], ...]:
+        """Per memory group (rule 13): its GPUs, its capacity and the units held on them."""
+        free = self._free
+        return free.group_held() if isinstance(free, SharedFree) else ()
 
     def held(self, grant: Grant) -> tuple[tuple[int, int], ...]:
         """``(gpu, units)`` that ``grant`` holds on each of its GPUs (what to release)."""
@@ -759,6 +795,7 @@ class Scheduler:
             and 0 <= gpu < self.num_gpus
             and type(units) is int
             and 0 < units <= self._totals[gpu] - free[gpu]
+            and self._shared is None
         ):  # the checks again, slowly, for the error message (and NumPy ints made ints)
             gpu = self._check_gpu(gpu)
             units = self._check_release(gpu, units)
@@ -850,7 +887,8 @@ class Scheduler:
 
     def _check_release(self, gpu: int, units: object) -> int:
         number = self._check_units(units)
-        held = self._totals[gpu] - self._free[gpu]
+        free = self._free
+        held = free.held[gpu] if isinstance(free, SharedFree) else self._totals[gpu] - free[gpu]
         if number > held:
             raise ValueError(f"cannot release {number} units on GPU {gpu}: only {held} held")
         return number
@@ -888,6 +926,8 @@ class Scheduler:
                 )
             if self._groups is not None and count > 1:
                 self._check_group_count(count)
+            if self._shared is not None and count > 1:
+                self._check_memory_count(count)
             if self._uniform:
                 if units != self.units_per_gpu or demand.whole:
                     return Demand(
@@ -921,6 +961,29 @@ class Scheduler:
                 f"count must be at most {largest} (whole GPUs within one group: the largest "
                 f"group has {largest}), got {count}"
             )
+
+    def _check_memory_count(self, count: int) -> None:
+        """ValueError unless there are ``count`` GPUs that share no memory (rule 13)."""
+        distinct = self.num_gpus - sum(len(gpus) - 1 for gpus in self._shared or ())
+        if count > distinct:
+            raise ValueError(
+                f"count must be at most {distinct} (whole GPUs that share no memory: "
+                f"{self.num_gpus} GPUs, {distinct} memories), got {count}"
+            )
+
+    def _one_per_memory(self, gpus: Iterable[int]) -> list[int]:
+        """``gpus`` in their order, less each GPU whose memory group an earlier one has
+        (rule 13: whole GPUs of one grant never share a memory)."""
+        if not self._sibling_of:
+            return list(gpus)
+        kept: list[int] = []
+        seen: set[int] = set()
+        for gpu in gpus:
+            if gpu not in seen:
+                kept.append(gpu)
+                seen.add(gpu)
+                seen.update(self._sibling_of.get(gpu, ()))
+        return kept
 
     def _admit_relative(self, demand: Demand) -> Demand:
         """A relative demand checked: the equal absolute one on GPUs of one size."""
@@ -1391,6 +1454,10 @@ class Scheduler:
             idle = [gpu for gpu in gpus if free[gpu] == totals[gpu]]
             if len(idle) < demand.count:
                 return None
+            if demand.count > 1 and self._sibling_of:
+                idle = self._one_per_memory(idle)
+                if len(idle) < demand.count:
+                    return None
             chosen = tuple(sorted(sorted(idle, key=totals.__getitem__)[: demand.count]))
             if take:
                 for gpu in chosen:
@@ -1417,7 +1484,7 @@ class Scheduler:
         idle = {gpu for gpu in gpus if free[gpu] == totals[gpu]}
         best: tuple[tuple[int, int, int], tuple[int, ...]] | None = None
         for members in self._groups or ():
-            here = [gpu for gpu in members if gpu in idle]
+            here = self._one_per_memory(gpu for gpu in members if gpu in idle)
             if len(here) < count:
                 continue
             chosen = tuple(sorted(sorted(here, key=totals.__getitem__)[:count]))
@@ -1457,6 +1524,10 @@ class Scheduler:
             if len(open_gpus) < demand.count:
                 return None
             ranked = sorted(open_gpus, key=lambda gpu: (totals[gpu] - free[gpu], gpu))
+            if demand.count > 1:
+                ranked = self._one_per_memory(ranked)
+                if len(ranked) < demand.count:
+                    return None
             chosen = tuple(sorted(ranked[: demand.count]))
             for gpu in chosen:
                 open_gpus.remove(gpu)
@@ -1486,9 +1557,11 @@ class Scheduler:
         best: tuple[tuple[int, int], tuple[int, ...]] | None = None
         for members in self._groups or ():
             here = [gpu for gpu in members if gpu in open_set]
-            if len(here) < count:
+            ranked = self._one_per_memory(
+                sorted(here, key=lambda gpu: (totals[gpu] - free[gpu], gpu))
+            )[:count]
+            if len(ranked) < count:
                 continue
-            ranked = sorted(here, key=lambda gpu: (totals[gpu] - free[gpu], gpu))[:count]
             chosen = tuple(sorted(ranked))
             rank = (sum(totals[gpu] - free[gpu] for gpu in chosen), chosen[0])
             if best is None or rank < best[0]:
@@ -1518,6 +1591,8 @@ class Scheduler:
                 self._reserving = False
             else:
                 self._reserved[ticket] = chosen
+                if self._sibling_of:
+                    self._close_siblings(self._open, chosen)
         return ticket, None
 
     def _could_serve_rest_general(
@@ -1626,6 +1701,8 @@ class Scheduler:
                     if most >= 0:
                         open_gpus.remove(most)
                         reserved[ticket] = (most,)
+                        if self._sibling_of:
+                            self._close_siblings(open_gpus, (most,))
                         continue
                     reserving, seen = False, self._seen_upto(visited)
                 continue
@@ -1639,6 +1716,8 @@ class Scheduler:
                 chosen = self._reserve_general(demand, open_gpus)
                 if chosen is not None:
                     reserved[ticket] = chosen
+                    if self._sibling_of:
+                        self._close_siblings(open_gpus, chosen)
                     continue
                 reserving, seen = False, self._seen_upto(visited)
         self._open, self._reserving = open_gpus, reserving
@@ -2019,10 +2098,7 @@ class Scheduler:
         head = self._head
         if head is None:
             return self._fit_general(demand, None, take=True)
-        if self._open_of is not head:  # the GPUs the head does not reserve, kept per head
-            self._open_of = head
-            self._open_easy = [gpu for gpu in range(self.num_gpus) if gpu not in head.gpus]
-        allowed = self._open_easy
+        allowed = self._open_for(head)
         if now < head.shadow:
             limit = demand.limit
             if self._by_estimates:
@@ -2038,6 +2114,13 @@ class Scheduler:
             )
             if ends_in_time or slack:
                 allowed = list(allowed)
+                if ends_in_time and self._sibling_of:  # rule 13: the head's memory groups
+                    allowed += {
+                        other
+                        for gpu in head.gpus
+                        for other in self._sibling_of.get(gpu, ())
+                        if other not in head.gpus
+                    }
                 for gpu in head.gpus:
                     if ends_in_time or (
                         self._durations.free_by(
@@ -2049,6 +2132,34 @@ class Scheduler:
                         allowed.append(gpu)
                 allowed.sort()
         return self._fit_general(demand, allowed, take=True)
+
+    def _open_for(self, head: Head) -> list[int]:
+        """The GPUs ``head`` does not reserve, kept per head: neither its GPUs nor, with
+        memory groups, the other GPUs of their groups (rule 13)."""
+        if self._open_of is not head:
+            self._open_of = head
+            closed = set(head.gpus)
+            for gpu in head.gpus:
+                closed.update(self._sibling_of.get(gpu, ()))
+            self._open_easy = [gpu for gpu in range(self.num_gpus) if gpu not in closed]
+        return self._open_easy
+
+    @staticmethod
+    def _siblings(shared: tuple[tuple[int, ...], ...] | None) -> dict[int, tuple[int, ...]]:
+        """Per GPU of a memory group, the other GPUs of its group (rule 13)."""
+        return {
+            gpu: tuple(other for other in gpus if other != gpu)
+            for gpus in shared or ()
+            for gpu in gpus
+        }
+
+    def _close_siblings(self, open_gpus: list[int], reserved: tuple[int, ...]) -> None:
+        """Rule 13 under ``reserve-all``: take the other GPUs of the memory groups of
+        ``reserved`` out of ``open_gpus`` (nothing new draws on a reserved GPU's memory)."""
+        for gpu in reserved:
+            for other in self._sibling_of.get(gpu, ()):
+                if other in open_gpus:
+                    open_gpus.remove(other)
 
     def _walk_easy(self, now: float) -> list[Grant]:
         """Grant from the front while the first waiter fits anywhere (rule 5e), settle the
@@ -2239,9 +2350,7 @@ class Scheduler:
         the shadow of a fractional head, on the head's GPU what is free there and leaves the
         head its need at the shadow (by enforced limits alone)."""
         free = self._free
-        if self._open_of is not head:  # the GPUs the head does not reserve, kept per head
-            self._open_of = head
-            self._open_easy = [gpu for gpu in range(self.num_gpus) if gpu not in head.gpus]
+        self._open_for(head)
         room = max([free[gpu] for gpu in self._open_easy], default=0)
         if now < head.shadow:
             head_demand = self._queue[head.ticket]

@@ -180,7 +180,11 @@ def _check_in_use(gpus: tuple[GPUInfo, ...], detail: str) -> None:
     """
     unknown = [gpu for gpu in gpus if gpu.memory_used_mib is None]
     if unknown:
-        why = " (nvidia-smi gives none for a MIG instance)" if unknown[0].is_mig else ""
+        why = (
+            " (nvidia-smi gives none for a MIG device without its table)"
+            if unknown[0].is_mig
+            else ""
+        )
         raise ValueError(
             f"reserve_in_use=True needs every GPU's memory in use, but detection ({detail}) "
             f"could not read it for GPU(s) {[gpu.index for gpu in unknown]}{why}; install the "
@@ -197,8 +201,21 @@ def _check_in_use(gpus: tuple[GPUInfo, ...], detail: str) -> None:
 
 
 def totals_of(gpus: tuple[GPUInfo, ...]) -> tuple[int, ...]:
-    """Each GPU's capacity in a memory-sized pool: its memory in MiB."""
-    return tuple(gpu.memory_mib or 0 for gpu in gpus)
+    """Each GPU's capacity in a memory-sized pool: its memory in MiB (for MIG devices of one
+    ``memory_group``, the least any of them reports: they draw on that one memory)."""
+    return _by_group(gpus, tuple(gpu.memory_mib or 0 for gpu in gpus))
+
+
+def _by_group(gpus: Sequence[GPUInfo], values: tuple[int, ...]) -> tuple[int, ...]:
+    """``values``, each GPU's replaced by the least of its ``memory_group``'s."""
+    least: dict[str, int] = {}
+    for gpu, value in zip(gpus, values, strict=True):
+        if gpu.memory_group is not None:
+            least[gpu.memory_group] = min(value, least.get(gpu.memory_group, value))
+    return tuple(
+        value if gpu.memory_group is None else least[gpu.memory_group]
+        for gpu, value in zip(gpus, values, strict=True)
+    )
 
 
 def capacities_of(gpus: tuple[GPUInfo, ...], reserve_in_use: bool) -> tuple[int, ...]:
@@ -208,7 +225,8 @@ def capacities_of(gpus: tuple[GPUInfo, ...], reserve_in_use: bool) -> tuple[int,
     taken off again, and neither is what other processes take after the start."""
     if not reserve_in_use:
         return totals_of(gpus)
-    return tuple((gpu.memory_mib or 0) - (gpu.memory_used_mib or 0) for gpu in gpus)
+    left = tuple((gpu.memory_mib or 0) - (gpu.memory_used_mib or 0) for gpu in gpus)
+    return _by_group(gpus, left)
 
 
 def memory_demand(totals: tuple[int, ...] | None, fraction: object, memory: object) -> Demand:

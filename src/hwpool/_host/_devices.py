@@ -9,7 +9,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-__all__ = ["GPUInfo", "device_id", "match_visible", "parse_visible_devices"]
+__all__ = ["GPUInfo", "device_id", "match_visible", "memory_group", "memory_groups_of",
+           "parse_visible_devices"]  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +25,12 @@ class GPUInfo:
     process, in MiB rounded up); None where the source could not say (nvidia-smi knows none
     for a MIG instance). It is a reading, not a reservation: see
     :func:`hwpool.gpu_memory_in_use` for a new one.
+
+    ``memory_group`` names the memory a MIG device draws on: ``"<parent UUID>/gi<N>"`` for
+    the GPU instance ``N`` it is a compute instance of. Compute instances of one GPU instance
+    share its memory (each is a CUDA device of its own, with that whole memory as its total),
+    so devices with one ``memory_group`` draw on one capacity; None for a whole GPU, or where
+    the GPU instance is unknown.
     """
 
     index: int
@@ -33,11 +40,26 @@ class GPUInfo:
     name: str | None = None
     parent: str | None = None
     memory_used_mib: int | None = None
+    memory_group: str | None = None
 
     @property
     def is_mig(self) -> bool:
         """Whether this is a MIG instance (a CUDA process can use only one of those)."""
         return self.parent is not None
+
+
+def memory_group(parent: str, gpu_instance: int) -> str:
+    """The ``memory_group`` of the compute instances of GPU instance ``gpu_instance`` on the
+    GPU whose UUID is ``parent``."""
+    return f"{parent}/gi{gpu_instance}"
+
+
+def memory_groups_of(gpus: Sequence[GPUInfo]) -> tuple[str | None, ...] | None:
+    """Each GPU's ``memory_group`` for the core (rule 13), or None where no two GPUs share a
+    memory (the core then has nothing to keep)."""
+    groups = tuple(gpu.memory_group for gpu in gpus)
+    named = [group for group in groups if group is not None]
+    return groups if len(set(named)) < len(named) else None
 
 
 _DEVICE = re.compile(r"[0-9]+|(GPU|MIG)-[0-9A-Za-z/-]+")

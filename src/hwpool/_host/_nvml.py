@@ -3,7 +3,14 @@
 NVML is the library nvidia-smi itself uses: it gives exact memory totals, MIG instances and
 UUIDs in-process, without a subprocess. It is optional (``pip install 'hwpool[nvml]'``); when
 it is missing or fails (no driver, a container without the library), detection falls back to
-nvidia-smi and says why. A MIG-enabled GPU is replaced by its MIG instances, as in CUDA.
+nvidia-smi and says why. A MIG-enabled GPU is replaced by its MIG devices, as in CUDA.
+
+A MIG device's memory is read on its own MIG handle: the memory of its GPU instance, which
+the compute instances of that GPU instance share (``memory_group``, from
+``nvmlDeviceGetGpuInstanceId``). The parent GPU's handle is asked only for its UUID and MIG
+mode: NVML documents that its memory info in MIG mode needs privileges (non-root callers get
+NVML_ERROR_NO_PERMISSION). Where the MIG mode itself cannot be read, the MIG handles are
+looked up by index anyway (``nvmlDeviceGetMigDeviceHandleByIndex``).
 
 Memory in use is read from the same record as the total (``nvmlDeviceGetMemoryInfo``), on the
 MIG device handle for an instance; :func:`nvml_memory_in_use` reads it again, uncached.
@@ -18,12 +25,13 @@ from dataclasses import replace
 from types import ModuleType
 from typing import Any
 
-from ._devices import GPUInfo
+from ._devices import GPUInfo, memory_group
 
 __all__ = ["nvml_devices", "nvml_memory_in_use", "nvml_text", "query_nvml"]
 
 _MIB = 2**20
 _MIG_ENABLED = 1  # NVML_DEVICE_MIG_ENABLE
+_MIG_SLOTS = 7  # MIG devices per GPU on every MIG-capable GPU so far (A100, H100, H200)
 
 _lock = threading.Lock()
 _answers: dict[int, tuple[ModuleType, tuple[GPUInfo, ...] | None, str]] = {}
@@ -74,12 +82,22 @@ def _devices(nvml: Any) -> tuple[int, tuple[GPUInfo, ...]]:
     count = int(nvml.nvmlDeviceGetCount())
     for i in range(count):
         handle = nvml.nvmlDeviceGetHandleByIndex(i)
-        gpu = _info(nvml, handle, str(i), None)
-        migs = [_info(nvml, h, "", gpu.uuid) for h in _mig_handles(nvml, handle)]
-        devices += [
-            replace(device, index=len(devices) + j) for j, device in enumerate(migs or [gpu])
-        ]
+        parent = nvml_text(nvml.nvmlDeviceGetUUID(handle))  # the parent's memory: see above
+        migs = [_mig_info(nvml, h, parent) for h in _mig_handles(nvml, handle)]
+        found = migs or [_info(nvml, handle, str(i), None)]
+        devices += [replace(device, index=len(devices) + j) for j, device in enumerate(found)]
     return count, tuple(devices)
+
+
+def _mig_info(nvml: Any, handle: object, parent: str) -> GPUInfo:
+    """A MIG device: :func:`_info` on its handle, with the ``memory_group`` of its GPU
+    instance (None where NVML does not say which)."""
+    info = _info(nvml, handle, "", parent)
+    try:
+        instance = int(nvml.nvmlDeviceGetGpuInstanceId(handle))
+    except Exception:  # an old nvidia-ml-py, or a driver that will not say
+        return info
+    return replace(info, memory_group=memory_group(parent, instance))
 
 
 def _info(nvml: Any, handle: object, index: str, parent: str | None) -> GPUInfo:
@@ -147,20 +165,36 @@ def nvml_devices(nvml: Any) -> list[tuple[str, object, bool]]:
 
 
 def _mig_handles(nvml: Any, handle: object) -> list[object]:
-    """The MIG instances on ``handle``: none where MIG is off or not supported."""
+    """The MIG devices on ``handle``: none where MIG is off or not supported.
+
+    Where the MIG mode cannot be read for another reason (NVML_ERROR_NO_PERMISSION, say),
+    the slots are probed anyway: a GPU without MIG devices answers each with an error.
+    """
     try:
         current, _pending = nvml.nvmlDeviceGetMigMode(handle)
-    except Exception:  # NVMLError_NotSupported on GPUs without MIG
-        return []
+    except Exception as exc:
+        if _not_supported(nvml, exc):  # a GPU without MIG
+            return []
+        current = _MIG_ENABLED  # unknown: look for MIG devices
     if current != _MIG_ENABLED:
         return []
+    try:
+        slots = int(nvml.nvmlDeviceGetMaxMigDeviceCount(handle))
+    except Exception:  # as above: probe every slot a GPU has had so far
+        slots = _MIG_SLOTS
     handles = []
-    for slot in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
+    for slot in range(slots):
         try:
             handles.append(nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot))
         except Exception:  # NVMLError_NotFound: an empty slot
             continue
     return handles
+
+
+def _not_supported(nvml: Any, exc: Exception) -> bool:
+    """Whether ``exc`` is NVML_ERROR_NOT_SUPPORTED (code 3), by class or by code."""
+    kind = getattr(nvml, "NVMLError_NotSupported", None)
+    return (isinstance(kind, type) and isinstance(exc, kind)) or getattr(exc, "value", None) == 3
 
 
 def nvml_text(value: object) -> str:

@@ -1,14 +1,18 @@
-"""GPUs as ``nvidia-smi`` lists them: the CSV query for whole GPUs, ``-L`` for MIG instances.
+"""GPUs as ``nvidia-smi`` lists them: the CSV query for whole GPUs, ``-L`` and the default
+table for MIG devices.
 
-``--query-gpu`` lists physical GPUs only; ``nvidia-smi -L`` also lists the MIG instances under
-each, with their UUIDs and profiles (``3g.40gb``). A GPU with MIG instances is replaced by
-them, each a GPU of its own size. nvidia-smi gives no instance's exact memory: it is read from
-the profile name as GB (10**9 bytes) rounded down to MiB, which is never more than the
-instance has (a ``3g.40gb`` instance is 38,146 MiB here; NVML reports its exact total).
+``--query-gpu`` lists physical GPUs only; ``nvidia-smi -L`` also lists the MIG devices under
+each, with their UUIDs, profiles (``3g.40gb``) and device numbers. A GPU with MIG devices is
+replaced by them. Their memory comes from the "MIG devices" section of the default table
+(``nvidia-smi`` with no arguments), where each row gives a device's GPU instance (GI),
+compute instance (CI), device number and the memory of its GPU instance, used and total, in
+MiB as the driver reports it: never from the profile name, which rounds (``1g.18gb`` is
+16384 MiB on an H200). Compute instances of one GPU instance share its memory, so they get
+one ``memory_group``. Where the table cannot be read, a MIG device's memory is unknown (None).
 
-``memory.used`` is per physical GPU: a MIG instance's use is unknown here (None). A field that
-nvidia-smi cannot fill (``[N/A]``, ``[Not Supported]``) is None; anything else that is not an
-integer makes the whole answer malformed.
+``memory.used`` of a whole GPU comes from the CSV query. A field that nvidia-smi cannot fill
+(``[N/A]``, ``[Not Supported]``) is None; anything else that is not an integer makes the whole
+answer malformed.
 """
 
 from __future__ import annotations
@@ -21,12 +25,15 @@ import subprocess
 import threading
 from dataclasses import replace
 
-from ._devices import GPUInfo
+from ._devices import GPUInfo, memory_group
 
 __all__ = [
     "NVIDIA_SMI_IN_USE",
     "NVIDIA_SMI_LIST",
     "NVIDIA_SMI_QUERY",
+    "NVIDIA_SMI_TABLE",
+    "parse_mig_list",
+    "parse_mig_table",
     "query_nvidia_smi",
     "run_nvidia_smi",
     "smi_memory_in_use",
@@ -38,6 +45,7 @@ NVIDIA_SMI_QUERY = (
     "--format=csv,noheader,nounits",
 )
 NVIDIA_SMI_LIST = ("-L",)
+NVIDIA_SMI_TABLE: tuple[str, ...] = ()  # the default table, for its "MIG devices" section
 NVIDIA_SMI_IN_USE = ("--query-gpu=uuid,memory.used", "--format=csv,noheader,nounits")
 
 _lock = threading.Lock()
@@ -74,14 +82,19 @@ def _ask(exe: str, timeout: float) -> tuple[tuple[GPUInfo, ...], str]:
     if not gpus:
         return (), "nvidia-smi listed no GPU"
     listing, failure = _run(exe, NVIDIA_SMI_LIST, timeout)
-    migs = _parse_list(listing or "")
-    devices = _with_mig(gpus, migs)
+    migs = parse_mig_list(listing or "")
     outcome = f"nvidia-smi listed {_gpus(len(gpus))}"
     if migs:
         outcome += f", {_mig_count(migs)} on {len(migs)} of them"
+        table, why = _run(exe, NVIDIA_SMI_TABLE, timeout)
+        sizes = parse_mig_table(table or "")
+        migs = _sized_migs(migs, sizes)
+        if not sizes:
+            why = why or "no MIG devices section"
+            outcome += f"; nvidia-smi's table: {why}, so their memory is unknown"
     if listing is None:
         outcome += f"; nvidia-smi -L: {failure}, so no MIG instance is known"
-    return devices, outcome
+    return _with_mig(gpus, migs), outcome
 
 
 def _gpus(n: int) -> str:
@@ -210,26 +223,68 @@ def _parse_in_use(output: str) -> dict[str, int | None] | None:
 
 _GPU_LINE = re.compile(r"GPU\s+([0-9]+):.*\(UUID:\s*(GPU-[^\s)]+)\)\s*")
 _MIG_LINE = re.compile(r"\s+MIG\s+(\S+)\s+Device\s+([0-9]+):\s*\(UUID:\s*(MIG-[^\s)]+)\)\s*")
-_PROFILE_GB = re.compile(r"(?:[0-9]+c\.)?[0-9]+g\.([0-9]+)gb(?:\+\w+)*")
+_MIG_ROW = re.compile(
+    r"\|\s*([0-9]+)\s+([0-9]+)\s+([0-9]+)\s+([0-9]+)\s*\|\s*(?:([0-9]+)MiB|N/A)\s*/\s*([0-9]+)MiB\b.*"
+)
 
 
-def _parse_list(output: str) -> dict[str, list[GPUInfo]]:
-    """MIG instances in ``nvidia-smi -L`` output, by the UUID of their parent GPU.
+def parse_mig_list(output: str) -> dict[str, list[GPUInfo]]:
+    """MIG devices in ``nvidia-smi -L`` output, by the UUID of their parent GPU, each with
+    its device number (``Device 3``) as ``device_id`` and its parent's GPU number as
+    ``index`` (what the default table names them by) until :func:`_sized_migs` renames it.
 
     Lines that are neither a GPU nor a MIG line are skipped: this is only ever an addition to
-    what the CSV query found.
+    what the CSV query found. No memory is read from the profile name (see the module doc).
     """
     migs: dict[str, list[GPUInfo]] = {}
     parent: str | None = None
+    index = 0
     for line in output.splitlines():
         if gpu := _GPU_LINE.fullmatch(line):
-            parent = gpu.group(2)
+            index, parent = int(gpu.group(1)), gpu.group(2)
         elif (mig := _MIG_LINE.fullmatch(line)) and parent is not None:
-            profile, uuid = mig.group(1), mig.group(3)
-            size = _PROFILE_GB.fullmatch(profile)
-            memory = int(size.group(1)) * 10**9 // 2**20 if size else None
-            migs.setdefault(parent, []).append(GPUInfo(0, uuid, uuid, memory, profile, parent))
+            profile, number, uuid = mig.group(1), mig.group(2), mig.group(3)
+            found = GPUInfo(index, number, uuid, None, profile, parent)
+            migs.setdefault(parent, []).append(found)
     return migs
+
+
+def parse_mig_table(output: str) -> dict[tuple[int, int], tuple[int, int, int | None, int]]:
+    """The "MIG devices" section of nvidia-smi's default table: per (GPU index, MIG device
+    number), its (GPU instance id, compute instance id, MiB used, MiB total) of the GPU
+    instance's memory (used None where printed ``N/A``). Rows of other sections, and
+    anything unreadable, are skipped."""
+    found: dict[tuple[int, int], tuple[int, int, int | None, int]] = {}
+    inside = False
+    for line in output.splitlines():
+        if "MIG devices:" in line:
+            inside = True
+        elif "Processes:" in line:
+            inside = False
+        elif inside and (row := _MIG_ROW.fullmatch(line.strip())):
+            gpu, gi, ci, dev = (int(x) for x in row.groups()[:4])
+            used = None if row.group(5) is None else int(row.group(5))
+            found[gpu, dev] = (gi, ci, used, int(row.group(6)))
+    return found
+
+
+def _sized_migs(
+    migs: dict[str, list[GPUInfo]],
+    table: dict[tuple[int, int], tuple[int, int, int | None, int]],
+) -> dict[str, list[GPUInfo]]:
+    """``migs`` with each device's memory, memory in use and ``memory_group`` from ``table``
+    (left unknown for a device the table does not list), and its UUID as ``device_id``."""
+    sized: dict[str, list[GPUInfo]] = {}
+    for parent, devices in migs.items():
+        for device in devices:
+            row = table.get((device.index, int(device.device_id)))
+            found = replace(device, device_id=device.uuid or device.device_id)
+            if row is not None:
+                gi, _ci, used, total = row
+                found = replace(found, memory_mib=total, memory_used_mib=used,
+                                memory_group=memory_group(parent, gi))  # fmt: skip
+            sized.setdefault(parent, []).append(found)
+    return sized
 
 
 def _with_mig(gpus: tuple[GPUInfo, ...], migs: dict[str, list[GPUInfo]]) -> tuple[GPUInfo, ...]:

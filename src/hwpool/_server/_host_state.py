@@ -244,6 +244,7 @@ class HostState:
         limits: Mapping[Owner, OwnerLimits] | None = None,
         default_limits: OwnerLimits | None = None,
         accounts: Mapping[str, Collection[int]] | None = None,
+        memory_groups: Sequence[Hashable | None] | None = None,
     ) -> None:
         if totals is not None and len(totals) != num_gpus:
             raise ValueError(f"totals must give {num_gpus} GPUs, got {list(totals)}")
@@ -260,6 +261,7 @@ class HostState:
         fair: dict[str, Any] = {
             "policy": policy, "shares": per_owner, "half_life": half_life,
             "limits": per_owner_limits, "default_limits": default_limits,
+            "memory_groups": memory_groups,  # MIG devices of one GPU instance (rule 13)
         }  # fmt: skip
         if totals is None:
             self.core = Scheduler(num_gpus, units_per_gpu, **fair)

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, TextIO
 from .._core._fairshare import DEFAULT_HALF_LIFE
 from .._core._limits import OwnerLimits
 from .._host._detect import GPUInfo
+from .._host._devices import memory_groups_of
 from .._host._procs import ProcFS, process_start
 from .._printable import printable
 from .._version import __version__
@@ -371,6 +372,7 @@ class _Server:
         self._stamp_second, self._stamp = -1, ""
         self.state = HostState(
             len(config.gpus), totals=config.totals, mig=any(g.is_mig for g in config.gpus),
+            memory_groups=memory_groups_of(config.gpus),
             admins={0, self.uid}, log=self.say, policy=config.policy,
             max_per_connection=config.max_requests_per_connection,
             max_per_user=config.max_requests_per_user, shares=config.shares,

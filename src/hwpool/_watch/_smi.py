@@ -2,8 +2,16 @@
 
 Two CSV queries per sample: ``--query-gpu`` (memory and utilisation per physical GPU) and
 ``--query-compute-apps`` (pid and memory per process). Each runs nvidia-smi anew, a process
-start per query, so this costs far more than NVML (install ``hwpool[nvml]``). MIG instances
-are not listed: nvidia-smi reports processes by their physical GPU.
+start per query, so this costs far more than NVML (install ``hwpool[nvml]``).
+
+MIG: both queries name a MIG-enabled GPU only (its processes under the parent's UUID, the
+MIG device unsaid). nvidia-smi reports no utilisation for a GPU in MIG mode, so where a GPU's
+utilisation is unknown, ``nvidia-smi -L`` is asked for its MIG devices; where it has some,
+the default table's "MIG devices" section gives each one's GPU instance (GI), compute
+instance (CI) and memory (its GPU instance's, used and total), and its "Processes" section
+the GI and CI of each process. The GPU's reading is then replaced by one per MIG device, by
+its MIG UUID, with the processes of its (GI, CI): so a lease of a MIG device sees its own
+processes. Where the table cannot be read, those devices' memory and processes are unknown.
 
 A query that fails (missing, exit status, timeout, output other than the CSV asked for) makes
 what it would have read unknown: no devices if the GPU query failed, no process lists if the
@@ -12,8 +20,17 @@ process query did.
 
 from __future__ import annotations
 
+import re
+
 from .._check import check_real
-from .._host._smi import run_nvidia_smi, smi_number
+from .._host._smi import (
+    NVIDIA_SMI_LIST,
+    NVIDIA_SMI_TABLE,
+    parse_mig_list,
+    parse_mig_table,
+    run_nvidia_smi,
+    smi_number,
+)
 from ._sample import GPUProcess, GPUReading, Sample
 
 __all__ = ["GPU_QUERY", "PROCESS_QUERY", "SmiSampler"]
@@ -47,7 +64,41 @@ class SmiSampler:
         if processes is None:
             failure = failure or "nvidia-smi printed an unexpected process CSV"
             return Sample(self.source, gpus, f"processes unknown: {failure}")
-        return Sample(self.source, tuple(_with(gpu, processes) for gpu in gpus))
+        readings = tuple(_with(gpu, processes) for gpu in gpus)
+        if any(gpu.utilization is None for gpu in gpus):  # as nvidia-smi has it in MIG mode
+            return self._with_mig(readings)
+        return Sample(self.source, readings)
+
+    def _with_mig(self, readings: tuple[GPUReading, ...]) -> Sample:
+        """``readings`` with each MIG-enabled GPU replaced by its MIG devices (see the
+        module docstring); what could not be read is named in the sample's problem."""
+        listing, failure = run_nvidia_smi(NVIDIA_SMI_LIST, self.timeout)
+        migs = parse_mig_list(listing or "")
+        if listing is None:
+            return Sample(self.source, readings, f"MIG devices unknown: nvidia-smi -L: {failure}")
+        if not migs:
+            return Sample(self.source, readings)
+        table, failure = run_nvidia_smi(NVIDIA_SMI_TABLE, self.timeout)
+        sizes = parse_mig_table(table or "")
+        problem = "" if sizes else f"MIG devices' memory unknown: {failure or 'no MIG table'}"
+        processes = _mig_processes(table or "") if sizes else {}
+        devices: list[GPUReading] = []
+        for reading in readings:
+            for mig in migs.get(reading.uuid, ()):
+                row = sizes.get((mig.index, int(mig.device_id)))
+                uuid = mig.uuid or ""
+                if row is None:
+                    devices.append(GPUReading(uuid, None, None, None, None))
+                    continue
+                gi, ci, used, total = row
+                mine = tuple(
+                    GPUProcess(pid, uuid, mib)
+                    for pid, mib in sorted(processes.get((mig.index, gi, ci), []))
+                )
+                devices.append(GPUReading(uuid, total, used, None, mine))
+            if reading.uuid not in migs:
+                devices.append(reading)
+        return Sample(self.source, tuple(devices), problem)
 
     def close(self) -> None:
         """Nothing to release: each sample runs nvidia-smi anew."""
@@ -88,6 +139,27 @@ def _parse_processes(output: str) -> list[GPUProcess] | None:
             return None
         processes.append(GPUProcess(pid, uuid, used))
     return processes
+
+
+_MIG_PROCESS = re.compile(
+    r"\|\s*([0-9]+)\s+([0-9]+)\s+([0-9]+)\s+([0-9]+)\s+\S+\s+.*?\s(?:([0-9]+)MiB|N/A)\s*\|"
+)
+
+
+def _mig_processes(table: str) -> dict[tuple[int, int, int], list[tuple[int, int | None]]]:
+    """The "Processes" section of nvidia-smi's default table: per (GPU number, GI, CI) the
+    (pid, MiB) of each process on a MIG device (rows of whole GPUs, GI and CI ``N/A``, are
+    skipped)."""
+    found: dict[tuple[int, int, int], list[tuple[int, int | None]]] = {}
+    inside = False
+    for line in table.splitlines():
+        if "Processes:" in line:
+            inside = True
+        elif inside and (row := _MIG_PROCESS.fullmatch(line.strip())):
+            gpu, gi, ci, pid = (int(x) for x in row.groups()[:4])
+            mib = None if row.group(5) is None else int(row.group(5))
+            found.setdefault((gpu, gi, ci), []).append((pid, mib))
+    return found
 
 
 def _with(gpu: GPUReading, processes: list[GPUProcess]) -> GPUReading:
