@@ -218,7 +218,6 @@ def _numbered_by_cuda(
 def no_gpu_message(detail: str, caller: str) -> str:
     """Why ``caller`` has no GPU to share: ``detail`` is detection's account of it."""
     return (
-        f"{caller}: no GPU is visible to this process ({detail}); a child started on a GPU "
-        f"would run on one this process was denied. Unset {VISIBLE_VAR} or list the GPUs to "
-        "share in it"
+        f"{caller}: {detail}. A child given a GPU here would run on one this process was "
+        f"denied; unset {VISIBLE_VAR} or list the GPUs to share in it"
     )
