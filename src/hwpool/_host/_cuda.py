@@ -27,7 +27,6 @@ CUDA_LIBRARY = "libcuda.so.1"
 CUDA_PROBE_TIMEOUT_S = 30.0
 """cuInit on a machine of many GPUs without persistence mode can take seconds each."""
 
-_KEYS = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "LD_LIBRARY_PATH", "LD_PRELOAD")
 _lock = threading.Lock()
 _answers: dict[tuple[object, ...], tuple[tuple[str, ...] | None, str]] = {}
 
@@ -39,10 +38,9 @@ def cuda_devices(
     driver gives 16 bytes) of the devices CUDA enumerates under ``environ``, in CUDA's order;
     None when the driver could not be asked, and what happened, in words.
 
-    Cached per process for the variables that change the answer (``CUDA_VISIBLE_DEVICES``,
-    ``CUDA_DEVICE_ORDER``, the library search path).
+    Cached per process for each environment (a server asks once).
     """
-    key = (sys.executable, timeout, *(environ.get(name) for name in _KEYS))
+    key = (sys.executable, timeout, *sorted(environ.items()))
     with _lock:
         if key not in _answers:
             _answers[key] = _ask(dict(environ), timeout)
