@@ -238,7 +238,7 @@ def _gpus(count: int | None) -> tuple[GPUInfo, ...]:
         raise Usage(str(exc)) from None
     if not found.gpus:  # nothing to serve; --gpus 0 is refused (the scheduler needs a GPU)
         raise Usage(
-            no_gpu_message(found.detail, "hwpool serve")
+            no_gpu_message(found.detail, "serve")
             + ", or give --gpus N to serve N logical GPUs whatever this process may see"
         )
     return found.gpus
