@@ -71,7 +71,7 @@ def answer(capture: Path, phase: str, argv: list[str]) -> tuple[int, str]:
     found = sections(capture)
     if not argv:
         return 0, found[phase, ""]
-    if argv == ["-L"] or argv == ["--version"]:
+    if argv in (["-L"], ["--version"]):
         return 0, _recorded(found, phase, argv[0])
     query = next((a for a in argv if a.startswith("--query-")), None)
     formats = next((a for a in argv if a.startswith("--format=")), "--format=csv")

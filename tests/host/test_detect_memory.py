@@ -128,9 +128,7 @@ def test_uuid_entries_in_cuda_visible_devices(  # type: ignore[no-untyped-def]
     assert (mig.uuid, mig.parent, mig.device_id) == (MIG_UUIDS[2], H100_MIG.uuid, MIG_UUIDS[2])
 
 
-def test_an_ambiguous_uuid_prefix_ends_the_list(
-    fake_smi, monkeypatch: pytest.MonkeyPatch
-) -> None:  # type: ignore[no-untyped-def]
+def test_an_ambiguous_uuid_prefix_ends_the_list(fake_smi, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     twin = replace(A100, uuid=A100.uuid.replace("aaaa-", "aaab-", 1))
     fake_smi(smi_script([A100, twin]))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-a100aaa")

@@ -44,6 +44,7 @@ H100 = CAPTURES / "linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt"
 L40S = CAPTURES / "linux-x86_64__nvidia-l40s__595.80.txt"
 GPU0 = "GPU-00000000-0000-0000-0000-000000000000"  # the recordings' (masked) GPU UUID
 MIG = [f"MIG-0000000{i}-0000-0000-0000-00000000000{i}" for i in range(4)]  # the H100's -L
+OLD_MIG = "MIG-GPU-8932f937-d72c-4106-c12f-20bd9faed9f6/1/2"
 SHOW = "import json, os; print(json.dumps(os.environ.get('CUDA_VISIBLE_DEVICES')))"
 
 FakeSmi = Callable[[str], Path]
@@ -52,7 +53,7 @@ FakeSmi = Callable[[str], Path]
 def recorded(capture: Path) -> tuple[str, int]:
     """The GPU's name and memory.total (MiB) as ``capture`` recorded them (idle query)."""
     query = ["--query-gpu=name,memory.total", "--format=csv,noheader,nounits"]
-    status, line = answer(capture, "idle", query)
+    _status, line = answer(capture, "idle", query)
     name, mib = line.strip().split(", ")
     return name, int(mib)
 
@@ -91,7 +92,7 @@ def _no_cuda() -> tuple[tuple[str, ...] | None, str]:
         ("GPU-8932f937,0", ["GPU-8932f937"]),  # one kind per list
         ("0,GPU-8932f937", ["0"]),
         ("MIG-aaaa,MIG-bbbb", ["MIG-aaaa"]),  # one MIG device per process
-        ("MIG-GPU-8932f937-d72c-4106-c12f-20bd9faed9f6/1/2", ["MIG-GPU-8932f937-d72c-4106-c12f-20bd9faed9f6/1/2"]),
+        (OLD_MIG, [OLD_MIG]),  # the older MIG form (GPU instance 1, compute instance 2)
     ],
 )
 def test_entries_without_hardware_to_check_them(raw: str, visible: list[str]) -> None:
@@ -294,8 +295,9 @@ def test_a_failing_driver_is_refused_with_its_status(
 
 def test_the_probe_reads_the_fake_driver_as_ctypes_sees_it(libcuda: Path) -> None:
     env = {"LD_LIBRARY_PATH": str(libcuda.parent), "FAKE_CUDA_DEVICES": "0123456789abcdef" * 2}
-    assert cuda_devices(env) == (
-        ("01234567-89ab-cdef-0123-456789abcdef",), "the CUDA driver enumerated 1 device(s)")  # fmt: skip
+    uuids, what = cuda_devices(env)
+    assert uuids == ("01234567-89ab-cdef-0123-456789abcdef",)
+    assert what == "the CUDA driver enumerated 1 device(s)"
     assert cuda_devices({"LD_LIBRARY_PATH": str(libcuda.parent)})[0] == ()
     missing = cuda_devices({"LD_LIBRARY_PATH": "/nonexistent"})
     assert missing[0] is None and missing[1].startswith("libcuda.so.1 did not load")

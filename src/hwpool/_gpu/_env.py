@@ -20,8 +20,9 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 
 from .._backends._unix import SOCKET_VAR, UnixBackend
-from .._host._detect import VISIBLE_VAR, GPUInfo
+from .._host._detect import GPUInfo
 from .._host._devices import device_id
+from .._host._visible import VISIBLE_VAR
 
 __all__ = [
     "DEVICE_ORDER_VAR", "JAX_FRACTION_VARS", "JAX_PREALLOCATE_VAR", "LEASE_VAR", "device_id",

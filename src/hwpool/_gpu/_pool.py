@@ -43,7 +43,8 @@ class GPUPool:
     ``GPUPool(num_gpus)`` manages ``num_gpus`` logical GPUs; ``GPUPool()`` detects them with
     :func:`hwpool.detect_gpus` (one logical GPU when no hardware is found, so GPU code runs
     anywhere; ValueError naming ``CUDA_VISIBLE_DEVICES`` when that variable hides every GPU,
-    e.g. ``""``, ``-1`` or Slurm's ``NoDevFiles``: see docs/gpus.md), or, when ``HWPOOL_SOCKET`` is set, is the host server's pool there (see ``hwpool.connect``).
+    e.g. ``""``, ``-1`` or Slurm's ``NoDevFiles``: see docs/gpus.md), or, when
+    ``HWPOOL_SOCKET`` is set, is the host server's pool there (see ``hwpool.connect``).
     ``GPUPool(backend=b)`` is the same front over another backend (e.g. the host server's
     client). Requests are served by one FIFO queue with reservations, best fit and backfill
     (see the scheduler core); cancelling or timing out a waiter never leaks capacity.

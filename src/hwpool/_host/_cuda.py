@@ -15,6 +15,7 @@ enumerate in the caller: the invalid-entry rule, prefixes and MIG devices includ
 
 from __future__ import annotations
 
+import ctypes
 import json
 import subprocess
 import sys
@@ -69,8 +70,6 @@ def _ask(environ: dict[str, str], timeout: float) -> tuple[tuple[str, ...] | Non
 
 def _probe() -> dict[str, object]:
     """Run in the child: what ``libcuda`` enumerates, as a JSON-ready record."""
-    import ctypes
-
     try:
         lib = ctypes.CDLL(CUDA_LIBRARY)
     except OSError as exc:

@@ -24,12 +24,12 @@ CUDA, never one more.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ._devices import GPUInfo
 
-__all__ = ["CudaAnswer", "ORDER_VAR", "VISIBLE_VAR", "no_gpu_message", "read_visible"]
+__all__ = ["ORDER_VAR", "VISIBLE_VAR", "CudaAnswer", "no_gpu_message", "read_visible"]
 
 VISIBLE_VAR = "CUDA_VISIBLE_DEVICES"
 ORDER_VAR = "CUDA_DEVICE_ORDER"
@@ -65,7 +65,8 @@ class _Machine:
                 if device.uuid:
                     machine.gpus[device.uuid] = device
         highest = max(machine.whole, default=-1) + 1
-        machine.count = max(highest, len(machine.whole) + sum(v is None for v in machine.gpus.values()))
+        parents = sum(gpu is None for gpu in machine.gpus.values())
+        machine.count = max(highest, len(machine.whole) + parents)
         return machine
 
     def alike(self) -> bool:
@@ -165,15 +166,15 @@ def _resolve(
         return device, device.uuid if device and device.uuid else f"#{index}", None
     old = _MIG_OLD.fullmatch(entry)
     if old:
-        parents = {u: None for u, g in machine.gpus.items() if g is None}
-        hit, why = _unique(old.group(1), parents, "MIG-enabled GPU")
+        parents = [uuid for uuid, gpu in machine.gpus.items() if gpu is None]
+        hit, why = _unique(old.group(1), dict.fromkeys(parents), "MIG-enabled GPU")
         return None, f"{hit}/{int(old.group(2))}/{int(old.group(3))}", why
     pool: dict[str, GPUInfo | None] = dict(machine.migs) if kind == "MIG" else machine.gpus
     hit, why = _unique(entry, pool, "MIG device" if kind == "MIG" else "GPU")
     return (pool.get(hit) if why is None else None), hit, why
 
 
-def _unique(prefix: str, pool: dict[str, GPUInfo | None], what: str) -> tuple[str, str | None]:
+def _unique(prefix: str, pool: Mapping[str, object], what: str) -> tuple[str, str | None]:
     """The one UUID of ``pool`` that starts with ``prefix``, or why there is not one."""
     hits = [uuid for uuid in pool if uuid.startswith(prefix)]
     if not hits:
