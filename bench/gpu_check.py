@@ -214,7 +214,8 @@ def check_no_gpu(env: dict[str, str]) -> int:
         shutil.rmtree(socket.parent, ignore_errors=True)
         ok = pool.returncode == 0 and serve.returncode == 2 and cuda in (None, ())
         bad += not ok
-        print(json.dumps({"CUDA_VISIBLE_DEVICES": form, "cuda": what if cuda is None else list(cuda),
+        seen = what if cuda is None else list(cuda)
+        print(json.dumps({"CUDA_VISIBLE_DEVICES": form, "cuda": seen,
                           "GPUPool()": (pool.stdout or pool.stderr).strip()[:160],
                           "hwpool serve exit": serve.returncode, "ok": ok}))  # fmt: skip
     return bad
