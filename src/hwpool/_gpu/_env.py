@@ -4,8 +4,9 @@ CUDA reads ``CUDA_VISIBLE_DEVICES`` once, when it initialises, so a child starte
 lease must get it in its environment; without it the child sees every GPU and CUDA picks GPU 0.
 Each GPU of a pool is named by the most stable id detection found: its UUID (``GPU-...``,
 ``MIG-...``) wherever NVML or nvidia-smi reported one (inherited ``CUDA_VISIBLE_DEVICES``
-entries are matched to them, see ``_host._visible``), else the inherited entry, else its index. ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` makes
-CUDA number devices as nvidia-smi does, so that an index means the same device to both.
+entries are matched to them, see ``_host._visible``), else the inherited entry, else its
+index. ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` makes CUDA number devices as nvidia-smi does, so that
+an index means the same device to both.
 
 A lease of part of a GPU also sets the knobs a framework reads to stay inside a share of the
 device's memory (JAX's, see :func:`framework_knobs`), unless the base environment sets them
