@@ -11,6 +11,13 @@ nvidia-smi which GPU each child's process runs on (``--query-compute-apps``). nv
 child lists every GPU: it reads NVML, which ignores ``CUDA_VISIBLE_DEVICES``; it is printed too.
 Exit status 1 if a child ran on a GPU other than its lease's.
 
+Then ``CUDA_VISIBLE_DEVICES`` as CUDA reads it (docs/gpus.md): for the forms a real machine can
+show (empty, ``-1``, ``NoDevFiles``, an index out of range, a device twice, a UUID prefix, kinds
+mixed, two MIG devices where MIG is on), what hwpool makes of it beside what the CUDA driver
+enumerates in a child with that environment (``libcuda`` through ctypes); a mismatch counts as
+a failure. A process that sees no GPU must get a ValueError from ``GPUPool()`` and exit 2
+from ``hwpool serve``.
+
 Last, the watcher against the real driver (NVML through ``nvidia-ml-py`` if it imports, else
 nvidia-smi): a job on half a GPU (a shell, as ``hwpool run`` would start it) starts a
 grandchild that calls ``hwpool.torch_limit()`` and allocates 256 MiB (torch, else cupy; the
@@ -36,6 +43,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 import hwpool  # noqa: E402
 from hwpool import GPUSource, detect_gpus  # noqa: E402
+from hwpool._host._cuda import cuda_devices  # noqa: E402
 from hwpool._watch import LeaseProcs, Watcher, open_sampler  # noqa: E402
 
 BOUND = 60.0
@@ -68,7 +76,7 @@ except ImportError:
         if count.value:
             cuda.cuDeviceGet(ctypes.byref(dev), 0)
             cuda.cuDeviceGetName(name, 256, dev)
-            cuda.cuDeviceGetUuid(uuid, dev)
+            (getattr(cuda, "cuDeviceGetUuid_v2", None) or cuda.cuDeviceGetUuid)(uuid, dev)
             h = uuid.raw.hex()
             text = f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
             out["cuda:0"] = {"name": name.value.decode(), "uuid": text}
@@ -90,6 +98,7 @@ def main() -> int:
         return 0
     print(f"gpu_check: {found.count} GPUs: " + ", ".join(f"{g.index}={g.uuid}" for g in found.gpus))
     bad = check_local(env) + check_server(env, None) + check_server(env, found)
+    bad += check_visible(env, found) + check_no_gpu(env)
     bad += check_watcher(env)
     print("gpu_check: " + ("every child ran on its lease's GPU" if not bad else f"{bad} wrong"))
     return 1 if bad else 0
@@ -152,6 +161,64 @@ def check_server(env: dict[str, str], found: Any) -> int:
         server.terminate()
         server.wait(BOUND)
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def visible_forms(found: Any) -> list[str]:
+    """The ``CUDA_VISIBLE_DEVICES`` forms this machine can show (see docs/gpus.md)."""
+    gpus = [g for g in found.gpus if not g.is_mig]
+    migs = [g for g in found.gpus if g.is_mig]
+    forms = ["0", f"0,{found.count + 5},1", "0,0", "0gpu", "0,,1"]
+    if gpus and gpus[0].uuid:
+        forms += [gpus[0].uuid, gpus[0].uuid[:12], f"{gpus[0].uuid},0", f"0,{gpus[0].uuid}"]
+    if len(gpus) > 1:
+        forms += [",".join(str(i) for i in reversed(range(len(gpus)))), "1,0,1"]
+    if len(migs) > 1:
+        forms += [f"{migs[0].uuid},{migs[1].uuid}", str(migs[0].uuid)[:12]]
+    return forms
+
+
+def check_visible(env: dict[str, str], found: Any) -> int:
+    """Each form: the UUIDs hwpool's pool would hold beside those the CUDA driver enumerates."""
+    print("\n== CUDA_VISIBLE_DEVICES: hwpool beside the CUDA driver (libcuda in a child)")
+    bad = 0
+    for form in visible_forms(found):
+        where = dict(env, CUDA_VISIBLE_DEVICES=form)
+        try:
+            mine = [str(g.uuid or g.device_id)[4:] for g in detect_gpus(where).gpus]
+        except ValueError as exc:
+            mine = [f"refused: {exc}"]
+        cuda, what = cuda_devices(where)
+        same = None if cuda is None else mine == list(cuda)
+        bad += same is False
+        print(json.dumps({"CUDA_VISIBLE_DEVICES": form, "hwpool": mine,
+                          "cuda": what if cuda is None else list(cuda), "same": same}))  # fmt: skip
+    return bad
+
+
+def check_no_gpu(env: dict[str, str]) -> int:
+    """Empty, ``-1`` and ``NoDevFiles``: CUDA sees no device, ``GPUPool()`` raises ValueError,
+    ``hwpool serve`` exits 2."""
+    print("\n== no visible GPU: GPUPool() refuses, hwpool serve exits 2")
+    bad = 0
+    refuse = "import hwpool\ntry:\n    hwpool.GPUPool()\nexcept ValueError as e:\n    print(e)\n"
+    refuse += "else:\n    raise SystemExit('GPUPool() made a pool')\n"
+    for form in ("", "-1", "NoDevFiles"):
+        where = dict(env, CUDA_VISIBLE_DEVICES=form, PYTHONPATH=str(ROOT / "src"))
+        cuda, what = cuda_devices(where)
+        pool = subprocess.run([sys.executable, "-c", refuse], env=where, capture_output=True,
+                              text=True, timeout=BOUND, check=False)  # fmt: skip
+        socket = Path(tempfile.mkdtemp(prefix="hwgc", dir="/tmp")) / "s.sock"
+        serve = subprocess.run([sys.executable, "-m", "hwpool", "serve", "--socket", str(socket)],
+                               env=where, capture_output=True, text=True, timeout=BOUND,
+                               check=False)  # fmt: skip
+        shutil.rmtree(socket.parent, ignore_errors=True)
+        ok = pool.returncode == 0 and serve.returncode == 2 and cuda in (None, ())
+        bad += not ok
+        seen = what if cuda is None else list(cuda)
+        print(json.dumps({"CUDA_VISIBLE_DEVICES": form, "cuda": seen,
+                          "GPUPool()": (pool.stdout or pool.stderr).strip()[:160],
+                          "hwpool serve exit": serve.returncode, "ok": ok}))  # fmt: skip
+    return bad
 
 
 ALLOC_MIB = 256

@@ -66,10 +66,13 @@ def test_detected_pool_keeps_what_detection_found(fake_smi: object) -> None:
     )
 
 
-def test_pool_with_no_visible_gpu_keeps_one_logical_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_pool_with_no_visible_gpu_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Before: one logical GPU "0", so that a child ran on the GPU this process was denied.
     monkeypatch.delenv("HWPOOL_NUM_GPUS", raising=False)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
-    assert GPUPool().gpus == (GPUInfo(0, "0"),)
+    with pytest.raises(ValueError, match=r"GPUPool\(\): CUDA_VISIBLE_DEVICES='-1': entry '-1' is"):
+        GPUPool()
+    assert GPUPool(2).gpus == (GPUInfo(0, "0"), GPUInfo(1, "1"))  # logical GPUs, asked for
 
 
 def test_close_refuses_new_requests_and_wakes_waiters(make_pool: MakePool) -> None:

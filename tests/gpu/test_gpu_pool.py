@@ -85,12 +85,16 @@ def test_pool_detects_count_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     assert GPUPool().num_gpus == 5
 
 
-def test_pool_with_no_visible_gpu_falls_back_to_one_logical(
+def test_pool_with_no_visible_gpu_is_refused_unless_logical(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # Before: one logical GPU, whose children were given CUDA_VISIBLE_DEVICES=0.
     monkeypatch.delenv("HWPOOL_NUM_GPUS", raising=False)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    assert GPUPool().num_gpus == 1
+    with pytest.raises(ValueError, match="CUDA_VISIBLE_DEVICES='': empty"):
+        GPUPool()
+    monkeypatch.setenv("HWPOOL_NUM_GPUS", "3")  # logical GPUs asked for still work
+    assert GPUPool().num_gpus == 3
 
 
 # ----------------------------------------------------------------- bad input

@@ -109,8 +109,11 @@ def test_missing_nvidia_smi_gives_one_logical_gpu(fake_smi) -> None:  # type: ig
 def test_env_decides_without_asking_nvidia_smi(fake_smi, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     fake_smi(f"touch {tmp_path}/asked\n")
     assert detect_gpus({"HWPOOL_NUM_GPUS": "2"}).nvidia_smi is None
-    assert detect_gpus({"CUDA_VISIBLE_DEVICES": "0"}).nvidia_smi is None
+    assert detect_gpus({"CUDA_VISIBLE_DEVICES": "-1"}).nvidia_smi is None  # nothing to check
     assert not (tmp_path / "asked").exists()
+    # An entry is checked against the hardware (CUDA ignores an index the machine lacks).
+    assert detect_gpus({"CUDA_VISIBLE_DEVICES": "0"}).nvidia_smi == "nvidia-smi listed no GPU"
+    assert (tmp_path / "asked").exists()
 
 
 def test_hung_nvidia_smi_costs_its_timeout_once_per_process(fake_smi, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

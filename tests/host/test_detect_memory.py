@@ -113,28 +113,28 @@ def test_uuid_entries_in_cuda_visible_devices(  # type: ignore[no-untyped-def]
     fake_smi(smi_script([H100_MIG, RTX, A100]))
     if source == "nvml":
         fake_nvml([H100_MIG, RTX, A100])
-    # A MIG id, a GPU UUID prefix (CUDA accepts one), an index, and one nothing matches.
-    entries = [MIG_UUIDS[2], RTX.uuid[:12], "2", "GPU-ffff"]
+    # A GPU UUID prefix (CUDA accepts one), a whole UUID, and one that names no GPU: CUDA
+    # reads no further than that one.
+    entries = [RTX.uuid[:12], A100.uuid, "GPU-ffff", RTX.uuid]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", ",".join(entries))
-    plain = detect_gpus()
-    assert [g.device_id for g in plain.gpus] == entries and plain.gpus[0].memory_mib is None
-    found = detect_gpus(describe=True)
-    assert (found.source, found.count) == (GPUSource.CUDA_VISIBLE_DEVICES, 4)
-    assert [g.device_id for g in found.gpus] == entries
-    assert [g.index for g in found.gpus] == [0, 1, 2, 3]
-    assert [g.uuid for g in found.gpus] == [MIG_UUIDS[2], RTX.uuid, A100.uuid, None]
-    assert found.gpus[0].is_mig and found.gpus[0].parent == H100_MIG.uuid
-    assert [g.memory_mib for g in found.gpus[1:]] == [24564, 81920, None]
-    assert found.detail.endswith(f", 3 of 4 matched through {source}")
+    for found in (detect_gpus(), detect_gpus(describe=True)):
+        assert (found.source, found.count) == (GPUSource.CUDA_VISIBLE_DEVICES, 2)
+        assert [g.device_id for g in found.gpus] == entries[:2]
+        assert [g.index for g in found.gpus] == [0, 1]
+        assert [g.uuid for g in found.gpus] == [RTX.uuid, A100.uuid]
+        assert [g.memory_mib for g in found.gpus] == [24564, 81920]
+        assert f", 2 of 2 matched through {source}; entry 'GPU-ffff' names no GPU" in found.detail
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", MIG_UUIDS[2])
+    (mig,) = detect_gpus().gpus
+    assert (mig.uuid, mig.parent, mig.device_id) == (MIG_UUIDS[2], H100_MIG.uuid, MIG_UUIDS[2])
 
 
-def test_an_ambiguous_uuid_prefix_matches_nothing(
-    fake_smi, monkeypatch: pytest.MonkeyPatch
-) -> None:  # type: ignore[no-untyped-def]
+def test_an_ambiguous_uuid_prefix_ends_the_list(fake_smi, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     twin = replace(A100, uuid=A100.uuid.replace("aaaa-", "aaab-", 1))
     fake_smi(smi_script([A100, twin]))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-a100aaa")
-    assert detect_gpus(describe=True).gpus == (GPUInfo(0, "GPU-a100aaa"),)
+    found = detect_gpus(describe=True)
+    assert found.gpus == () and "is ambiguous: the UUIDs of 2 GPUs start with it" in found.detail
 
 
 def test_index_entry_does_not_name_a_mig_partitioned_gpu(
@@ -142,6 +142,7 @@ def test_index_entry_does_not_name_a_mig_partitioned_gpu(
 ) -> None:  # type: ignore[no-untyped-def]
     fake_smi(smi_script([H100_MIG, RTX]))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # indexes are nvidia-smi's
     gpus = detect_gpus(describe=True).gpus
     assert gpus[0] == GPUInfo(0, "0") and gpus[1].uuid == RTX.uuid
 

@@ -110,10 +110,10 @@ def test_in_use_is_read_anew_through_nvidia_smi(fake_smi, tmp_path: Path) -> Non
 
 def test_in_use_matches_gpus_by_uuid(fake_smi, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     fake_smi(smi_script([BUSY, DESKTOP]))
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", f"1,{BUSY.uuid},7")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", f"{DESKTOP.uuid},{BUSY.uuid}")
     gpus = detect_gpus(describe=True).gpus
-    assert [g.memory_used_mib for g in gpus] == [1536, 20480, None]
-    assert gpu_memory_in_use(gpus) == (1536, 20480, None)  # "7" matched nothing: no UUID
+    assert [g.memory_used_mib for g in gpus] == [1536, 20480]
+    assert gpu_memory_in_use(gpus) == (1536, 20480)
     assert gpu_memory_in_use(()) == ()
     assert gpu_memory_in_use([GPUInfo(0, "0"), GPUInfo(1, "1", "GPU-elsewhere")]) == (None, None)
 

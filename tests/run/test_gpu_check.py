@@ -40,5 +40,9 @@ def test_with_two_fake_gpus_every_child_sees_its_lease(fake_smi: Callable[[str],
     seen = [r["CUDA_VISIBLE_DEVICES"] for r in reports]
     assert sorted(seen[:2]) == list(UUIDS)  # lease.popen(), one per GPU
     assert sorted(seen[2:6]) == [UUIDS[0], UUIDS[0], UUIDS[1], UUIDS[1]]  # two halves each
-    assert sorted(seen[6:]) == ["0", "0", "1", "1"]  # entries of the inherited list
+    # Children of a server that inherited "1,0": given the UUIDs those entries name.
+    assert sorted(seen[6:10]) == [UUIDS[0], UUIDS[0], UUIDS[1], UUIDS[1]]
+    refused = [r for r in reports if "hwpool serve exit" in r]  # no visible GPU
+    assert [(r["CUDA_VISIBLE_DEVICES"], r["ok"]) for r in refused] == [
+        ("", True), ("-1", True), ("NoDevFiles", True)]  # fmt: skip
     assert proc.stdout.rstrip().endswith("every child ran on its lease's GPU")

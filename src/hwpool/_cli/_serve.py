@@ -19,6 +19,7 @@ from .._core._limits import OwnerLimits
 from .._core._policies import POLICIES as SERVER_POLICIES
 from .._gpu._sizing import capacities_of, sized_gpus
 from .._host._detect import GPUInfo, detect_gpus
+from .._host._visible import no_gpu_message
 from .._server import _listen
 from .._server._bounds import check_bound
 from .._server._config import ConfigError, read_config
@@ -233,9 +234,14 @@ def _gpus(count: int | None) -> tuple[GPUInfo, ...]:
         return tuple(GPUInfo(i, str(i)) for i in range(count))
     try:
         found = detect_gpus()
-    except ValueError as exc:  # a malformed HWPOOL_NUM_GPUS
+    except ValueError as exc:  # a malformed HWPOOL_NUM_GPUS, GPU indexes CUDA numbers apart
         raise Usage(str(exc)) from None
-    return found.gpus if found.count else (GPUInfo(0, "0"),)
+    if not found.gpus:  # nothing to serve; --gpus 0 is refused (the scheduler needs a GPU)
+        raise Usage(
+            no_gpu_message(found.detail, "serve")
+            + ", or give --gpus N to serve N logical GPUs whatever this process may see"
+        )
+    return found.gpus
 
 
 def _sized(args: argparse.Namespace) -> tuple[GPUInfo, ...]:

@@ -3,9 +3,10 @@
 CUDA reads ``CUDA_VISIBLE_DEVICES`` once, when it initialises, so a child started inside a
 lease must get it in its environment; without it the child sees every GPU and CUDA picks GPU 0.
 Each GPU of a pool is named by the most stable id detection found: its UUID (``GPU-...``,
-``MIG-...``) when nvidia-smi reported one, else the entry of the inherited
-``CUDA_VISIBLE_DEVICES`` it came from, else its index. ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` makes
-CUDA number devices as nvidia-smi does, so that an index means the same device to both.
+``MIG-...``) wherever NVML or nvidia-smi reported one (inherited ``CUDA_VISIBLE_DEVICES``
+entries are matched to them, see ``_host._visible``), else the inherited entry, else its
+index. ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` makes CUDA number devices as nvidia-smi does, so that
+an index means the same device to both.
 
 A lease of part of a GPU also sets the knobs a framework reads to stay inside a share of the
 device's memory (JAX's, see :func:`framework_knobs`), unless the base environment sets them
@@ -20,8 +21,9 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 
 from .._backends._unix import SOCKET_VAR, UnixBackend
-from .._host._detect import VISIBLE_VAR, GPUInfo
+from .._host._detect import GPUInfo
 from .._host._devices import device_id
+from .._host._visible import VISIBLE_VAR
 
 __all__ = [
     "DEVICE_ORDER_VAR", "JAX_FRACTION_VARS", "JAX_PREALLOCATE_VAR", "LEASE_VAR", "device_id",

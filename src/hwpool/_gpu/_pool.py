@@ -31,6 +31,7 @@ from .._core._fairshare import DEFAULT_HALF_LIFE, check_half_life, check_shares
 from .._core._scheduler import BACKFILLS, Demand, Grant
 from .._errors import WouldBlock
 from .._host._detect import GPUInfo, detect_gpus
+from .._host._visible import no_gpu_message
 from ._lease import GPULease
 from ._sizing import Demands, capacities_of, sized_gpus
 
@@ -41,8 +42,10 @@ class GPUPool:
     """Fractional and whole-GPU leases for any number of asyncio tasks and threads.
 
     ``GPUPool(num_gpus)`` manages ``num_gpus`` logical GPUs; ``GPUPool()`` detects them with
-    :func:`hwpool.detect_gpus` (one logical GPU when none is found, so GPU code runs anywhere),
-    or, when ``HWPOOL_SOCKET`` is set, is the host server's pool there (see ``hwpool.connect``).
+    :func:`hwpool.detect_gpus` (one logical GPU when no hardware is found, so GPU code runs
+    anywhere; ValueError naming ``CUDA_VISIBLE_DEVICES`` when that variable hides every GPU,
+    e.g. ``""``, ``-1`` or Slurm's ``NoDevFiles``: see docs/gpus.md), or, when
+    ``HWPOOL_SOCKET`` is set, is the host server's pool there (see ``hwpool.connect``).
     ``GPUPool(backend=b)`` is the same front over another backend (e.g. the host server's
     client). Requests are served by one FIFO queue with reservations, best fit and backfill
     (see the scheduler core); cancelling or timing out a waiter never leaks capacity.
@@ -620,11 +623,21 @@ def _no_grant(
 
 def _pool_gpus(num_gpus: object) -> tuple[GPUInfo, ...]:
     """The GPUs of a local pool: ``num_gpus`` logical ones, or what detection finds (one
-    logical GPU when it finds none)."""
+    logical GPU when it finds no hardware). ValueError when ``CUDA_VISIBLE_DEVICES`` hides
+    every GPU: a pool there would hand children GPUs this process was denied."""
     if num_gpus is None:
-        return detect_gpus().gpus or (GPUInfo(0, "0"),)
+        found = detect_gpus()
+        if not found.gpus:
+            raise ValueError(no_gpu_message(found.detail, "GPUPool()") + _LOGICAL)
+        return found.gpus
     count = check_int("num_gpus", num_gpus, minimum=1)
     return tuple(GPUInfo(i, str(i)) for i in range(count))
+
+
+_LOGICAL = (
+    ", or give GPUPool(num_gpus=N) (or HWPOOL_NUM_GPUS=N) for N logical GPUs, numbered "
+    "0..N-1 in children's CUDA_VISIBLE_DEVICES whatever this process may see"
+)
 
 
 def _describe(demand: Demand) -> str:

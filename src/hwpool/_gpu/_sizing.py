@@ -24,6 +24,7 @@ from .._core._capacity import UNITS_PER_GPU, fraction_to_units
 from .._core._memory import format_mib, parse_memory
 from .._core._scheduler import Demand
 from .._host._detect import GPUInfo, detect_gpus
+from .._host._visible import no_gpu_message
 
 __all__ = [
     "Demands", "check_whole", "memory_demand", "sized_gpus", "sized_units", "whole_demand",
@@ -159,11 +160,13 @@ def _logical(gpu_memory: object) -> tuple[GPUInfo, ...]:
 
 def _detected(reserve: bool) -> tuple[GPUInfo, ...]:
     found = detect_gpus(describe=True)
+    if not found.gpus:
+        raise ValueError(no_gpu_message(found.detail, "memory=True"))
     unknown = [gpu.index for gpu in found.gpus if gpu.memory_mib is None]
-    if unknown or not found.gpus:
+    if unknown:
         raise ValueError(
             f"memory=True needs every GPU's memory, but detection ({found.detail}) found "
-            f"none for GPU(s) {unknown or [0]}; give the sizes with gpu_memory=[...], or "
+            f"none for GPU(s) {unknown}; give the sizes with gpu_memory=[...], or "
             "install the nvml extra (pip install 'hwpool[nvml]')"
         )
     if reserve:

@@ -14,14 +14,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .._check import check_timeout, env_int
-from ._devices import GPUInfo, match_visible, parse_visible_devices
+from ._cuda import cuda_devices
+from ._devices import GPUInfo
 from ._nvml import nvml_memory_in_use, query_nvml
 from ._smi import query_nvidia_smi, smi_memory_in_use
+from ._visible import ORDER_VAR, VISIBLE_VAR, read_visible
 
 __all__ = ["GPUDetection", "GPUInfo", "GPUSource", "detect_gpus", "gpu_memory_in_use"]
 
 NUM_GPUS_VAR = "HWPOOL_NUM_GPUS"
-VISIBLE_VAR = "CUDA_VISIBLE_DEVICES"
 NVIDIA_SMI_TIMEOUT_S = 5.0
 
 
@@ -62,11 +63,15 @@ def detect_gpus(
     """Find the GPUs this process may use; see the module docstring for the order.
 
     ``HWPOOL_NUM_GPUS`` must be an integer >= 1 in ASCII digits (else ValueError naming the
-    variable); it decides alone. ``CUDA_VISIBLE_DEVICES`` lists indices, UUIDs (``GPU-...``) or
-    MIG ids; as in CUDA, the list ends at the first entry that is none of these (``""``,
-    ``-1``, ``foo``: no GPU visible). It decides the GPUs without asking the hardware, unless
-    ``describe`` is true: then NVML or nvidia-smi is asked too, and each entry is matched (by
-    index, UUID or UUID prefix) against what they found, for its memory, UUID and name.
+    variable); it decides alone. ``CUDA_VISIBLE_DEVICES`` is read as CUDA reads it (see
+    ``hwpool._host._visible`` and docs/gpus.md): ``""``, ``-1`` or ``NoDevFiles`` is no GPU
+    (``count`` 0, ``detail`` says why), the list ends at its first invalid entry (an index
+    this machine does not have, a UUID that names no GPU or several), one MIG device at most.
+    Entries are checked against what NVML or nvidia-smi found, which gives each its UUID,
+    memory and name (taken as given, unchecked, when neither answers). Indexes with
+    ``CUDA_DEVICE_ORDER`` unset on GPUs that differ are numbered by the CUDA driver itself,
+    asked in a child process; ValueError naming ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` when it
+    cannot be asked. ``describe`` is kept for compatibility: the hardware is always asked.
     NVML is tried first where ``pynvml`` imports; if it fails, nvidia-smi is asked and ``nvml``
     says why. nvidia-smi failures of any kind (missing, non-zero exit, garbage, timeout) fall
     through, and ``nvidia_smi`` says which it was. Both answers are cached for the process: a
@@ -79,7 +84,7 @@ def detect_gpus(
         return GPUDetection(forced, GPUSource.ENV, gpus, f"{NUM_GPUS_VAR}={forced}")
     visible = env.get(VISIBLE_VAR)
     if visible is not None:
-        return _visible(visible, nvidia_smi_timeout, describe)
+        return _visible(env, visible, nvidia_smi_timeout)
     found, source, smi, nvml = _hardware(nvidia_smi_timeout)
     failed = nvml if nvml.startswith("NVML failed") else None
     if found:
@@ -98,17 +103,24 @@ def detect_gpus(
     )
 
 
-def _visible(visible: str, timeout: float, describe: bool) -> GPUDetection:
-    ids = parse_visible_devices(visible)
+def _visible(env: Mapping[str, str], visible: str, timeout: float) -> GPUDetection:
     detail = f"{VISIBLE_VAR}={visible!r}"
-    if not describe:
-        gpus = tuple(GPUInfo(i, device) for i, device in enumerate(ids))
-        return GPUDetection(len(ids), GPUSource.CUDA_VISIBLE_DEVICES, gpus, detail)
+    unchecked, note = read_visible(visible, None, None, _unasked)
+    if not unchecked:  # nothing the hardware could add: no need to ask it
+        detail += f": {note}; no GPU visible"
+        return GPUDetection(0, GPUSource.CUDA_VISIBLE_DEVICES, (), detail)
     found, source, smi, nvml = _hardware(timeout)
-    gpus = match_visible(ids, found)
+    order = env.get(ORDER_VAR)
+    gpus, note = read_visible(visible, found or None, order, lambda: cuda_devices(env))
     known = sum(g.uuid is not None for g in gpus)
     detail += f", {known} of {len(gpus)} matched through {source}" if found else ""
-    return GPUDetection(len(ids), GPUSource.CUDA_VISIBLE_DEVICES, gpus, detail, smi, nvml)
+    detail += f"; {note}" if note else ""
+    detail += "" if gpus else "; no GPU visible"
+    return GPUDetection(len(gpus), GPUSource.CUDA_VISIBLE_DEVICES, gpus, detail, smi, nvml)
+
+
+def _unasked() -> tuple[tuple[str, ...] | None, str]:
+    raise AssertionError("the CUDA driver is asked only about detected GPUs")
 
 
 def _hardware(timeout: float) -> tuple[tuple[GPUInfo, ...], GPUSource, str | None, str]:

@@ -1,16 +1,15 @@
-"""What is known of one GPU, and how ``CUDA_VISIBLE_DEVICES`` entries pick devices out.
+"""What is known of one GPU, and the id that selects it in ``CUDA_VISIBLE_DEVICES``.
 
-Kept apart from the sources (nvidia-smi, NVML) so that each reports the same record.
+Kept apart from the sources (nvidia-smi, NVML) so that each reports the same record; how
+``CUDA_VISIBLE_DEVICES`` entries pick devices out is ``_visible``'s.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-__all__ = ["GPUInfo", "device_id", "match_visible", "memory_group", "memory_groups_of",
-           "parse_visible_devices"]  # fmt: skip
+__all__ = ["GPUInfo", "device_id", "memory_group", "memory_groups_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,44 +61,7 @@ def memory_groups_of(gpus: Sequence[GPUInfo]) -> tuple[str | None, ...] | None:
     return groups if len(set(named)) < len(named) else None
 
 
-_DEVICE = re.compile(r"[0-9]+|(GPU|MIG)-[0-9A-Za-z/-]+")
-
 
 def device_id(info: GPUInfo) -> str:
     """The id that selects ``info``'s device in ``CUDA_VISIBLE_DEVICES`` (UUID first)."""
     return info.uuid or info.device_id
-
-
-def parse_visible_devices(raw: str) -> list[str]:
-    """Split CUDA_VISIBLE_DEVICES; like CUDA, stop at the first entry that is not an index,
-    a ``GPU-`` UUID or a ``MIG-`` id (``-1``, an empty entry, ``foo``)."""
-    ids: list[str] = []
-    for part in raw.split(","):
-        device = part.strip()
-        if not _DEVICE.fullmatch(device):
-            break
-        ids.append(device)
-    return ids
-
-
-def match_visible(ids: Sequence[str], found: Sequence[GPUInfo]) -> tuple[GPUInfo, ...]:
-    """One GPUInfo per entry of ``ids``, with what detection ``found`` about that device.
-
-    An index matches the whole GPU of that physical index; a ``GPU-``/``MIG-`` id matches the
-    device whose UUID it is, or starts (CUDA accepts a unique prefix). An entry that matches
-    nothing, or more than one device, keeps only its ``device_id``.
-    """
-    gpus = []
-    for i, entry in enumerate(ids):
-        hits = [g for g in found if _names(entry, g)]
-        if len(hits) == 1:
-            gpus.append(replace(hits[0], index=i, device_id=entry))
-        else:
-            gpus.append(GPUInfo(i, entry))
-    return tuple(gpus)
-
-
-def _names(entry: str, gpu: GPUInfo) -> bool:
-    if entry.isascii() and entry.isdigit():
-        return not gpu.is_mig and gpu.device_id == str(int(entry))
-    return gpu.uuid is not None and gpu.uuid.startswith(entry)
