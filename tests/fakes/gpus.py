@@ -33,6 +33,8 @@ class FakeGPU:
     """Percent busy, for the watcher's query; None: nvidia-smi prints ``[N/A]``."""
     processes: tuple[tuple[int, int | None], ...] = ()
     """Compute processes (pid, MiB in use; None: ``[N/A]``), for the watcher's query."""
+    reserved_mib: int | None = None
+    """``memory.reserved``; None: nvidia-smi prints ``[N/A]`` and NVML has no v2 record."""
 
 
 A100 = FakeGPU("GPU-a100aaaa-0000-0000-0000-000000000000", "NVIDIA A100-SXM4-80GB", 81920, [])
@@ -57,12 +59,14 @@ def smi_script(machine: list[FakeGPU], *, log: str | None = None) -> str:
     ``log``: a file each call appends its arguments to.
     """
     query = "".join(
-        f"{i}, {g.uuid}, {g.name}, {g.memory_mib}, {_smi_mib(g.used_mib)}\n"
+        f"{i}, {g.uuid}, {g.name}, {g.memory_mib}, {_smi_mib(g.used_mib)}, "
+        f"{_smi_mib(g.reserved_mib)}\n"
         for i, g in enumerate(machine)
     )
     in_use = "".join(f"{g.uuid}, {_smi_mib(g.used_mib)}\n" for g in machine)
     watched = "".join(
-        f"{g.uuid}, {g.memory_mib}, {_smi_mib(g.used_mib)}, {_smi_mib(g.utilization)}\n"
+        f"{g.uuid}, {g.memory_mib}, {_smi_mib(g.used_mib)}, {_smi_mib(g.utilization)}, "
+        f"{_smi_mib(g.reserved_mib)}\n"
         for g in machine
     )
     apps = "".join(
@@ -79,7 +83,8 @@ def smi_script(machine: list[FakeGPU], *, log: str | None = None) -> str:
         f'{logging}case "$1" in\n'
         f"  -L) cat <<'EOF'\n{listing}EOF\n  ;;\n"
         f"  --query-gpu=uuid,memory.used) cat <<'EOF'\n{in_use}EOF\n  ;;\n"
-        f"  --query-gpu=uuid,memory.total,memory.used,utilization.gpu) cat <<'EOF'\n"
+        f"  --query-gpu=uuid,memory.total,memory.used,utilization.gpu,memory.reserved) "
+        f"cat <<'EOF'\n"
         f"{watched}EOF\n  ;;\n"
         f"  --query-compute-apps=gpu_uuid,pid,used_memory) cat <<'EOF'\n{apps}EOF\n  ;;\n"
         f"  --query-gpu=*) cat <<'EOF'\n{query}EOF\n  ;;\n"

@@ -7,18 +7,27 @@ are not listed: nvidia-smi reports processes by their physical GPU.
 
 A query that fails (missing, exit status, timeout, output other than the CSV asked for) makes
 what it would have read unknown: no devices if the GPU query failed, no process lists if the
-process query did.
+process query did; the problem carries nvidia-smi's own words. A GPU nvidia-smi cannot reach
+(``Unable to determine the device handle for GPU ...: GPU is lost``) is left out of the
+sample and named in its problem; the other GPUs are read. ``memory.reserved`` is asked for
+too, and no longer once the driver says it does not know the field.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .._check import check_real
-from .._host._smi import run_nvidia_smi, smi_number
+from .._host._smi import RESERVED_FIELD, run_nvidia_smi, smi_number, smi_rows
 from ._sample import GPUProcess, GPUReading, Sample
 
 __all__ = ["GPU_QUERY", "PROCESS_QUERY", "SmiSampler"]
 
 GPU_QUERY = (
+    "--query-gpu=uuid,memory.total,memory.used,utilization.gpu,memory.reserved",
+    "--format=csv,noheader,nounits",
+)
+GPU_QUERY_NO_RESERVED = (
     "--query-gpu=uuid,memory.total,memory.used,utilization.gpu",
     "--format=csv,noheader,nounits",
 )
@@ -35,19 +44,26 @@ class SmiSampler:
         if not 0.0 < seconds < float("inf"):
             raise ValueError(f"timeout must be > 0 and finite, got {timeout!r}")
         self.timeout = seconds
+        self._query = GPU_QUERY
 
     def sample(self) -> Sample:
         """Read every physical GPU and its compute processes; see the module docstring."""
-        output, failure = run_nvidia_smi(GPU_QUERY, self.timeout)
-        gpus = None if output is None else _parse_gpus(output)
+        rows = smi_rows(None, self._query, self.timeout)
+        if rows.output is None and f'"{RESERVED_FIELD}"' in rows.failure:
+            self._query = GPU_QUERY_NO_RESERVED  # a driver without the field: ask without it
+            rows = smi_rows(None, self._query, self.timeout)
+        output, failure = rows.output, rows.failure
+        gpus = None if output is None else _parse_gpus(output, self._query is GPU_QUERY)
         if gpus is None:
             return Sample(self.source, (), failure or "nvidia-smi printed an unexpected CSV")
+        lost = "; ".join(f"{device}: {why}" for device, why in rows.failed)
         output, failure = run_nvidia_smi(PROCESS_QUERY, self.timeout)
         processes = None if output is None else _parse_processes(output)
         if processes is None:
             failure = failure or "nvidia-smi printed an unexpected process CSV"
-            return Sample(self.source, gpus, f"processes unknown: {failure}")
-        return Sample(self.source, tuple(_with(gpu, processes) for gpu in gpus))
+            problem = "; ".join(p for p in (lost, f"processes unknown: {failure}") if p)
+            return Sample(self.source, gpus, problem)
+        return Sample(self.source, tuple(_with(gpu, processes) for gpu in gpus), lost)
 
     def close(self) -> None:
         """Nothing to release: each sample runs nvidia-smi anew."""
@@ -59,16 +75,20 @@ def _rows(output: str, width: int) -> list[list[str]] | None:
     return None if any(len(row) != width or not row[0] for row in rows) else rows
 
 
-def _parse_gpus(output: str) -> tuple[GPUReading, ...] | None:
-    """``uuid, total, used, utilisation`` rows as readings without processes; None if malformed."""
-    rows = _rows(output, 4)
+def _parse_gpus(output: str, reserved: bool) -> tuple[GPUReading, ...] | None:
+    """``uuid, total, used, utilisation[, reserved]`` rows as readings without processes;
+    None if malformed."""
+    rows = _rows(output, 5 if reserved else 4)
     if rows is None:
         return None
     try:
         return tuple(
-            GPUReading(uuid, smi_number(total), smi_number(used), smi_number(busy), None)
-            for uuid, total, used, busy in rows
-        )
+            GPUReading(
+                row[0], smi_number(row[1]), smi_number(row[2]), smi_number(row[3]), None,
+                smi_number(row[4]) if reserved else None,
+            )
+            for row in rows
+        )  # fmt: skip
     except ValueError:
         return None
 
@@ -93,4 +113,4 @@ def _parse_processes(output: str) -> list[GPUProcess] | None:
 def _with(gpu: GPUReading, processes: list[GPUProcess]) -> GPUReading:
     """``gpu`` with the processes listed on it."""
     mine = tuple(sorted((p for p in processes if p.gpu == gpu.uuid), key=lambda p: p.pid))
-    return GPUReading(gpu.uuid, gpu.total_mib, gpu.used_mib, gpu.utilization, mine)
+    return replace(gpu, processes=mine)
