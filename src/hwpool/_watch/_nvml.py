@@ -114,7 +114,7 @@ class NvmlSampler:
             except _Missing:
                 continue  # an old nvidia-ml-py without the graphics list
             except Exception as exc:
-                problems.append(f"{uuid}: {self._lists.get(name, name)} failed ({_why(exc)})")
+                problems.append(f"{uuid}: {name} failed ({_why(exc)})")
                 return None
             for info in listed:
                 pid, mib = int(info.pid), mib_up(getattr(info, "usedGpuMemory", None))
