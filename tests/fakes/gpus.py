@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
+from fakes.nvml_errors import CODES
+
 
 @dataclass(frozen=True)
 class FakeMIG:
@@ -35,6 +37,9 @@ class FakeGPU:
     """Compute processes (pid, MiB in use; None: ``[N/A]``), for the watcher's query."""
     reserved_mib: int | None = None
     """``memory.reserved``; None: nvidia-smi prints ``[N/A]`` and NVML has no v2 record."""
+    failing: dict[str, str] = field(default_factory=dict)
+    """NVML function -> the error it raises on this GPU, by pynvml's class suffix
+    (``GpuIsLost``, ``Unknown``, ``NotSupported``, ``NoPermission``: see fakes/nvml_errors)."""
 
 
 A100 = FakeGPU("GPU-a100aaaa-0000-0000-0000-000000000000", "NVIDIA A100-SXM4-80GB", 81920, [])
@@ -97,35 +102,49 @@ def _smi_mib(mib: int | None) -> str:
 
 
 def nvml_module(machine: list[FakeGPU], *, fail_init: str | None = None) -> str:
-    """The source of a fake ``pynvml`` for ``machine``; ``fail_init``: nvmlInit raises that."""
+    """The source of a fake ``pynvml`` for ``machine``; ``fail_init``: nvmlInit raises that.
+
+    It raises NVML's own error classes, with their codes (``value``) and texts, as
+    nvidia-ml-py does (self-contained: a server process may import it). A GPU's ``failing``
+    makes that function raise on that GPU; ``nvmlDeviceGetHandleByIndex`` included (a lost
+    GPU). Memory comes as the v2 record (``reserved`` apart) where the GPU has
+    ``reserved_mib``, else the v2 entry point is missing (FunctionNotFound) and the original
+    record's ``used`` is what is in use.
+    """
     data = json.dumps([asdict(g) for g in machine])
+    errors = "".join(
+        f"\n\nclass NVMLError_{name}(NVMLError):\n    value = {code}\n\n"
+        f"    def __init__(self, *args):\n        NVMLError.__init__(self, {text!r})\n"
+        for name, (code, text) in CODES.items()
+    )
     return f'''"""A fake pynvml (nvidia-ml-py) for tests."""
 import json
 
 MACHINE = json.loads({data!r})
 FAIL_INIT = {fail_init!r}
 NVML_DEVICE_MIG_ENABLE = 1
+nvmlMemory_v2 = 0x02000028
 calls = []
 
 
 class NVMLError(Exception):
-    pass
+    value = 999
+{errors}
 
-
-class NVMLError_NotSupported(NVMLError):
-    pass
-
-
-class NVMLError_NotFound(NVMLError):
-    pass
+def _check(h, name):
+    failure = (h.get("failing") or {{}}).get(name)
+    if failure:
+        raise globals()["NVMLError_" + failure]()
 
 
 class _Memory:
-    def __init__(self, mib, used_mib):
+    def __init__(self, mib, used_mib, reserved_mib):
         self.total = mib * 2**20 + 4096  # not a whole MiB: floored
+        if reserved_mib is not None:
+            self.reserved = reserved_mib * 2**20
         if used_mib is not None:  # else no reading, as from a driver that cannot say
             self.used = max(0, used_mib * 2**20 - 4096)  # not a whole MiB: rounded up
-            self.free = self.total - self.used
+            self.free = self.total - self.used - (reserved_mib or 0) * 2**20
 
 
 def nvmlInit():
@@ -143,24 +162,33 @@ def nvmlDeviceGetCount():
 
 
 def nvmlDeviceGetHandleByIndex(i):
+    _check(MACHINE[i], "nvmlDeviceGetHandleByIndex")
     return MACHINE[i]
 
 
 def nvmlDeviceGetUUID(h):
+    _check(h, "nvmlDeviceGetUUID")
     return h["uuid"].encode()  # bytes, as older releases return
 
 
 def nvmlDeviceGetName(h):
+    _check(h, "nvmlDeviceGetName")
     return h.get("name") or "MIG " + h["profile"]
 
 
-def nvmlDeviceGetMemoryInfo(h):
-    return _Memory(h["memory_mib"], h.get("used_mib"))
+def nvmlDeviceGetMemoryInfo(h, version=None):
+    _check(h, "nvmlDeviceGetMemoryInfo")
+    reserved = h.get("reserved_mib")
+    if version is not None and reserved is None:
+        raise NVMLError_FunctionNotFound()  # a driver before nvmlDeviceGetMemoryInfo_v2
+    if version is None and reserved is not None and h.get("used_mib") is not None:
+        return _Memory(h["memory_mib"], h["used_mib"] + reserved, None)  # used counts it in
+    return _Memory(h["memory_mib"], h.get("used_mib"), reserved if version else None)
 
 
 def nvmlDeviceGetMigMode(h):
     if h.get("migs") is None:
-        raise NVMLError_NotSupported("Not Supported")
+        raise NVMLError_NotSupported()
     return (1 if h["migs"] else 0, 0)
 
 
@@ -171,6 +199,6 @@ def nvmlDeviceGetMaxMigDeviceCount(h):
 def nvmlDeviceGetMigDeviceHandleByIndex(h, i):
     migs = h["migs"]
     if i >= len(migs) or migs[i] is None:
-        raise NVMLError_NotFound("Not Found")
+        raise NVMLError_NotFound()
     return migs[i]
 '''
