@@ -161,6 +161,18 @@ def nvmlDeviceGetCount():
     return len(MACHINE)
 
 
+def nvmlSystemGetDriverVersion():
+    return "590.48.01"  # str, as newer releases return
+
+
+def nvmlSystemGetNVMLVersion():
+    return b"13.590.48"  # bytes, as older releases return
+
+
+def nvmlSystemGetCudaDriverVersion_v2():
+    return 13010
+
+
 def nvmlDeviceGetHandleByIndex(i):
     _check(MACHINE[i], "nvmlDeviceGetHandleByIndex")
     return MACHINE[i]
