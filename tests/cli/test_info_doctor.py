@@ -91,10 +91,10 @@ def test_a_lost_gpu_through_nvml_is_named_with_its_fix(
     assert info["gpus"]["versions"]["cuda"] == "13.1"
     assert [d["uuid"] for d in info["gpus"]["devices"]] == ["GPU-a", "GPU-c"]
     assert info["gpus"]["failed"] == [
-        {"device": "GPU 1", "error": "NVMLError_GpuIsLost: GPU is lost"}
+        {"device": "device 1", "error": "NVMLError_GpuIsLost: GPU is lost"}
     ]
-    lost = [entry for entry in info["problems"] if entry["where"] == "GPU 1"]
+    lost = [entry for entry in info["problems"] if entry["where"] == "device 1"]
     assert len(lost) == 1 and "fell off the bus" in lost[0]["fix"]
     lines = info_text(info)
-    assert "  left out: GPU 1: NVMLError_GpuIsLost: GPU is lost" in lines
-    assert "  GPU 1: NVMLError_GpuIsLost: GPU is lost" in lines
+    assert "  left out: device 1: NVMLError_GpuIsLost: GPU is lost" in lines
+    assert "  device 1: NVMLError_GpuIsLost: GPU is lost" in lines

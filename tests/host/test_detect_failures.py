@@ -125,8 +125,8 @@ def test_one_failing_gpu_through_nvml_is_left_out_and_named(
     found = detect_gpus()
     assert found.source == GPUSource.NVML
     assert [(g.device_id, g.uuid) for g in found.gpus] == [("0", A.uuid), ("2", C.uuid)]
-    assert found.failed == (("GPU 1", why),)
-    assert found.nvml == f"NVML listed 3 GPUs; left out GPU 1 ({why})"
+    assert found.failed == (("device 1", why),)
+    assert found.nvml == f"NVML listed 3 GPUs; left out device 1 ({why})"
 
 
 def test_every_gpu_failing_falls_back_to_nvidia_smi_and_keeps_the_names(
@@ -135,7 +135,7 @@ def test_every_gpu_failing_falls_back_to_nvidia_smi_and_keeps_the_names(
     fake_nvml([FakeGPU(A.uuid, A.name, 81559, failing={"nvmlDeviceGetHandleByIndex": "GpuIsLost"})])
     found = detect_gpus()
     assert found.source == GPUSource.DEFAULT
-    assert found.failed == (("GPU 0", "NVMLError_GpuIsLost: GPU is lost"),)
+    assert found.failed == (("device 0", "NVMLError_GpuIsLost: GPU is lost"),)
 
 
 def test_memory_not_supported_keeps_the_gpu_with_memory_unknown(fake_nvml: FakeNvml) -> None:

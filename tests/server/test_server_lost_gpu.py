@@ -32,11 +32,11 @@ def test_a_lost_gpu_is_left_out_named_and_the_other_served(sockdir: Path) -> Non
     try:
         server.ready()
         assert "serving 1 GPU" in server.wait_for("serving")
-        server.wait_for(f"left out GPU 1: {LOST}")
-        server.wait_for(f"GPU watch: GPU 1: {LOST}")
+        server.wait_for(f"left out device 1: {LOST}")
+        server.wait_for(f"GPU watch: device 1: {LOST}")
         status = status_of(sockdir / "s.sock")
         assert [g["uuid"] for g in status["gpus"]] == [A]
-        assert status["watch"]["problem"] == f"GPU 1: {LOST}"
+        assert status["watch"]["problem"] == f"device 1: {LOST}"
         assert status["gpus"][0]["live"]["utilization"] == 5  # the other GPU is read
     finally:
         server.kill()

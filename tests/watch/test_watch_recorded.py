@@ -153,7 +153,7 @@ def test_nvml_lost_gpu_leaves_the_others_read(error: str, why: str) -> None:
     sample = NvmlSampler(nvml).sample()
     assert [g.uuid for g in sample.gpus] == ["GPU-a", "GPU-c"]
     assert sample.gpus[0].processes == (GPUProcess(7, "GPU-a", 100),)
-    assert sample.problem == f"GPU 1: {why}"
+    assert sample.problem == f"device 1: {why}"
 
 
 def test_nvml_processes_on_a_driver_before_510() -> None:

@@ -44,8 +44,8 @@ class GPUDetection:
     not found on PATH", "nvidia-smi exited 18: Failed to initialize NVML: ...": its own
     words), ``nvml`` the same for NVML ("NVML failed at init (...)"); each is None when that
     source was not asked. ``failed`` names each GPU the answering source could not read, with
-    its error (``("GPU 1", "NVMLError_GpuIsLost: GPU is lost")``): it is left out of ``gpus``,
-    and the others are used.
+    its error (``("device 1", "NVMLError_GpuIsLost: GPU is lost")``, by NVML's index, or
+    nvidia-smi's ``GPU 0000:82:00.0``): it is left out of ``gpus``, and the others are used.
     """
 
     count: int

@@ -107,7 +107,7 @@ def _devices(nvml: Any, failed: list[tuple[str, str]]) -> tuple[int, tuple[GPUIn
         try:
             found = _gpu(nvml, i)
         except Exception as exc:  # this GPU only: NVML answers for each device apart
-            failed.append((f"GPU {i}", nvml_why(exc)))
+            failed.append((f"device {i}", nvml_why(exc)))
             continue
         devices += [replace(device, index=len(devices) + j) for j, device in enumerate(found)]
     return count, tuple(devices)
@@ -251,7 +251,7 @@ def nvml_devices(
         except Exception as exc:
             if failed is None:
                 raise
-            failed.append((f"GPU {i}", nvml_why(exc)))
+            failed.append((f"device {i}", nvml_why(exc)))
             continue
         devices += found
     return devices
