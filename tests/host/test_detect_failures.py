@@ -15,7 +15,7 @@ from types import ModuleType
 import pytest
 
 from fakes.gpus import H100_MIG, FakeGPU
-from hwpool import GPUInfo, GPUSource, detect_gpus
+from hwpool import GPUInfo, GPUSource, detect_gpus, gpu_memory_in_use
 
 A = FakeGPU("GPU-aaaaaaaa-0000-0000-0000-000000000000", "NVIDIA H100 80GB HBM3", 81559)
 B = FakeGPU("GPU-bbbbbbbb-0000-0000-0000-000000000000", "NVIDIA H100 80GB HBM3", 81559)
@@ -179,3 +179,16 @@ def test_nvml_without_v2_counts_reserved_in_used(fake_nvml: FakeNvml) -> None:
     (gpu,) = detect_gpus().gpus
     assert (gpu.memory_used_mib, gpu.memory_reserved_mib) == (19818, None)
     assert gpu.memory_free_mib == 81559 - 19818
+
+
+def test_memory_in_use_of_the_others_is_read_past_a_lost_gpu(fake_smi: FakeSmi) -> None:
+    """``gpu_memory_in_use`` through nvidia-smi with one GPU lost: the others' use is read,
+    the lost one's is unknown (None). Before: None for every GPU."""
+    fake_smi(
+        'case "$1" in --query-gpu=uuid,memory.used) '
+        f"printf '%s\\n' '{A.uuid}, 1024' '{LOST}'; exit 15 ;;\n"
+        f"-L) exit 0 ;;\n*) printf '%s\\n' '0, {A.uuid}, {A.name}, 81559, 0, 479' "
+        f"'1, {B.uuid}, {B.name}, 81559, 0, 479' ;; esac\n"
+    )
+    gpus = detect_gpus().gpus
+    assert gpu_memory_in_use(gpus) == (1024, None)

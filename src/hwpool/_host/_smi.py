@@ -281,13 +281,15 @@ def smi_memory_in_use(timeout: float) -> dict[str, int | None] | None:
     """The memory in use now (MiB) on each physical GPU nvidia-smi lists, by UUID; None on
     any failure (missing, exit status, timeout, output other than the queried CSV).
 
-    Not cached: each call runs nvidia-smi anew. MIG instances are not listed (see above).
+    Not cached: each call runs nvidia-smi anew. MIG instances are not listed (see above), nor
+    is a GPU nvidia-smi cannot reach (its use is then unknown). This is ``memory.used``: the
+    memory the driver reserves is apart (``GPUInfo.memory_reserved_mib``).
     """
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return None
-    output, _failure = _run(exe, NVIDIA_SMI_IN_USE, timeout)
-    return None if output is None else _parse_in_use(output)
+    rows = smi_rows(exe, NVIDIA_SMI_IN_USE, timeout)  # a lost GPU: the others are read
+    return None if rows.output is None else _parse_in_use(rows.output)
 
 
 def _parse_in_use(output: str) -> dict[str, int | None] | None:
