@@ -70,14 +70,16 @@ def test_a_message_on_stderr_is_kept_too(fake_smi: FakeSmi) -> None:
 LOST = "Unable to determine the device handle for GPU 0000:82:00.0: GPU is lost.  Reboot the system to recover this GPU"  # noqa: E501  (JosephKJ/OWOD#81, as printed)
 
 
-@pytest.mark.parametrize("status", [0, 15])
-def test_a_lost_gpu_is_named_and_the_others_are_used(fake_smi: FakeSmi, status: int) -> None:
+@pytest.mark.parametrize(("status", "stream"), [(0, ""), (15, ""), (15, " >&2")])
+def test_a_lost_gpu_is_named_and_the_others_are_used(
+    fake_smi: FakeSmi, status: int, stream: str
+) -> None:
     """nvidia-smi names the GPU it cannot reach among the others' rows (exit 15 is its
-    documented "GPU has fallen off the bus"). Before: the whole answer was refused."""
+    documented "GPU has fallen off the bus"), on stdout or stderr. Before: the whole answer
+    was refused."""
     fake_smi(
-        "cat <<'EOF'\n"
-        f"0, {A.uuid}, {A.name}, 81559, 0, 479\n{LOST}\n2, {C.uuid}, {C.name}, 81559, 10, 479\n"
-        f"EOF\nexit {status}\n"
+        f"echo '0, {A.uuid}, {A.name}, 81559, 0, 479'\necho '{LOST}'{stream}\n"
+        f"echo '2, {C.uuid}, {C.name}, 81559, 10, 479'\nexit {status}\n"
     )
     found = detect_gpus()
     assert found.source == GPUSource.NVIDIA_SMI

@@ -118,7 +118,7 @@ def test_smi_lost_gpu_leaves_the_others_read(fake_smi: Callable[[str], Path]) ->
     fake_smi(
         "case \"$1\" in --query-gpu=*) cat <<'EOF'\n"
         f"GPU-a, 81559, 1024, 5, 479\n{LOST}\nGPU-c, 81559, 0, 0, 479\nEOF\nexit 15 ;;\n"
-        "*) echo 'GPU-a, 77, 1000' ;; esac\n"
+        f"*) echo 'GPU-a, 77, 1000'; echo '{LOST}'; exit 15 ;; esac\n"
     )
     sample = SmiSampler().sample()
     assert [g.uuid for g in sample.gpus] == ["GPU-a", "GPU-c"]

@@ -96,7 +96,8 @@ def _ask(exe: str, timeout: float) -> tuple[tuple[GPUInfo, ...], str, Failed]:
         return (), _other_than_csv(rows.output), rows.failed
     if not gpus:
         return (), "nvidia-smi listed no GPU" + _left_out(rows.failed), rows.failed
-    listing, failure = _run(exe, NVIDIA_SMI_LIST, timeout)
+    listed = smi_rows(exe, NVIDIA_SMI_LIST, timeout)  # past a lost GPU too
+    listing, failure = listed.output, listed.failure
     migs = _parse_list(listing or "")
     devices = _with_mig(gpus, migs)
     outcome = f"nvidia-smi listed {_gpus(len(gpus))}"
@@ -162,50 +163,60 @@ def smi_rows(exe: str | None, args: tuple[str, ...], timeout: float) -> SmiRows:
     exe = exe or shutil.which("nvidia-smi")
     if exe is None:
         return SmiRows(None, (), "nvidia-smi not found on PATH")
-    status, output, failure = _execute(exe, args, timeout)
+    status, output, errors, failure = _execute(exe, args, timeout)
     if output is None:
         return SmiRows(None, (), failure)
-    failed, lines = [], []
-    for line in output.splitlines():
-        handle = _HANDLE_FAILED.fullmatch(line.strip())
-        if handle:
-            failed.append(
-                (f"{handle.group(1)} {handle.group(2)}", " ".join(handle.group(3).split()))
-            )
-        else:
-            lines.append(line)
+    failed: list[tuple[str, str]] = []
+    lines = [line for line in output.splitlines() if not _named_failed(line, failed)]
+    for line in errors.splitlines():
+        _named_failed(line, failed)
     if status != 0 and not failed:
         return SmiRows(None, (), failure)
     return SmiRows("".join(f"{line}\n" for line in lines), tuple(failed), "")
 
 
+def _named_failed(line: str, failed: list[tuple[str, str]]) -> bool:
+    """Whether ``line`` names a GPU nvidia-smi cannot reach; if so, added to ``failed``."""
+    handle = _HANDLE_FAILED.fullmatch(line.strip())
+    if handle:
+        failed.append((f"{handle.group(1)} {handle.group(2)}", _message(handle.group(3))))
+    return handle is not None
+
+
 def _run(exe: str, args: tuple[str, ...], timeout: float) -> tuple[str | None, str]:
     """nvidia-smi's stdout for ``args``, or None and what went wrong, in words."""
-    status, output, failure = _execute(exe, args, timeout)
+    status, output, _errors, failure = _execute(exe, args, timeout)
     return (output, "") if status == 0 else (None, failure)
 
 
-def _execute(exe: str, args: tuple[str, ...], timeout: float) -> tuple[int | None, str | None, str]:
-    """Exit status, stdout and, unless it exited 0, what went wrong in words (with
+def _execute(
+    exe: str, args: tuple[str, ...], timeout: float
+) -> tuple[int | None, str | None, str, str]:
+    """Exit status, stdout, stderr and, unless it exited 0, what went wrong in words (with
     nvidia-smi's own first lines: it prints its errors on stdout, some on stderr)."""
     try:
         proc = _run_with_timeout([exe, *args], timeout)
     except (OSError, subprocess.SubprocessError) as exc:
-        return None, None, f"nvidia-smi could not run: {exc}"
+        return None, None, "", f"nvidia-smi could not run: {exc}"
     if proc is None:
-        return None, None, f"nvidia-smi timed out after {timeout:g} s"
+        return None, None, "", f"nvidia-smi timed out after {timeout:g} s"
     code, output, errors = proc
     if code < 0:
-        return code, output, f"nvidia-smi was killed by signal {-code}"
+        return code, output, errors, f"nvidia-smi was killed by signal {-code}"
     if code != 0:
         said = _message(output + "\n" + errors)
-        return code, output, f"nvidia-smi exited {code}" + (f": {said}" if said else "")
-    return code, output, ""
+        return code, output, errors, f"nvidia-smi exited {code}" + (f": {said}" if said else "")
+    return code, output, errors, ""
 
 
 def _message(text: str) -> str:
-    """nvidia-smi's own message: its first non-blank lines, joined, whitespace collapsed."""
-    lines = [" ".join(line.split()) for line in text.splitlines() if line.strip()]
+    """nvidia-smi's own message: its first non-blank lines, joined, whitespace collapsed,
+    anything unprintable (a terminal escape) shown as ``?``."""
+    lines = [
+        " ".join("".join(c if c.isprintable() else "?" for c in line).split())
+        for line in text.splitlines()
+        if line.strip()
+    ]
     said = "; ".join(lines[:_MESSAGE_LINES])
     return said if len(said) <= _MESSAGE_CHARS else said[: _MESSAGE_CHARS - 3] + "..."
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .._check import check_real
-from .._host._smi import RESERVED_FIELD, run_nvidia_smi, smi_number, smi_rows
+from .._host._smi import RESERVED_FIELD, smi_number, smi_rows
 from ._sample import GPUProcess, GPUReading, Sample
 
 __all__ = ["GPU_QUERY", "PROCESS_QUERY", "SmiSampler"]
@@ -57,7 +57,8 @@ class SmiSampler:
         if gpus is None:
             return Sample(self.source, (), failure or "nvidia-smi printed an unexpected CSV")
         lost = "; ".join(f"{device}: {why}" for device, why in rows.failed)
-        output, failure = run_nvidia_smi(PROCESS_QUERY, self.timeout)
+        apps = smi_rows(None, PROCESS_QUERY, self.timeout)  # past a lost GPU too
+        output, failure = apps.output, apps.failure
         processes = None if output is None else _parse_processes(output)
         if processes is None:
             failure = failure or "nvidia-smi printed an unexpected process CSV"
