@@ -167,16 +167,14 @@ def read_memory(nvml: Any, handle: object) -> Memory:
 
 
 def _memory_record(nvml: Any, handle: object) -> object:
-    """The v2 memory record, else (older driver or nvidia-ml-py) the original one."""
+    """The v2 memory record, else the original one: where the driver lacks the v2 entry
+    point (FunctionNotFound), nvidia-ml-py lacks the version argument (TypeError), or the v2
+    call fails otherwise (an argument version mismatch, a device that refuses it), the
+    original call is asked, and its failure is the one that counts."""
     version = getattr(nvml, "nvmlMemory_v2", None)
     if version is not None:
-        try:
+        with contextlib.suppress(Exception):
             return nvml.nvmlDeviceGetMemoryInfo(handle, version=version)
-        except TypeError:  # an nvidia-ml-py without the version argument
-            pass
-        except Exception as exc:
-            if nvml_code(exc) not in (NVML_ERROR_FUNCTION_NOT_FOUND, NVML_ERROR_NOT_SUPPORTED):
-                raise
     return nvml.nvmlDeviceGetMemoryInfo(handle)
 
 
