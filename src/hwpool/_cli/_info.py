@@ -197,11 +197,12 @@ def _gpus_json(found: GPUDetection) -> dict[str, Any]:
 
 def format_info(info: dict[str, Any]) -> str:
     """The text form of :func:`gather`'s dict."""
-    lines = _gpu_lines(info["gpus"]) + _live_lines(info["gpus"]) + _cpu_lines(info["cpus"])
-    if "server" in info:
-        lines.append(server_line(info["server"]))
+    lines = _gpu_lines(info["gpus"]) + _live_lines(info["gpus"])
     if "problems" in info:
         lines += problem_lines(info["problems"])
+    lines += _cpu_lines(info["cpus"])
+    if "server" in info:
+        lines.append(server_line(info["server"]))
     for entry in info.get("files", []):
         nodes = entry["page_nodes"]
         where = ", ".join(f"node {node}: {n}" for node, n in nodes.items())
