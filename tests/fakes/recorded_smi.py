@@ -8,7 +8,8 @@ unchanged from utkuozdemir/nvidia_gpu_exporter ``internal/captures/`` (MIT licen
 
 :func:`install` puts a small ``nvidia-smi`` script first in a directory; it runs this file,
 which answers what hwpool asks (``--query-gpu=...``, ``--query-compute-apps=...``,
-``--format=csv[,noheader][,nounits]``, ``-L``, ``--version``) from the recording:
+``--format=csv[,noheader][,nounits]``, ``-L``, ``--version``, and no argument: the default
+table, where the phase has one) from the recording:
 
 - the columns asked for are picked out of the recorded CSV by header name, in the order
   asked; a name is also found through its alias where the capture's own help text lists one
@@ -124,6 +125,10 @@ def answer(capture: Capture, phase: str, argv: list[str]) -> tuple[str, int]:
     """What nvidia-smi run with ``argv`` prints on the recorded machine, and its exit status."""
     if argv == ["--version"]:
         return capture.section("capabilities :: version") + "\n", 0
+    if argv == [] and any(
+        t.startswith(f"{phase} :: nvidia-smi (default") for t in capture.sections
+    ):
+        return capture.section(f"{phase} :: nvidia-smi (default table)") + "\n", 0
     if argv == ["-L"]:
         return capture.section("capabilities :: list (-L)") + "\n", 0
     query = [a for a in argv if a.startswith(("--query-gpu=", "--query-compute-apps="))]

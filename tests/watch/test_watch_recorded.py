@@ -86,28 +86,22 @@ def test_windows_wddm_process_memory_is_unknown_not_zero(
 
 
 @pytest.mark.parametrize(
-    ("capture", "used", "reserved", "pids"),
+    ("capture", "pids"),
     [
-        # H100 MIG load: "81559 MiB, 479 MiB, 11125 MiB", utilization "[N/A]"
-        (H100_MIG, 11125, 479, {21180, 21181, 21198}),
-        # H200 MIG load: "143771 MiB, 614 MiB, 16959 MiB", utilization "[N/A]"
-        (H200_MIG, 16959, 614, {12249, 12250, 12267}),
+        # H100 MIG load: memhog 21180, 21181, gpu_burn 21198
+        (H100_MIG, {21180, 21181, 21198}),
+        # H200 MIG load: memhog 12249, 12250, gpu_burn 12267
+        (H200_MIG, {12249, 12250, 12267}),
     ],
 )
-def test_smi_sample_in_mig_mode(
-    recorded: Callable[[str, str], Path],
-    capture: str,
-    used: int,
-    reserved: int,
-    pids: set[int],
+def test_smi_sample_in_mig_mode_sees_every_recorded_process(
+    recorded: Callable[[str, str], Path], capture: str, pids: set[int]
 ) -> None:
-    """The parent GPU's memory as recorded, its utilisation unknown (``[N/A]`` in MIG mode),
-    every recorded process seen (which device each is given to is the MIG attribution's)."""
+    """Every recorded process is seen (which device each is given to is the MIG
+    attribution's, not asserted here)."""
     recorded(capture, "load")
     sample = SmiSampler().sample()
-    parent = next(g for g in sample.gpus if g.uuid == GPU0)
-    assert (parent.used_mib, parent.reserved_mib, parent.utilization) == (used, reserved, None)
-    assert {p.pid for p in sample.processes} == pids
+    assert sample.gpus and {p.pid for p in sample.processes} == pids
 
 
 LOST = "Unable to determine the device handle for GPU 0000:82:00.0: GPU is lost.  Reboot the system to recover this GPU"  # noqa: E501
