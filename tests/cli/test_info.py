@@ -101,13 +101,16 @@ def test_info_shows_memory_names_and_mig(fake_smi) -> None:  # type: ignore[no-u
     assert mig["parent"] == H100_MIG.uuid and mig["memory_mib"] == 40448
     assert mig["memory_group"] == f"{H100_MIG.uuid}/gi1"  # the fake's GPU instance of slot 0
     lines = format_info(json.loads(json.dumps(info))).splitlines()
-    assert lines[0] == "GPUs: 4 (source: nvidia-smi)"  # before: "nvidia-smi; nvidia-smi"
+    assert lines[0] == "GPUs: 4 (source: nvidia-smi)"
+    assert lines[1].startswith(
+        "  driver: unknown"
+    )  # this fake nvidia-smi knows no --version  # before: "nvidia-smi; nvidia-smi"
     uuid = mig["uuid"]
-    assert lines[1] == (
+    assert lines[2] == (
         f"  GPU 0: device {uuid} (NVIDIA H100 80GB HBM3 MIG 3g.40gb, 40448 MiB, "
         f"MIG instance of {H100_MIG.uuid})"
     )
-    assert lines[4] == f"  GPU 3: device 1 (NVIDIA GeForce RTX 4090, {RTX.uuid}, 24564 MiB)"
+    assert lines[5] == f"  GPU 3: device 1 (NVIDIA GeForce RTX 4090, {RTX.uuid}, 24564 MiB)"
 
 
 def test_info_shows_memory_in_use_where_known(fake_smi) -> None:  # type: ignore[no-untyped-def]
@@ -115,10 +118,10 @@ def test_info_shows_memory_in_use_where_known(fake_smi) -> None:  # type: ignore
     info = gather()
     assert [d["memory_used_mib"] for d in info["gpus"]["devices"]] == [1536, None]
     lines = format_info(json.loads(json.dumps(info))).splitlines()
-    assert lines[1] == (
+    assert lines[2] == (
         f"  GPU 0: device 0 (NVIDIA GeForce RTX 4090, {RTX.uuid}, 24564 MiB, 1536 MiB in use)"
     )
-    assert lines[2] == f"  GPU 1: device 1 (NVIDIA A100-SXM4-80GB, {A100.uuid}, 81920 MiB)"
+    assert lines[3] == f"  GPU 1: device 1 (NVIDIA A100-SXM4-80GB, {A100.uuid}, 81920 MiB)"
 
 
 @pytest.mark.parametrize(
@@ -152,14 +155,16 @@ def test_info_shows_the_gpus_live_state_from_nvidia_smi(fake_smi) -> None:  # ty
     assert live["why"].startswith("watching with nvidia-smi (pynvml not installed")
     assert live["devices"] == [
         {
-            "uuid": RTX.uuid, "memory_mib": 24564, "memory_used_mib": 1536, "utilization": 37,
+            "uuid": RTX.uuid, "memory_mib": 24564, "memory_used_mib": 1536,
+            "memory_reserved_mib": None, "memory_free_mib": 24564 - 1536, "utilization": 37,
             "processes": [
                 {"pid": os.getpid(), "user": ME, "memory_mib": 1024},
                 {"pid": GONE, "user": None, "memory_mib": None},
             ],
         },
         {
-            "uuid": A100.uuid, "memory_mib": 81920, "memory_used_mib": None, "utilization": None,
+            "uuid": A100.uuid, "memory_mib": 81920, "memory_used_mib": None,
+            "memory_reserved_mib": None, "memory_free_mib": None, "utilization": None,
             "processes": [],
         },
     ]  # fmt: skip

@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
+from fakes.nvml_errors import CODES
+
 
 @dataclass(frozen=True)
 class FakeMIG:
@@ -40,6 +42,11 @@ class FakeGPU:
     """Percent busy, for the watcher's query; None: nvidia-smi prints ``[N/A]``."""
     processes: tuple[tuple[int, int | None], ...] = ()
     """Compute processes (pid, MiB in use; None: ``[N/A]``), for the watcher's query."""
+    reserved_mib: int | None = None
+    """``memory.reserved``; None: nvidia-smi prints ``[N/A]`` and NVML has no v2 record."""
+    failing: dict[str, str] = field(default_factory=dict)
+    """NVML function -> the error it raises on this GPU, by pynvml's class suffix
+    (``GpuIsLost``, ``Unknown``, ``NotSupported``, ``NoPermission``: see fakes/nvml_errors)."""
 
 
 A100 = FakeGPU("GPU-a100aaaa-0000-0000-0000-000000000000", "NVIDIA A100-SXM4-80GB", 81920, [])
@@ -64,12 +71,14 @@ def smi_script(machine: list[FakeGPU], *, log: str | None = None) -> str:
     ``log``: a file each call appends its arguments to.
     """
     query = "".join(
-        f"{i}, {g.uuid}, {g.name}, {g.memory_mib}, {_smi_mib(g.used_mib)}\n"
+        f"{i}, {g.uuid}, {g.name}, {g.memory_mib}, {_smi_mib(g.used_mib)}, "
+        f"{_smi_mib(g.reserved_mib)}\n"
         for i, g in enumerate(machine)
     )
     in_use = "".join(f"{g.uuid}, {_smi_mib(g.used_mib)}\n" for g in machine)
     watched = "".join(
-        f"{g.uuid}, {g.memory_mib}, {_smi_mib(g.used_mib)}, {_smi_mib(g.utilization)}\n"
+        f"{g.uuid}, {g.memory_mib}, {_smi_mib(g.used_mib)}, {_smi_mib(g.utilization)}, "
+        f"{_smi_mib(g.reserved_mib)}\n"
         for g in machine
     )
     apps = "".join(
@@ -94,7 +103,8 @@ def smi_script(machine: list[FakeGPU], *, log: str | None = None) -> str:
         f"  -L) cat <<'EOF'\n{listing}EOF\n  ;;\n"
         f"  '') cat <<'EOF'\n{table}EOF\n  ;;\n"
         f"  --query-gpu=uuid,memory.used) cat <<'EOF'\n{in_use}EOF\n  ;;\n"
-        f"  --query-gpu=uuid,memory.total,memory.used,utilization.gpu) cat <<'EOF'\n"
+        f"  --query-gpu=uuid,memory.total,memory.used,utilization.gpu,memory.reserved) "
+        f"cat <<'EOF'\n"
         f"{watched}EOF\n  ;;\n"
         f"  --query-compute-apps=gpu_uuid,pid,used_memory) cat <<'EOF'\n{apps}EOF\n  ;;\n"
         f"  --query-gpu=*) cat <<'EOF'\n{query}EOF\n  ;;\n"
@@ -123,12 +133,24 @@ def nvml_module(
 ) -> str:
     """The source of a fake ``pynvml`` for ``machine``; ``fail_init``: nvmlInit raises that.
 
+    It raises NVML's own error classes, with their codes (``value``) and texts, as
+    nvidia-ml-py does (self-contained: a server process may import it). A GPU's ``failing``
+    makes that function raise on that GPU; ``nvmlDeviceGetHandleByIndex`` included (a lost
+    GPU). Memory comes as the v2 record (``reserved`` apart) where the GPU has
+    ``reserved_mib``, else the v2 entry point is missing (FunctionNotFound) and the original
+    record's ``used`` is what is in use.
+
     ``non_root``: as for a user without privileges, a MIG-enabled GPU's own handle answers
     NVML_ERROR_NO_PERMISSION to its memory info (documented: "In MIG mode, if device handle
     is provided, the API returns aggregate information, only if the caller has appropriate
     privileges") and, to test the fallback, to its MIG mode; MIG handles answer as usual.
     """
     data = json.dumps([asdict(g) for g in machine])
+    errors = "".join(
+        f"\n\nclass NVMLError_{name}(NVMLError):\n    value = {code}\n\n"
+        f"    def __init__(self, *args):\n        NVMLError.__init__(self, {text!r})\n"
+        for name, (code, text) in CODES.items()
+    )
     return f'''"""A fake pynvml (nvidia-ml-py) for tests."""
 import json
 
@@ -140,36 +162,33 @@ for _gpu in MACHINE:
 FAIL_INIT = {fail_init!r}
 NON_ROOT = {non_root!r}
 NVML_DEVICE_MIG_ENABLE = 1
+nvmlMemory_v2 = 0x02000028
 calls = []
 
 
 class NVMLError(Exception):
-    pass
+    value = 999
+{errors}
 
-
-class NVMLError_NotSupported(NVMLError):
-    pass
-
-
-class NVMLError_NotFound(NVMLError):
-    pass
-
-
-class NVMLError_NoPermission(NVMLError):
-    value = 4  # NVML_ERROR_NO_PERMISSION
+def _check(h, name):
+    failure = (h.get("failing") or {{}}).get(name)
+    if failure:
+        raise globals()["NVMLError_" + failure]()
 
 
 def _denied(h):
     if NON_ROOT and h.get("migs"):
-        raise NVMLError_NoPermission("Insufficient Permissions")
+        raise NVMLError_NoPermission()
 
 
 class _Memory:
-    def __init__(self, mib, used_mib):
+    def __init__(self, mib, used_mib, reserved_mib):
         self.total = mib * 2**20 + 4096  # not a whole MiB: floored
+        if reserved_mib is not None:
+            self.reserved = reserved_mib * 2**20
         if used_mib is not None:  # else no reading, as from a driver that cannot say
             self.used = max(0, used_mib * 2**20 - 4096)  # not a whole MiB: rounded up
-            self.free = self.total - self.used
+            self.free = self.total - self.used - (reserved_mib or 0) * 2**20
 
 
 def nvmlInit():
@@ -186,27 +205,48 @@ def nvmlDeviceGetCount():
     return len(MACHINE)
 
 
+def nvmlSystemGetDriverVersion():
+    return "590.48.01"  # str, as newer releases return
+
+
+def nvmlSystemGetNVMLVersion():
+    return b"13.590.48"  # bytes, as older releases return
+
+
+def nvmlSystemGetCudaDriverVersion_v2():
+    return 13010
+
+
 def nvmlDeviceGetHandleByIndex(i):
+    _check(MACHINE[i], "nvmlDeviceGetHandleByIndex")
     return MACHINE[i]
 
 
 def nvmlDeviceGetUUID(h):
+    _check(h, "nvmlDeviceGetUUID")
     return h["uuid"].encode()  # bytes, as older releases return
 
 
 def nvmlDeviceGetName(h):
+    _check(h, "nvmlDeviceGetName")
     return h.get("name") or "MIG " + h["profile"]
 
 
-def nvmlDeviceGetMemoryInfo(h):
+def nvmlDeviceGetMemoryInfo(h, version=None):
     _denied(h)
-    return _Memory(h["memory_mib"], h.get("used_mib"))
+    _check(h, "nvmlDeviceGetMemoryInfo")
+    reserved = h.get("reserved_mib")
+    if version is not None and reserved is None:
+        raise NVMLError_FunctionNotFound()  # a driver before nvmlDeviceGetMemoryInfo_v2
+    if version is None and reserved is not None and h.get("used_mib") is not None:
+        return _Memory(h["memory_mib"], h["used_mib"] + reserved, None)  # used counts it in
+    return _Memory(h["memory_mib"], h.get("used_mib"), reserved if version else None)
 
 
 def nvmlDeviceGetMigMode(h):
     _denied(h)
     if h.get("migs") is None:
-        raise NVMLError_NotSupported("Not Supported")
+        raise NVMLError_NotSupported()
     return (1 if h["migs"] else 0, 0)
 
 
@@ -217,7 +257,7 @@ def nvmlDeviceGetMaxMigDeviceCount(h):
 def nvmlDeviceGetMigDeviceHandleByIndex(h, i):
     migs = h["migs"]
     if i >= len(migs) or migs[i] is None:
-        raise NVMLError_NotFound("Not Found")
+        raise NVMLError_NotFound()
     return migs[i]
 
 

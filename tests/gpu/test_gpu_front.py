@@ -57,11 +57,14 @@ def test_logical_pool_lists_logical_gpus() -> None:
 
 def test_detected_pool_keeps_what_detection_found(fake_smi: object) -> None:
     fake_smi(  # type: ignore[operator]
-        'echo "0, GPU-11111111, H100, 81559, 1024"\necho "1, GPU-22222222, H100, 81559, [N/A]"\n'
+        'echo "0, GPU-11111111, H100, 81559, 1024, 479"\n'
+        'echo "1, GPU-22222222, H100, 81559, [N/A], [N/A]"\n'
     )
     pool = GPUPool()
     assert pool.gpus == (
-        GPUInfo(0, "0", "GPU-11111111", 81559, "H100", memory_used_mib=1024),
+        GPUInfo(
+            0, "0", "GPU-11111111", 81559, "H100", memory_used_mib=1024, memory_reserved_mib=479
+        ),
         GPUInfo(1, "1", "GPU-22222222", 81559, "H100"),
     )
 

@@ -23,9 +23,10 @@ from hwpool._wire._connection import Wire
 from hwpool._wire._protocol import Status, StatusReply, encode
 
 UUIDS = ("GPU-1111aaaa-0000-0000-0000-000000000000", "MIG-2222bbbb-0000-0000-0000-000000000000")
-SMI = (  # the CSV query (index, uuid, name, MiB, MiB used); nothing for -L (no MIG instance)
+SMI = (  # the CSV query (index, uuid, name, MiB, MiB used, reserved); nothing for -L
     f"[ \"$1\" = -L ] && exit 0\ncat <<'EOF'\n"
-    f"0, {UUIDS[0]}, NVIDIA A100, 81559, 0\n1, {UUIDS[1]}, NVIDIA A100, 40960, 0\nEOF\n"
+    f"0, {UUIDS[0]}, NVIDIA A100, 81559, 0, [N/A]\n"
+    f"1, {UUIDS[1]}, NVIDIA A100, 40960, 0, [N/A]\nEOF\n"
 )
 SHOW = (
     "import json, os; print(json.dumps({k: os.environ.get(k) for k in "

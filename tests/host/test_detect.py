@@ -10,8 +10,8 @@ import pytest
 from hwpool import GPUSource, detect_gpus
 
 SMI_OUTPUT = """\
-0, GPU-1111aaaa-0000-0000-0000-000000000000, NVIDIA H100 80GB HBM3, 81559, 0
-1, GPU-2222bbbb-0000-0000-0000-000000000000, NVIDIA H100 80GB HBM3, 81559, 0
+0, GPU-1111aaaa-0000-0000-0000-000000000000, NVIDIA H100 80GB HBM3, 81559, 0, 479
+1, GPU-2222bbbb-0000-0000-0000-000000000000, NVIDIA H100 80GB HBM3, 81559, 0, 479
 """
 
 
@@ -65,10 +65,13 @@ def test_nvidia_smi_parsed(fake_smi) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_nvidia_smi_gets_the_documented_queries(fake_smi, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    fake_smi(f'echo "$@" >> {tmp_path}/args\necho "0, GPU-x, Tesla T4, 1024, 0"\n')
+    fake_smi(f'echo "$@" >> {tmp_path}/args\necho "0, GPU-x, Tesla T4, 1024, 0, 0"\n')
     assert detect_gpus().count == 1
     args = (tmp_path / "args").read_text().splitlines()
-    query = "--query-gpu=index,uuid,name,memory.total,memory.used --format=csv,noheader,nounits"
+    query = (
+        "--query-gpu=index,uuid,name,memory.total,memory.used,memory.reserved "
+        "--format=csv,noheader,nounits"
+    )
     assert args == [query, "-L"]
 
 
@@ -79,10 +82,14 @@ def test_nvidia_smi_gets_the_documented_queries(fake_smi, tmp_path: Path) -> Non
         ("kill -9 $$\n", "nvidia-smi was killed by signal 9"),
         (
             "echo 'NVIDIA-SMI has failed because it could not communicate with the driver'\n",
-            "nvidia-smi printed something other than the queried CSV",
+            "nvidia-smi printed something other than the queried CSV: NVIDIA-SMI has failed "
+            "because it could not communicate with the driver",
         ),
-        ("echo '0, GPU-x'\n", "nvidia-smi printed something other than the queried CSV"),
-        ("echo '0, GPU-x, 1024'\n", "nvidia-smi printed something other than the queried CSV"),
+        ("echo '0, GPU-x'\n", "nvidia-smi printed something other than the queried CSV: 0, GPU-x"),
+        (
+            "echo '0, GPU-x, 1024'\n",
+            "nvidia-smi printed something other than the queried CSV: 0, GPU-x, 1024",
+        ),
         ("echo ''\n", "nvidia-smi listed no GPU"),
         ("exec sleep 30\n", "nvidia-smi timed out after 0.5 s"),  # killed at the timeout
         # A child holding the pipe open: the whole group is killed.

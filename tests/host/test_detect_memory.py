@@ -98,7 +98,9 @@ def test_nvidia_smi_missing_and_nvml_absent(fake_smi) -> None:  # type: ignore[n
 
 
 def test_nvidia_smi_list_failing_keeps_the_whole_gpus(fake_smi) -> None:  # type: ignore[no-untyped-def]
-    fake_smi('[ "$1" = -L ] && exit 4\necho "0, GPU-x, NVIDIA H100 80GB HBM3, 81559, [N/A]"\n')
+    fake_smi(
+        '[ "$1" = -L ] && exit 4\necho "0, GPU-x, NVIDIA H100 80GB HBM3, 81559, [N/A], [N/A]"\n'
+    )
     found = detect_gpus()
     assert found.gpus == (GPUInfo(0, "0", "GPU-x", 81559, "NVIDIA H100 80GB HBM3"),)
     assert found.nvidia_smi == (

@@ -63,7 +63,7 @@ def test_nvidia_smi_reads_mig_device_use_from_its_table(fake_smi) -> None:  # ty
     ("used", "expected"), [("[N/A]", None), ("[Not Supported]", None), ("0", 0), ("7", 7)]
 )
 def test_nvidia_smi_used_field(fake_smi, used: str, expected: int | None) -> None:  # type: ignore[no-untyped-def]
-    fake_smi(f'echo "0, GPU-x, NVIDIA, Inc. T4, 15360, {used}"\n')
+    fake_smi(f'echo "0, GPU-x, NVIDIA, Inc. T4, 15360, {used}, [N/A]"\n')
     (gpu,) = detect_gpus().gpus
     assert (gpu.name, gpu.memory_mib, gpu.memory_used_mib) == ("NVIDIA, Inc. T4", 15360, expected)
 
@@ -72,16 +72,17 @@ def test_nvidia_smi_used_field(fake_smi, used: str, expected: int | None) -> Non
     "line",
     [
         "0, GPU-x, Tesla T4, 15360",  # the query without memory.used: a name is not a size
-        "0, GPU-x, Tesla T4, 15360, lots",
-        "0, GPU-x, Tesla T4, 15360, -1",
-        "0, GPU-x, Tesla T4, N/A, 0",
+        "0, GPU-x, Tesla T4, 15360, 0",  # nor without memory.reserved
+        "0, GPU-x, Tesla T4, 15360, lots, 0",
+        "0, GPU-x, Tesla T4, 15360, -1, 0",
+        "0, GPU-x, Tesla T4, N/A, 0, 0",
     ],
 )
 def test_nvidia_smi_output_other_than_the_query_is_refused(fake_smi, line: str) -> None:  # type: ignore[no-untyped-def]
     fake_smi(f'echo "{line}"\n')
     found = detect_gpus()
     assert found.source == GPUSource.DEFAULT
-    assert found.nvidia_smi == "nvidia-smi printed something other than the queried CSV"
+    assert found.nvidia_smi == f"nvidia-smi printed something other than the queried CSV: {line}"
 
 
 def test_in_use_is_read_anew_through_nvml(fake_nvml, fake_smi, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

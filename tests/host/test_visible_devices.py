@@ -37,6 +37,7 @@ from fakes.cuda import body, build_libcuda
 from fakes.gpus import FakeGPU, smi_script
 from fakes.mig_captures import CAPTURES, H100_MIG, answer, capture_smi
 from hwpool import GPUInfo, GPUPool, GPUSource, detect_gpus
+from hwpool._cli._info import gather
 from hwpool._host._cuda import cuda_devices
 from hwpool._host._visible import read_visible
 
@@ -281,6 +282,12 @@ def test_indexes_on_different_gpus_without_a_driver_are_refused(
         detect_gpus()
     with pytest.raises(ValueError, match="Set CUDA_DEVICE_ORDER=PCI_BUS_ID"):
         GPUPool()
+    # hwpool info, a doctor, shows the GPUs in PCI order and the refusal as a problem, with
+    # the fix (before: it stopped with the refusal).
+    info = gather()
+    assert [d["name"] for d in info["gpus"]["devices"]] == ["NVIDIA L40S"]
+    (problem,) = [p for p in info["problems"] if p["where"] == "CUDA_VISIBLE_DEVICES"]
+    assert re.match(message, problem["problem"]) and "PCI_BUS_ID" in problem["fix"]
 
 
 def test_a_failing_driver_is_refused_with_its_status(

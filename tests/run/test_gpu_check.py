@@ -14,7 +14,7 @@ UUIDS = ("GPU-aaaa1111-0000-0000-0000-000000000000", "GPU-bbbb2222-0000-0000-000
 SMI = f"""case "$1" in
   -L) echo "GPU 0: Fake (UUID: {UUIDS[0]})"; echo "GPU 1: Fake (UUID: {UUIDS[1]})";;
   --query-compute-apps*) ;;
-  *) echo "0, {UUIDS[0]}, Fake, 81559, 0"; echo "1, {UUIDS[1]}, Fake, 81559, 0";;
+  *) echo "0, {UUIDS[0]}, Fake, 81559, 0, 0"; echo "1, {UUIDS[1]}, Fake, 81559, 0, 0";;
 esac
 """
 

@@ -23,7 +23,7 @@ from runproc import Run, eventually, gone, waiting_pids
 UUIDS = ("GPU-1111aaaa-0000-0000-0000-000000000000", "GPU-2222bbbb-0000-0000-0000-000000000000")
 SMI = (  # the CSV query (index, uuid, name, MiB, MiB used); nothing for -L (no MIG instance)
     f"[ \"$1\" = -L ] && exit 0\ncat <<'EOF'\n"
-    f"0, {UUIDS[0]}, Fake, 81559, 0\n1, {UUIDS[1]}, Fake, 81559, 0\nEOF\n"
+    f"0, {UUIDS[0]}, Fake, 81559, 0, 0\n1, {UUIDS[1]}, Fake, 81559, 0, 0\nEOF\n"
 )
 
 StartServer = Callable[..., Server]

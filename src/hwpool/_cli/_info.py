@@ -1,9 +1,11 @@
-"""``hwpool info``: what the library detects on this machine, and from where.
+"""``hwpool info``: what the library detects on this machine, and from where; a doctor.
 
 :func:`gather` builds one JSON-ready dict (the ``--json`` output); :func:`format_info` renders
 the same dict as text, so the two can never disagree. The GPUs' live state (memory used,
 utilisation, processes) is one reading of the watcher's sampler (``hwpool._watch``), imported
-only where the hardware answered detection.
+only where the hardware answered detection. ``problems`` lists every failure found (NVML,
+nvidia-smi, a GPU left out, the live reading), each with its fix where one is known
+(``hwpool._host._problems``); the driver, NVML and CUDA versions come first.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ import pwd
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._host._detect import GPUDetection, detect_gpus
+from .._host._detect import NVIDIA_SMI_TIMEOUT_S, GPUDetection, GPUSource, detect_gpus
+from .._host._problems import fix_for
 from .._host._sizing import effective_threads
 from .._host._topology import CPUTopology, cpu_topology
+from .._host._versions import driver_versions
 from .._numa._place import file_page_nodes
 from .._printable import printable
 from .._wire._paths import SYSTEM_SOCKET_VAR, client_socket, system_socket
@@ -36,14 +40,42 @@ def gather(files: Sequence[str] = ()) -> dict[str, Any]:
     """
     topology = cpu_topology()
     team = effective_threads(topology=topology)
-    found = detect_gpus(describe=True)
+    found, order = _detect()
     gpus = _gpus_json(found)
+    versions = driver_versions(NVIDIA_SMI_TIMEOUT_S)
+    gpus["versions"] = {
+        "driver": versions.driver, "nvml": versions.nvml, "cuda": versions.cuda,
+        "source": versions.source, "problem": versions.problem,
+    }  # fmt: skip
     gpus["live"] = live_json(found)
     info: dict[str, Any] = {"gpus": gpus, "cpus": _cpus_json(topology, team)}
+    info["problems"] = problems_json(found, gpus["live"])
+    if order:
+        info["problems"].insert(0, {"where": "CUDA_VISIBLE_DEVICES", "problem": order,
+                                    "fix": _ORDER_FIX})  # fmt: skip
     info["server"] = server_json(os.environ)
     if files:
         info["files"] = [_file_json(path) for path in files]
     return info
+
+
+_ORDER_FIX = (
+    "export CUDA_DEVICE_ORDER=PCI_BUS_ID (the GPUs above are read in that order), so that "
+    "CUDA and nvidia-smi number the GPUs alike"
+)
+
+
+def _detect() -> tuple[GPUDetection, str]:
+    """Detection as a pool would see it, and "" ; or, where a pool would refuse because
+    indexes cannot be read in CUDA's own order (GPUs that differ, no CUDA driver to ask),
+    detection in PCI bus order and the refusal: a doctor shows the GPUs and the problem."""
+    try:
+        return detect_gpus(describe=True), ""
+    except ValueError as exc:
+        if "CUDA_DEVICE_ORDER=PCI_BUS_ID" not in str(exc):
+            raise
+        by_bus = {**os.environ, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+        return detect_gpus(by_bus, describe=True), str(exc)
 
 
 _KINDS = {
@@ -65,6 +97,26 @@ def server_json(environ: Mapping[str, str]) -> dict[str, Any]:
         "autostart": chosen.per_user and autostart_from_env(environ),
         "system_socket": None if system is None else str(system),
     }
+
+
+def problems_json(found: GPUDetection, live: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Every failure detection and the live reading found: ``where`` (NVML, nvidia-smi, a
+    GPU), ``problem`` (the failure in the driver's words) and ``fix`` (None where unknown)."""
+    nvml = found.nvml or ""
+    said: list[tuple[str, str]] = []
+    if nvml.startswith("NVML failed") or (
+        found.source is GPUSource.DEFAULT and "not installed" in nvml
+    ):
+        said.append(("NVML", nvml))
+    smi = found.nvidia_smi
+    if smi is not None and (not smi.startswith("nvidia-smi listed") or "; nvidia-smi -L:" in smi):
+        said.append(("nvidia-smi", smi))
+    said += [(device, why) for device, why in found.failed]
+    named = tuple(f"{device}: " for device, _ in found.failed)
+    for part in (live or {}).get("problem", "").split("; "):
+        if part and not part.startswith(named):  # a left-out GPU is said once
+            said.append(("GPUs now", part))
+    return [{"where": where, "problem": text, "fix": fix_for(text)} for where, text in said]
 
 
 def live_json(found: GPUDetection) -> dict[str, Any] | None:
@@ -98,6 +150,8 @@ def _sample_json(sample: Sample, why: str) -> dict[str, Any]:
                 "uuid": gpu.uuid,
                 "memory_mib": gpu.total_mib,
                 "memory_used_mib": gpu.used_mib,
+                "memory_reserved_mib": gpu.reserved_mib,
+                "memory_free_mib": gpu.free_mib,
                 "utilization": gpu.utilization,
                 "processes": None if gpu.processes is None else [
                     {"pid": p.pid, "user": _user(procs.uid(p.pid)), "memory_mib": p.used_mib}
@@ -152,18 +206,24 @@ def _gpus_json(found: GPUDetection) -> dict[str, Any]:
                 "uuid": gpu.uuid,
                 "memory_mib": gpu.memory_mib,
                 "memory_used_mib": gpu.memory_used_mib,
+                "memory_reserved_mib": gpu.memory_reserved_mib,
+                "memory_free_mib": gpu.memory_free_mib,
                 "name": gpu.name,
                 "parent": gpu.parent,
                 "memory_group": gpu.memory_group,  # MIG: the GPU instance whose memory it shares
             }
             for gpu in found.gpus
         ],
+        "failed": [{"device": device, "error": error} for device, error in found.failed],
     }
 
 
 def format_info(info: dict[str, Any]) -> str:
     """The text form of :func:`gather`'s dict."""
-    lines = _gpu_lines(info["gpus"]) + _live_lines(info["gpus"]) + _cpu_lines(info["cpus"])
+    lines = _gpu_lines(info["gpus"]) + _live_lines(info["gpus"])
+    if "problems" in info:
+        lines += problem_lines(info["problems"])
+    lines += _cpu_lines(info["cpus"])
     if "server" in info:
         lines.append(server_line(info["server"]))
     for entry in info.get("files", []):
@@ -203,8 +263,33 @@ def _source(source: str, detail: str) -> str:
     return f"source: {source}; {detail}"
 
 
+def problem_lines(problems: list[dict[str, Any]]) -> list[str]:
+    """``Problems: none found``, or one line per problem with its fix under it."""
+    if not problems:
+        return ["Problems: none found"]
+    lines = [f"Problems: {len(problems)}"]
+    for entry in problems:
+        lines.append(f"  {entry['where']}: {printable(entry['problem'])}")
+        if entry["fix"]:
+            lines.append(f"    fix: {entry['fix']}")
+    return lines
+
+
+def _versions_line(versions: dict[str, Any]) -> str:
+    """``  driver 590.48.01, NVML 590.48, CUDA 13.1 (from nvidia-smi)``."""
+    if versions["source"] == "none":
+        return f"  driver: unknown ({printable(versions['problem'])})"
+    parts = [
+        f"{label} {printable(versions[key]) if versions[key] else 'unknown'}"
+        for key, label in (("driver", "driver"), ("nvml", "NVML"), ("cuda", "CUDA"))
+    ]
+    return f"  {', '.join(parts)} (from {versions['source']})"
+
+
 def _gpu_lines(gpus: dict[str, Any]) -> list[str]:
     lines = [f"GPUs: {gpus['count']} ({_source(gpus['source'], gpus['detail'])})"]
+    if gpus.get("versions"):
+        lines.append(_versions_line(gpus["versions"]))
     for dev in gpus["devices"]:
         extra = [
             dev[key] for key in ("name", "uuid") if dev.get(key) and dev[key] != dev["device_id"]
@@ -213,10 +298,16 @@ def _gpu_lines(gpus: dict[str, Any]) -> list[str]:
             extra.append(f"{dev['memory_mib']} MiB")
         if dev.get("memory_used_mib") is not None:
             extra.append(f"{dev['memory_used_mib']} MiB in use")
+        if dev.get("memory_reserved_mib") is not None:
+            extra.append(f"{dev['memory_reserved_mib']} MiB reserved")
+        if dev.get("memory_free_mib") is not None and dev.get("memory_reserved_mib") is not None:
+            extra.append(f"{dev['memory_free_mib']} MiB free")
         if dev.get("parent"):
             extra.append(f"MIG instance of {dev['parent']}")
         suffix = f" ({', '.join(extra)})" if extra else ""
         lines.append(f"  GPU {dev['index']}: device {dev['device_id']}{suffix}")
+    for failed in gpus.get("failed", ()):
+        lines.append(f"  left out: {failed['device']}: {printable(failed['error'])}")
     return lines
 
 
@@ -234,7 +325,9 @@ def _live_lines(gpus: dict[str, Any]) -> list[str]:
         busy = (
             "utilisation unknown" if dev["utilization"] is None else f"{dev['utilization']}% busy"
         )
-        lines.append(f"  {name}: {used} / {total} used, {busy}")
+        held = dev.get("memory_reserved_mib")
+        held_said = "" if held is None else f" (+{held} MiB reserved)"
+        lines.append(f"  {name}: {used} / {total} used{held_said}, {busy}")
         if dev["processes"] is None:
             lines.append("    processes: unknown (the driver did not list them)")
         for proc in dev["processes"] or ():

@@ -196,8 +196,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     else:
         gpus = _sized(args)
         totals = capacities_of(gpus, args.reserve_in_use)
+    detected = args.gpus is None and args.gpu_memory is None
     config = ServeConfig(
-        socket=path, gpus=gpus, group=args.group, grace_s=args.grace,
+        socket=path, gpus=gpus, group=args.group, grace_s=args.grace, left_out=_left_out(detected),
         hello_timeout_s=args.hello_timeout, max_connections=args.max_connections,
         max_control_connections=args.max_control_connections,
         max_requests_per_connection=args.max_requests_per_connection,
@@ -242,6 +243,16 @@ def _gpus(count: int | None) -> tuple[GPUInfo, ...]:
             + ", or give --gpus N to serve N logical GPUs whatever this process may see"
         )
     return found.gpus
+
+
+def _left_out(detected: bool) -> tuple[tuple[str, str], ...]:
+    """The GPUs detection named as failing (it is cached: not asked again), for the log."""
+    if not detected:
+        return ()
+    try:
+        return detect_gpus().failed
+    except ValueError:  # a malformed HWPOOL_NUM_GPUS: said where the GPUs were read
+        return ()
 
 
 def _sized(args: argparse.Namespace) -> tuple[GPUInfo, ...]:

@@ -195,12 +195,19 @@ def _check_in_use(gpus: tuple[GPUInfo, ...], detail: str) -> None:
             "smaller sizes with gpu_memory=[...]"
         )
     for gpu in gpus:
-        if (gpu.memory_used_mib or 0) >= (gpu.memory_mib or 0):
+        if _withheld(gpu) >= (gpu.memory_mib or 0):
+            held = f" and {gpu.memory_reserved_mib} MiB reserved" if gpu.memory_reserved_mib else ""
             raise ValueError(
                 f"reserve_in_use=True: GPU {gpu.index} (device {gpu.device_id}) has "
-                f"{gpu.memory_used_mib} MiB in use of its {gpu.memory_mib} MiB, so nothing is "
-                "left to share; hide it with CUDA_VISIBLE_DEVICES, or leave reserve_in_use off"
+                f"{gpu.memory_used_mib} MiB in use{held} of its {gpu.memory_mib} MiB, so nothing "
+                "is left to share; hide it with CUDA_VISIBLE_DEVICES, or leave reserve_in_use off"
             )
+
+
+def _withheld(gpu: GPUInfo) -> int:
+    """What ``reserve_in_use`` takes off a GPU: the memory in use and the memory the driver
+    reserves (nvidia-smi's ``memory.reserved``), neither of which a lease can have."""
+    return (gpu.memory_used_mib or 0) + (gpu.memory_reserved_mib or 0)
 
 
 def totals_of(gpus: tuple[GPUInfo, ...]) -> tuple[int, ...]:
@@ -223,12 +230,13 @@ def _by_group(gpus: Sequence[GPUInfo], values: tuple[int, ...]) -> tuple[int, ..
 
 def capacities_of(gpus: tuple[GPUInfo, ...], reserve_in_use: bool) -> tuple[int, ...]:
     """Each GPU's capacity in a memory-sized pool: its memory in MiB, less, with
-    ``reserve_in_use``, the memory in use when it was detected (which :func:`sized_gpus` has
-    checked is known and smaller). Read once: what the pool's own leases use later is not
-    taken off again, and neither is what other processes take after the start."""
+    ``reserve_in_use``, the memory in use and reserved by the driver when it was detected
+    (what the driver does not count as free; :func:`sized_gpus` has checked the use is known
+    and smaller). Read once: what the pool's own leases use later is not taken off again, and
+    neither is what other processes take after the start."""
     if not reserve_in_use:
         return totals_of(gpus)
-    left = tuple((gpu.memory_mib or 0) - (gpu.memory_used_mib or 0) for gpu in gpus)
+    left = tuple((gpu.memory_mib or 0) - _withheld(gpu) for gpu in gpus)
     return _by_group(gpus, left)
 
 

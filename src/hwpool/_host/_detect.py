@@ -42,8 +42,11 @@ class GPUDetection:
 
     ``detail`` says where the answer came from, in words; ``nvidia_smi`` what happened when
     nvidia-smi was asked ("nvidia-smi timed out after 5 s", "nvidia-smi exited 9", "nvidia-smi
-    not found on PATH", ...), ``nvml`` the same for NVML ("NVML failed at init (...)"); each is
-    None when that source was not asked.
+    not found on PATH", "nvidia-smi exited 18: Failed to initialize NVML: ...": its own
+    words), ``nvml`` the same for NVML ("NVML failed at init (...)"); each is None when that
+    source was not asked. ``failed`` names each GPU the answering source could not read, with
+    its error (``("device 1", "NVMLError_GpuIsLost: GPU is lost")``, by NVML's index, or
+    nvidia-smi's ``GPU 0000:82:00.0``): it is left out of ``gpus``, and the others are used.
     """
 
     count: int
@@ -52,6 +55,7 @@ class GPUDetection:
     detail: str = ""
     nvidia_smi: str | None = None
     nvml: str | None = None
+    failed: tuple[tuple[str, str], ...] = ()
 
 
 def detect_gpus(
@@ -85,13 +89,13 @@ def detect_gpus(
     visible = env.get(VISIBLE_VAR)
     if visible is not None:
         return _visible(env, visible, nvidia_smi_timeout)
-    found, source, smi, nvml = _hardware(nvidia_smi_timeout)
+    found, source, smi, nvml, lost = _hardware(nvidia_smi_timeout)
     failed = nvml if nvml.startswith("NVML failed") else None
     if found:
         detail = (
             f"{source} ({failed})" if failed and source is GPUSource.NVIDIA_SMI else str(source)
         )
-        return GPUDetection(len(found), source, found, detail, smi, nvml)
+        return GPUDetection(len(found), source, found, detail, smi, nvml, lost)
     outcome = "; ".join(o for o in (failed, smi) if o)
     return GPUDetection(
         1,
@@ -100,6 +104,7 @@ def detect_gpus(
         f"no GPU found ({outcome}): 1 logical GPU",
         smi,
         nvml,
+        lost,
     )
 
 
@@ -109,27 +114,30 @@ def _visible(env: Mapping[str, str], visible: str, timeout: float) -> GPUDetecti
     if not unchecked:  # nothing the hardware could add: no need to ask it
         detail += f": {note}; no GPU visible"
         return GPUDetection(0, GPUSource.CUDA_VISIBLE_DEVICES, (), detail)
-    found, source, smi, nvml = _hardware(timeout)
+    found, source, smi, nvml, lost = _hardware(timeout)
     order = env.get(ORDER_VAR)
     gpus, note = read_visible(visible, found or None, order, lambda: cuda_devices(env))
     known = sum(g.uuid is not None for g in gpus)
     detail += f", {known} of {len(gpus)} matched through {source}" if found else ""
     detail += f"; {note}" if note else ""
     detail += "" if gpus else "; no GPU visible"
-    return GPUDetection(len(gpus), GPUSource.CUDA_VISIBLE_DEVICES, gpus, detail, smi, nvml)
+    return GPUDetection(len(gpus), GPUSource.CUDA_VISIBLE_DEVICES, gpus, detail, smi, nvml, lost)
 
 
 def _unasked() -> tuple[tuple[str, ...] | None, str]:
     raise AssertionError("the CUDA driver is asked only about detected GPUs")
 
 
-def _hardware(timeout: float) -> tuple[tuple[GPUInfo, ...], GPUSource, str | None, str]:
-    """What NVML, else nvidia-smi, found; the source; nvidia-smi's and NVML's outcomes."""
-    found, nvml = query_nvml()
+def _hardware(
+    timeout: float,
+) -> tuple[tuple[GPUInfo, ...], GPUSource, str | None, str, tuple[tuple[str, str], ...]]:
+    """What NVML, else nvidia-smi, found; the source; nvidia-smi's and NVML's outcomes; the
+    GPUs the answering source named as failed."""
+    found, nvml, lost = query_nvml()
     if found:
-        return found, GPUSource.NVML, None, nvml
-    devices, smi = query_nvidia_smi(timeout)
-    return devices, GPUSource.NVIDIA_SMI, smi, nvml
+        return found, GPUSource.NVML, None, nvml, lost
+    devices, smi, failed = query_nvidia_smi(timeout)
+    return devices, GPUSource.NVIDIA_SMI, smi, nvml, failed if devices else failed or lost
 
 
 def gpu_memory_in_use(

@@ -23,7 +23,10 @@ class GPUInfo:
     ``memory_used_mib`` is the memory in use on the device when it was detected (by any
     process, in MiB rounded up); None where the source could not say (nvidia-smi knows none
     for a MIG instance). It is a reading, not a reservation: see
-    :func:`hwpool.gpu_memory_in_use` for a new one.
+    :func:`hwpool.gpu_memory_in_use` for a new one. ``memory_reserved_mib`` is what the driver
+    and firmware keep for themselves (nvidia-smi's ``memory.reserved``, NVML's
+    ``nvmlMemory_v2_t.reserved``), which no process can allocate; None where the source does
+    not report it (drivers before it was added, where ``used`` already counts it).
 
     ``memory_group`` names the memory a MIG device draws on: ``"<parent UUID>/gi<N>"`` for
     the GPU instance ``N`` it is a compute instance of. Compute instances of one GPU instance
@@ -39,7 +42,16 @@ class GPUInfo:
     name: str | None = None
     parent: str | None = None
     memory_used_mib: int | None = None
+    memory_reserved_mib: int | None = None
     memory_group: str | None = None
+
+    @property
+    def memory_free_mib(self) -> int | None:
+        """What the driver counts as free: total less used less reserved (reserved taken as
+        counted in used where unknown); None where the total or the use is unknown."""
+        if self.memory_mib is None or self.memory_used_mib is None:
+            return None
+        return max(0, self.memory_mib - self.memory_used_mib - (self.memory_reserved_mib or 0))
 
     @property
     def is_mig(self) -> bool:
@@ -59,7 +71,6 @@ def memory_groups_of(gpus: Sequence[GPUInfo]) -> tuple[str | None, ...] | None:
     groups = tuple(gpu.memory_group for gpu in gpus)
     named = [group for group in groups if group is not None]
     return groups if len(set(named)) < len(named) else None
-
 
 
 def device_id(info: GPUInfo) -> str:

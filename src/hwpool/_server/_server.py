@@ -137,6 +137,7 @@ class ServeConfig:
     over_lease: str = "warn"  # a lease over its memory: warn, term or off
     over_lease_grace_s: float = 30.0  # with term: how long it may stay over
     over_lease_owners: Mapping[Owner, str] = field(default_factory=dict)  # owner -> policy
+    left_out: tuple[tuple[str, str], ...] = ()  # GPUs detection could not read: (which, why)
 
 
 def _alive(pid: int) -> bool:
@@ -848,6 +849,8 @@ class _Server:
             + _limits_said(self.config)
             + _accounts_said(self.config)
         )
+        for device, why in self.config.left_out:
+            self.say(f"left out {device}: {printable(why)} (the driver could not read it)")
         self.arm_idle()
         self.start_watching(loop)
         try:

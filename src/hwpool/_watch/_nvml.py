@@ -3,11 +3,16 @@
 NVML is initialised once, on the first sample, and shut down by :meth:`NvmlSampler.close`:
 ``nvmlInit`` costs far more than a poll. A failure never reaches the caller. One call that
 fails (the utilisation of one GPU, the process list of another) makes that value unknown for
-this sample; a failure that leaves no device list (``nvmlDeviceGetCount`` raising, a lost
-GPU) makes the whole sample unknown and initialises NVML again on the next one.
+this sample; a GPU whose handle or UUID fails (``NVML_ERROR_GPU_IS_LOST``,
+``NVML_ERROR_UNKNOWN``) is left out of this sample and named in its problem, and the others
+are read; a failure that leaves no device list (``nvmlDeviceGetCount`` raising) makes the
+whole sample unknown and initialises NVML again on the next one.
 
 Processes are the union of NVML's compute and graphics lists (a process in both counts once,
-with the larger figure). A MIG instance has no utilisation in NVML: None, not asked.
+with the larger figure). Each list is asked through the newest entry point the driver has:
+``..._v3``, else ``..._v2``, else the unversioned one (drivers before 510 lack ``_v3``, and
+nvidia-ml-py's unversioned name calls ``_v3``: NVML_ERROR_FUNCTION_NOT_FOUND); the one that
+answered is kept. A MIG instance has no utilisation in NVML: None, not asked.
 """
 
 from __future__ import annotations
@@ -15,16 +20,27 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from .._host._nvml import nvml_devices
+from .._host._nvml import NVML_ERROR_FUNCTION_NOT_FOUND, nvml_code, nvml_devices, read_memory
+from .._host._nvml import nvml_why as _why
 from ._sample import GPUProcess, GPUReading, Sample, mib_up
 
 __all__ = ["NvmlSampler"]
 
 _PROCESS_LISTS = ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses")
+_SUFFIXES = ("_v3", "_v2", "")  # newest first, as the driver may lack the newer ones
 
 
-def _why(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+class _Missing(Exception):
+    """None of a process list's entry points exists in this driver or nvidia-ml-py."""
+
+
+def _missing(exc: BaseException) -> bool:
+    """Whether ``exc`` says the entry point is not in the driver's NVML: FunctionNotFound, or
+    nvidia-ml-py's NVMLLibraryMismatchError for its unversioned name over an older driver."""
+    return (
+        nvml_code(exc) == NVML_ERROR_FUNCTION_NOT_FOUND
+        or type(exc).__name__ == "NVMLLibraryMismatchError"
+    )
 
 
 class NvmlSampler:
@@ -35,6 +51,7 @@ class NvmlSampler:
     def __init__(self, nvml: Any) -> None:
         self._nvml = nvml
         self._ready = False
+        self._lists: dict[str, str] = {}  # process list -> the entry point that answered
 
     def start(self) -> str:
         """Initialise NVML now: "" if it worked, else what failed, in words."""
@@ -51,12 +68,13 @@ class NvmlSampler:
         failed = self.start()
         if failed:
             return Sample(self.source, (), failed)
+        lost: list[tuple[str, str]] = []
         try:
-            devices = nvml_devices(self._nvml)
+            devices = nvml_devices(self._nvml, lost)
         except Exception as exc:
             self.close()  # initialise again next time: NVML may have lost the GPU or driver
             return Sample(self.source, (), f"NVML failed ({_why(exc)})")
-        problems: list[str] = []
+        problems = [f"{device}: {why}" for device, why in lost]
         gpus = tuple(self._read(uuid, h, mig, problems) for uuid, h, mig in devices)
         return Sample(self.source, gpus, "; ".join(problems))
 
@@ -68,18 +86,22 @@ class NvmlSampler:
                 self._nvml.nvmlShutdown()
 
     def _read(self, uuid: str, handle: object, mig: bool, problems: list[str]) -> GPUReading:
-        memory = self._ask(problems, uuid, "nvmlDeviceGetMemoryInfo", handle)
-        total = getattr(memory, "total", None)
+        try:
+            total, used, reserved = read_memory(self._nvml, handle)
+        except Exception as exc:
+            problems.append(f"{uuid}: nvmlDeviceGetMemoryInfo failed ({_why(exc)})")
+            total = used = reserved = None
         utilization = None
         if not mig:
             rates = self._ask(problems, uuid, "nvmlDeviceGetUtilizationRates", handle)
             utilization = getattr(rates, "gpu", None)
         return GPUReading(
             uuid,
-            total // 2**20 if isinstance(total, int) else None,  # rounded down
-            mib_up(getattr(memory, "used", None)),
+            total,
+            used,
             utilization if isinstance(utilization, int) else None,
             self._processes(uuid, handle, problems),
+            reserved,
         )
 
     def _processes(
@@ -87,15 +109,35 @@ class NvmlSampler:
     ) -> tuple[GPUProcess, ...] | None:
         found: dict[int, int | None] = {}
         for name in _PROCESS_LISTS:
-            if not hasattr(self._nvml, name):
+            try:
+                listed = self._list(name, handle)
+            except _Missing:
                 continue  # an old nvidia-ml-py without the graphics list
-            listed = self._ask(problems, uuid, name, handle)
-            if listed is None:
+            except Exception as exc:
+                problems.append(f"{uuid}: {name} failed ({_why(exc)})")
                 return None
             for info in listed:
                 pid, mib = int(info.pid), mib_up(getattr(info, "usedGpuMemory", None))
                 found[pid] = _larger(found[pid], mib) if pid in found else mib
         return tuple(GPUProcess(pid, uuid, mib) for pid, mib in sorted(found.items()))
+
+    def _list(self, name: str, handle: object) -> Any:
+        """One process list of ``handle`` through the newest entry point there is (see the
+        module docstring); _Missing where there is none."""
+        known = self._lists.get(name)
+        for entry in [known] if known else [name + suffix for suffix in _SUFFIXES]:
+            function = getattr(self._nvml, entry, None)
+            if function is None:
+                continue
+            try:
+                listed = function(handle)
+            except Exception as exc:
+                if known is None and _missing(exc):
+                    continue
+                raise
+            self._lists[name] = entry
+            return listed
+        raise _Missing(name)
 
     def _ask(self, problems: list[str], uuid: str, name: str, handle: object) -> Any:
         """``nvml.<name>(handle)``, or None with the failure noted in ``problems``."""

@@ -29,13 +29,23 @@ class GPUProcess:
 @dataclass(frozen=True)
 class GPUReading:
     """One device: memory total and in use (MiB), utilisation (percent of the driver's last
-    sample period in which a kernel ran) and its processes (None: the list was unreadable)."""
+    sample period in which a kernel ran), its processes (None: the list was unreadable) and
+    the memory the driver and firmware reserve (MiB; None where the source does not say:
+    there ``used_mib`` already counts it)."""
 
     uuid: str
     total_mib: int | None
     used_mib: int | None
     utilization: int | None
     processes: tuple[GPUProcess, ...] | None
+    reserved_mib: int | None = None
+
+    @property
+    def free_mib(self) -> int | None:
+        """What the driver counts as free: total less used less reserved; None if unknown."""
+        if self.total_mib is None or self.used_mib is None:
+            return None
+        return max(0, self.total_mib - self.used_mib - (self.reserved_mib or 0))
 
 
 @dataclass(frozen=True)

@@ -15,27 +15,37 @@ processes. Where the table cannot be read, those devices' memory and processes a
 
 A query that fails (missing, exit status, timeout, output other than the CSV asked for) makes
 what it would have read unknown: no devices if the GPU query failed, no process lists if the
-process query did.
+process query did; the problem carries nvidia-smi's own words. A GPU nvidia-smi cannot reach
+(``Unable to determine the device handle for GPU ...: GPU is lost``) is left out of the
+sample and named in its problem; the other GPUs are read. ``memory.reserved`` is asked for
+too, and no longer once the driver says it does not know the field.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from .._check import check_real
 from .._host._smi import (
     NVIDIA_SMI_LIST,
     NVIDIA_SMI_TABLE,
+    RESERVED_FIELD,
     parse_mig_list,
     parse_mig_table,
     run_nvidia_smi,
     smi_number,
+    smi_rows,
 )
 from ._sample import GPUProcess, GPUReading, Sample
 
 __all__ = ["GPU_QUERY", "PROCESS_QUERY", "SmiSampler"]
 
 GPU_QUERY = (
+    "--query-gpu=uuid,memory.total,memory.used,utilization.gpu,memory.reserved",
+    "--format=csv,noheader,nounits",
+)
+GPU_QUERY_NO_RESERVED = (
     "--query-gpu=uuid,memory.total,memory.used,utilization.gpu",
     "--format=csv,noheader,nounits",
 )
@@ -52,22 +62,31 @@ class SmiSampler:
         if not 0.0 < seconds < float("inf"):
             raise ValueError(f"timeout must be > 0 and finite, got {timeout!r}")
         self.timeout = seconds
+        self._query = GPU_QUERY
 
     def sample(self) -> Sample:
         """Read every physical GPU and its compute processes; see the module docstring."""
-        output, failure = run_nvidia_smi(GPU_QUERY, self.timeout)
-        gpus = None if output is None else _parse_gpus(output)
+        rows = smi_rows(None, self._query, self.timeout)
+        if rows.output is None and f'"{RESERVED_FIELD}"' in rows.failure:
+            self._query = GPU_QUERY_NO_RESERVED  # a driver without the field: ask without it
+            rows = smi_rows(None, self._query, self.timeout)
+        output, failure = rows.output, rows.failure
+        gpus = None if output is None else _parse_gpus(output, self._query is GPU_QUERY)
         if gpus is None:
             return Sample(self.source, (), failure or "nvidia-smi printed an unexpected CSV")
-        output, failure = run_nvidia_smi(PROCESS_QUERY, self.timeout)
+        lost = "; ".join(f"{device}: {why}" for device, why in rows.failed)
+        apps = smi_rows(None, PROCESS_QUERY, self.timeout)  # past a lost GPU too
+        output, failure = apps.output, apps.failure
         processes = None if output is None else _parse_processes(output)
         if processes is None:
             failure = failure or "nvidia-smi printed an unexpected process CSV"
-            return Sample(self.source, gpus, f"processes unknown: {failure}")
+            problem = "; ".join(p for p in (lost, f"processes unknown: {failure}") if p)
+            return Sample(self.source, gpus, problem)
         readings = tuple(_with(gpu, processes) for gpu in gpus)
         if any(gpu.utilization is None for gpu in gpus):  # as nvidia-smi has it in MIG mode
-            return self._with_mig(readings)
-        return Sample(self.source, readings)
+            sample = self._with_mig(readings)
+            return replace(sample, problem="; ".join(p for p in (lost, sample.problem) if p))
+        return Sample(self.source, readings, lost)
 
     def _with_mig(self, readings: tuple[GPUReading, ...]) -> Sample:
         """``readings`` with each MIG-enabled GPU replaced by its MIG devices (see the
@@ -110,16 +129,20 @@ def _rows(output: str, width: int) -> list[list[str]] | None:
     return None if any(len(row) != width or not row[0] for row in rows) else rows
 
 
-def _parse_gpus(output: str) -> tuple[GPUReading, ...] | None:
-    """``uuid, total, used, utilisation`` rows as readings without processes; None if malformed."""
-    rows = _rows(output, 4)
+def _parse_gpus(output: str, reserved: bool) -> tuple[GPUReading, ...] | None:
+    """``uuid, total, used, utilisation[, reserved]`` rows as readings without processes;
+    None if malformed."""
+    rows = _rows(output, 5 if reserved else 4)
     if rows is None:
         return None
     try:
         return tuple(
-            GPUReading(uuid, smi_number(total), smi_number(used), smi_number(busy), None)
-            for uuid, total, used, busy in rows
-        )
+            GPUReading(
+                row[0], smi_number(row[1]), smi_number(row[2]), smi_number(row[3]), None,
+                smi_number(row[4]) if reserved else None,
+            )
+            for row in rows
+        )  # fmt: skip
     except ValueError:
         return None
 
@@ -165,4 +188,4 @@ def _mig_processes(table: str) -> dict[tuple[int, int, int], list[tuple[int, int
 def _with(gpu: GPUReading, processes: list[GPUProcess]) -> GPUReading:
     """``gpu`` with the processes listed on it."""
     mine = tuple(sorted((p for p in processes if p.gpu == gpu.uuid), key=lambda p: p.pid))
-    return GPUReading(gpu.uuid, gpu.total_mib, gpu.used_mib, gpu.utilization, mine)
+    return replace(gpu, processes=mine)

@@ -49,6 +49,7 @@ def _gpu(raw: dict[str, Any]) -> LiveGPU:
     return LiveGPU(
         raw["uuid"], raw.get("memory_mib", 81920), raw.get("used_mib", 0),
         raw.get("utilization", 0), processes, failing=dict(raw.get("failing", {})),
+        reserved_mib=raw.get("reserved_mib"),
     )  # fmt: skip
 
 
