@@ -149,11 +149,17 @@ def test_a_failed_append_is_cut_off_and_written_again(
 def test_the_log_is_compacted_and_stays_within_its_ratio(tmp_path: Path) -> None:
     file = opened(tmp_path)
     file.write(1025, {1: lease(1), 2: waiter(2)}, Counters())
-    inode = file.path.stat().st_ino
-    for n in range(6000):  # churn on one lease: the live state stays two or three entries
-        file.write(1025, {3: lease(3) if n % 2 == 0 else None}, Counters(granted=n))
-    file.close()
-    assert file.path.stat().st_ino != inode  # replaced by a snapshot
+    # Held open, the first file keeps its inode: a later snapshot cannot be given that number
+    # again (compared by number alone, it could: the test failed 1 run in 3 under load).
+    first = os.open(file.path, os.O_RDONLY)
+    try:
+        for n in range(6000):  # churn on one lease: the live state stays two or three entries
+            file.write(1025, {3: lease(3) if n % 2 == 0 else None}, Counters(granted=n))
+        file.close()
+        assert os.fstat(first).st_nlink == 0  # replaced by a snapshot: unlinked
+        assert file.path.stat().st_ino != os.fstat(first).st_ino
+    finally:
+        os.close(first)
     assert len(file.path.read_bytes().splitlines()) < 3000  # not 12,000 lines of churn
     assert _journal.load(file.path) == Journal(1025, (lease(1), waiter(2)), Counters(granted=5999))
 
