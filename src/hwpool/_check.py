@@ -26,8 +26,22 @@ __all__ = [
 ]
 
 _ASCII_DIGITS = re.compile(r"[0-9]+")
-_DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d)?\s*")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+_NUMBER = r"(\d+(?:\.\d*)?|\.\d+)"
+# A bare number (seconds) or numbers with units, each unit at most once, largest first:
+# "90", "90s", "1h30m", "1d12h", "1.5h", "250ms".
+_DURATION = re.compile(
+    rf"(?:{_NUMBER}|(?:{_NUMBER}\s*d\s*)?(?:{_NUMBER}\s*h\s*)?(?:{_NUMBER}\s*m(?!s)\s*)?"
+    rf"(?:{_NUMBER}\s*s\s*)?(?:{_NUMBER}\s*ms)?)"
+)
+_UNIT_SECONDS = (1.0, 86400.0, 3600.0, 60.0, 1.0, 0.001)
+# Slurm's clock forms: D-HH, D-HH:MM, D-HH:MM:SS, MM:SS, HH:MM:SS (later fields bounded).
+_CLOCK = re.compile(
+    r"(?:(\d+)-(\d{1,2})(?::(\d{1,2})(?::(\d{1,2}))?)?|(\d+):(\d{1,2})(?::(\d{1,2}))?)"
+)
+_DURATION_FORMS = (
+    'a number of seconds ("90"), units d, h, m, s, ms largest first ("90s", "30m", "1h30m", '
+    '"1d"), or MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS'
+)
 
 
 def _type_name(value: object) -> str:
@@ -145,17 +159,51 @@ def check_callable(name: str, value: object) -> None:
 
 
 def duration_from_text(text: str) -> float:
-    """The seconds of a duration written as a number and an optional unit (``ms``, ``s``,
-    ``m``, ``h``, ``d``; none: seconds), such as ``"90s"``, ``"30m"``, ``"2h"`` or ``"45"``;
-    finite and > 0. ValueError quoting ``text`` otherwise (the caller names the option or
-    key: this is shared by ``hwpool serve``'s config file and ``hwpool run --time``)."""
-    match = _DURATION.fullmatch(text)
-    if match is None:
-        raise ValueError(
-            f'must be a duration: a number and one of ms, s, m, h, d (like "90s", "1h"), '
-            f"got {text[:40]!r}"
+    """The seconds of a duration: a bare number (seconds, as hwpool has always read it, where
+    Slurm would read minutes), numbers with units largest first (``"90s"``, ``"30m"``,
+    ``"1h30m"``, ``"2h"``, ``"1d"``, ``"250ms"``), or one of Slurm's clock forms (``MM:SS``,
+    ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``, where the fields after the first are
+    below 60, or 24 for hours after a day); finite and > 0. ValueError quoting ``text``
+    otherwise (the caller names the option or key: this is shared by ``hwpool serve``'s config
+    file, ``run``/``submit --time`` and ``wait --timeout``)."""
+    stripped = text.strip()
+    seconds = _clock_seconds(stripped) if ":" in stripped or "-" in stripped else None
+    if seconds is None:
+        match = _DURATION.fullmatch(stripped) if len(stripped) <= 64 else None
+        if match is None or not stripped:
+            raise ValueError(f"must be a duration: {_DURATION_FORMS}; got {_shorten(text)!r}")
+        seconds = sum(
+            float(part) * unit
+            for part, unit in zip(match.groups(), _UNIT_SECONDS, strict=True)
+            if part is not None
         )
-    seconds = float(match[1]) * _UNIT_SECONDS[match[2]]
     if not (math.isfinite(seconds) and seconds > 0):
-        raise ValueError(f"must be a duration > 0, got {text[:40]!r}")
+        raise ValueError(f"must be a duration > 0, got {_shorten(text)!r}")
+    return seconds
+
+
+def _clock_seconds(text: str) -> float:
+    """Seconds of one of Slurm's clock forms; ValueError (naming the forms) otherwise."""
+    match = _CLOCK.fullmatch(text) if len(text) <= 64 else None
+    if match is None:
+        raise ValueError(f"must be a duration: {_DURATION_FORMS}; got {_shorten(text)!r}")
+    days, day_hours, day_minutes, day_seconds, first, second, third = match.groups()
+    if days is not None:
+        fields = [(day_hours, 24, 3600), (day_minutes, 60, 60), (day_seconds, 60, 1)]
+        seconds = int(days) * 86400.0
+    elif third is None:  # MM:SS
+        fields = [(second, 60, 1)]
+        seconds = int(first) * 60.0
+    else:  # HH:MM:SS
+        fields = [(second, 60, 60), (third, 60, 1)]
+        seconds = int(first) * 3600.0
+    for field, bound, unit in fields:
+        if field is None:
+            continue
+        if int(field) >= bound:
+            raise ValueError(
+                f"must be a duration with each field after the first below its bound "
+                f"(hours < 24 after a day, minutes and seconds < 60), got {_shorten(text)!r}"
+            )
+        seconds += int(field) * unit
     return seconds
