@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from fractions import Fraction
 
 from .._check import check_int, duration_from_text, int_from_text
@@ -26,6 +27,7 @@ __all__ = [
     "cancel_id",
     "count",
     "demand_from_text",
+    "env_assignment",
     "gpu_count",
     "gpu_memory_list",
     "job_id_argument",
@@ -106,6 +108,21 @@ def limit_from_text(text: str) -> float:
         return duration_from_text(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def env_assignment(text: str) -> tuple[str, str]:
+    """``submit --env KEY=VALUE``: a variable name as a shell writes one, and its value (which
+    may hold ``=``; not NUL, which no environment can carry)."""
+    key, sep, value = text.partition("=")
+    if not sep or _ENV_NAME.fullmatch(key) is None or "\0" in value:
+        raise argparse.ArgumentTypeError(
+            f"must be KEY=VALUE with KEY a variable name (letters, digits, _; not first a "
+            f"digit), got {text[:60]!r}"
+        )
+    return key, value
 
 
 def job_id_argument(text: str) -> str:

@@ -366,7 +366,8 @@ def _add_submit(commands: Subcommands) -> None:
     submit = commands.add_parser(
         "submit", help="queue a command to run on a share of the GPUs, after you log out too",
         usage="hwpool submit [-h] [--gpus G | --mem SIZE] [--name NAME] [--priority P] "
-        "[--time LIMIT] [--after ID[,ID...]] [--cwd DIR] [--socket PATH] [--json] "
+        "[--time LIMIT] [--after ID[,ID...]] [--cwd DIR] [--env KEY=VALUE] [--socket PATH] "
+        "[--json] "
         "(-- CMD [ARGS...] | --from FILE)",
         description="Queue CMD as a job of yours and print its id (j1, j2, ...) at once. Your "
         "supervisor (started if none runs, detached from the terminal) runs it when the jobs "
@@ -398,6 +399,10 @@ def _add_submit(commands: Subcommands) -> None:
         "cancelled, never run)",
     )  # fmt: skip
     submit.add_argument("--cwd", metavar="DIR", help="the working directory (default: this one)")
+    submit.add_argument(
+        "--env", type=_args.env_assignment, action="append", default=[], metavar="KEY=VALUE",
+        help="set KEY to VALUE in the job's environment, over this shell's (repeatable)",
+    )  # fmt: skip
     submit.add_argument(
         "--socket", metavar="PATH",
         help="the server the job waits on (default: as hwpool run chooses it); refused if "

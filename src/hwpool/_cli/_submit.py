@@ -53,7 +53,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         jobs = submit_jobs(
             commands, gpus=args.gpus, memory=args.mem, names=[args.name] * len(commands),
             priority=args.priority, time=args.time, after=args.after, cwd=args.cwd,
-            env=os.environ, server=server,
+            env={**os.environ, **dict(args.env)}, server=server,
         )  # fmt: skip
     except ServerRefusal as exc:
         return _error(exc.status, str(exc))
