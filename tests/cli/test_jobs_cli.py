@@ -161,6 +161,44 @@ def test_jobs_shows_recent_jobs_and_all_shows_every_one(store: JobStore, state_d
     assert text[-1].startswith("(job ids look like j12")
 
 
+def test_jobs_since_sets_the_window_and_state_filters(store: JobStore, state_dir: Path) -> None:
+    old = ran(store, "exit 3", now=time.time() - 3 * 86400)
+    recent = ran(store, "succeeded")
+    queued = add(store)
+    waiting = add(store, after=[queued])
+    assert [job["id"] for job in listed(state_dir, "--since", "4d")] == [
+        waiting, queued, recent, old,
+    ]  # fmt: skip
+    assert [job["id"] for job in listed(state_dir, "--since", "1:00:00")] == [
+        waiting, queued, recent,
+    ]  # fmt: skip
+    # queued takes the jobs waiting on a dependency too (Slurm's PENDING)
+    assert [job["id"] for job in listed(state_dir, "--state", "queued")] == [waiting, queued]
+    assert [job["id"] for job in listed(state_dir, "--state", "waiting-on-dependency")] == [waiting]
+    assert [job["id"] for job in listed(state_dir, "--state", "failed,succeeded")] == [recent]
+    assert [job["id"] for job in listed(state_dir, "--state", "failed", "--all")] == [old]
+    text = hwpool(state_dir, "jobs", "--since", "2h", "--state", "running").stdout
+    assert "no jobs (queued, running or finished in the last 2h00m;" in text
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (("--state", "pending"), "'pending'"),
+        (("--state", "queued,"), "got ''"),
+        (("--since", "0"), "--since"),
+        (("--since", "3 weeks"), "'3 weeks'"),
+        (("--since", "1d", "--all"), "not allowed with argument"),
+    ],
+)
+def test_jobs_refuses_a_bad_state_or_window(
+    state_dir: Path, args: tuple[str, ...], fragment: str
+) -> None:
+    done = hwpool(state_dir, "jobs", *args)
+    assert done.returncode == 2, done.stderr
+    assert fragment in done.stderr and done.stdout == ""
+
+
 def test_jobs_escapes_what_could_drive_the_terminal(store: JobStore, state_dir: Path) -> None:
     add(store, name="evil\x1b[2J\nforged line")
     out = hwpool(state_dir, "jobs").stdout

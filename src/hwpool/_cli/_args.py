@@ -15,7 +15,7 @@ from fractions import Fraction
 
 from .._check import check_int, duration_from_text, int_from_text
 from .._core._memory import parse_memory
-from .._jobs._model import JOB_ID_PREFIX, check_job_id
+from .._jobs._model import JOB_ID_PREFIX, JobState, check_job_id
 from .._sim._names import POLICIES as SIMULATED_POLICIES
 from .._wire._bounds import MAX_PRIORITY
 from ._env import seconds_from_text
@@ -32,6 +32,7 @@ __all__ = [
     "gpu_memory_list",
     "job_id_argument",
     "job_ids_argument",
+    "job_states",
     "limit_from_text",
     "memory_from_text",
     "policies",
@@ -143,6 +144,27 @@ def job_ids_argument(text: str) -> list[str]:
         except (TypeError, ValueError) as exc:
             raise argparse.ArgumentTypeError(str(exc).removeprefix("--after ")) from None
     return ids
+
+
+JOB_STATE_NAMES = tuple(state.value for state in JobState)
+"""What ``jobs --state`` takes: every state a job's record can have."""
+
+
+def job_states(text: str) -> frozenset[JobState]:
+    """``jobs --state queued,running``: states, comma-separated; ``queued`` also takes
+    ``waiting-on-dependency`` (Slurm's PENDING is both)."""
+    states: set[JobState] = set()
+    for word in text.split(","):
+        try:
+            states.add(JobState(word.strip()))
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"must be states, comma-separated, of {', '.join(JOB_STATE_NAMES)}; "
+                f"got {word.strip()[:40]!r}"
+            ) from None
+    if JobState.QUEUED in states:
+        states.add(JobState.WAITING)
+    return frozenset(states)
 
 
 def count(text: str) -> int:

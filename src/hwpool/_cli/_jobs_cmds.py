@@ -128,20 +128,23 @@ def _table(job_ids: Sequence[str] = ()) -> Iterator[JobStore]:
 def _cmd_jobs(args: argparse.Namespace) -> int:
     now = time.time()
     rows, problems = _gather(args)
-    if not args.all:
-        rows = [(user, job) for user, job in rows if _recent(job, now)]
+    window = None if args.all else RECENT_S if args.since is None else args.since
+    if window is not None:
+        rows = [(user, job) for user, job in rows if _recent(job, now, window)]
+    if args.state is not None:
+        rows = [(user, job) for user, job in rows if job.state in args.state]
     if args.json:
         print(json.dumps([job_json(job, user, now) for user, job in rows], indent=1))
     else:
         admin = args.user is not None or args.all_users
-        print(format_jobs(rows, now, with_user=admin, all_shown=args.all))
+        print(format_jobs(rows, now, with_user=admin, window=window))
     for problem in problems:
         print(f"hwpool: error: {one_line(problem)}", file=sys.stderr)
     return 1 if problems else 0
 
 
-def _recent(job: JobRecord, now: float) -> bool:
-    return job.state not in FINISHED or (job.ended_at or now) >= now - RECENT_S
+def _recent(job: JobRecord, now: float, window: float) -> bool:
+    return job.state not in FINISHED or (job.ended_at or now) >= now - window
 
 
 def _gather(args: argparse.Namespace) -> tuple[list[tuple[str, JobRecord]], list[str]]:
@@ -273,13 +276,19 @@ _HEADINGS = ("ID", "NAME", "STATE", "EXIT", "GPUS", "QUEUED", "STARTED", "ENDED"
 
 
 def format_jobs(
-    rows: Sequence[tuple[str, JobRecord]], now: float, *, with_user: bool, all_shown: bool
+    rows: Sequence[tuple[str, JobRecord]],
+    now: float,
+    *,
+    with_user: bool,
+    window: float | None = RECENT_S,
 ) -> str:
     """The jobs as a table (newest first), every text another user chose escaped, with the
-    note on ids under it."""
+    note on ids under it; ``window``: how long ago the finished jobs shown may have ended
+    (None: every job kept is shown)."""
+    within = "24 h" if window == RECENT_S else duration(window or 0)
     if not rows:
-        table = ["no jobs" + ("" if all_shown else " (queued, running or finished in the last "
-                 "24 h; --all: every job kept)")]  # fmt: skip
+        table = ["no jobs" + ("" if window is None else " (queued, running or finished in the "
+                 f"last {within}; --all: every job kept)")]  # fmt: skip
     else:
         cells = [_cells(job, user, now, with_user) for user, job in rows]
         headings = (("USER",) if with_user else ()) + _HEADINGS
@@ -288,7 +297,7 @@ def format_jobs(
             "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
             for row in [headings, *cells]
         ]
-    shown = "" if all_shown else "; finished jobs older than 24 h: hwpool jobs --all"
+    shown = "" if window is None else f"; finished jobs older than {within}: hwpool jobs --all"
     return "\n".join([*table, f"({ID_NOTE}{shown})"])
 
 

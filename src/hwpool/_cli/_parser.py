@@ -426,7 +426,17 @@ def _add_jobs(commands: Subcommands) -> None:
         description="Your jobs: queued, waiting on a dependency, running, and those that "
         f"finished in the last 24 hours (--all: every job kept). {JOB_ID_NOTE}.",
     )  # fmt: skip
-    jobs.add_argument("--all", action="store_true", help="every job kept, however old")
+    window = jobs.add_mutually_exclusive_group()
+    window.add_argument("--all", action="store_true", help="every job kept, however old")
+    window.add_argument(
+        "--since", type=_args.limit_from_text, metavar="DURATION",
+        help="the jobs that finished within DURATION (1h, 7d, 2-00:00), instead of 24 hours",
+    )  # fmt: skip
+    jobs.add_argument(
+        "--state", type=_args.job_states, metavar="STATE[,STATE...]",
+        help=f"only jobs in these states: {', '.join(_args.JOB_STATE_NAMES)} (queued also "
+        "takes the jobs waiting on a dependency)",
+    )  # fmt: skip
     jobs.add_argument("--json", action="store_true", help="print a JSON list instead of text")
     whose = jobs.add_mutually_exclusive_group()
     whose.add_argument(
