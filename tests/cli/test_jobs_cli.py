@@ -113,7 +113,7 @@ JSON_FIELDS = {
     "signal_name", "exit", "gpus", "gpus_exact", "memory_mib", "priority", "time_limit_s",
     "after", "gpu_ids", "lease", "pid", "queued_at", "queued_at_iso", "started_at",
     "started_at_iso", "ended_at", "ended_at_iso", "waited_s", "ran_s", "reason",
-    "stdout_log", "stderr_log", "retry_of",
+    "stdout_log", "stderr_log", "retry_of", "after_any", "after_notok", "held_by",
 }  # fmt: skip
 
 
@@ -135,7 +135,8 @@ def test_jobs_json_has_every_field_and_never_the_environment(
         "time_limit_s": None, "after": [], "gpu_ids": [], "lease": None, "pid": None,
         "queued_at": 0, "queued_at_iso": "", "started_at": None, "started_at_iso": None,
         "ended_at": None, "ended_at_iso": None, "waited_s": 0, "ran_s": None, "reason": None,
-        "stdout_log": None, "stderr_log": None, "retry_of": None,
+        "stdout_log": None, "stderr_log": None, "retry_of": None, "after_any": [],
+        "after_notok": [], "held_by": None,
     }  # fmt: skip
     old = jobs[1]
     assert (old["state"], old["signal"], old["signal_name"], old["exit"]) == (

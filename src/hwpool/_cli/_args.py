@@ -136,34 +136,37 @@ def job_id_argument(text: str) -> str:
 
 
 def job_ids_argument(text: str) -> list[str]:
-    """``--after j1,j2``: job ids, comma-separated."""
+    """``--after j1,j2`` (and ``--after-any``, ``--after-notok``): job ids, comma-separated."""
     ids = [word.strip() for word in text.split(",")]
     for word in ids:
         try:
-            check_job_id("--after", word)
+            check_job_id("ID", word)
         except (TypeError, ValueError) as exc:
-            raise argparse.ArgumentTypeError(str(exc).removeprefix("--after ")) from None
+            raise argparse.ArgumentTypeError(str(exc).removeprefix("ID ")) from None
     return ids
 
 
-JOB_STATE_NAMES = tuple(state.value for state in JobState)
-"""What ``jobs --state`` takes: every state a job's record can have."""
+JOB_STATE_NAMES = (
+    JobState.QUEUED.value,
+    "held",
+    *(state.value for state in JobState if state is not JobState.QUEUED),
+)
+"""What ``jobs --state`` takes: every state a job's record can have, and ``held``."""
 
 
-def job_states(text: str) -> frozenset[JobState]:
+def job_states(text: str) -> frozenset[str]:
     """``jobs --state queued,running``: states, comma-separated; ``queued`` also takes
-    ``waiting-on-dependency`` (Slurm's PENDING is both)."""
-    states: set[JobState] = set()
-    for word in text.split(","):
-        try:
-            states.add(JobState(word.strip()))
-        except ValueError:
+    ``waiting-on-dependency`` (Slurm's PENDING is both; a held job is ``held``)."""
+    states: set[str] = set()
+    for word in (word.strip() for word in text.split(",")):
+        if word not in JOB_STATE_NAMES:
             raise argparse.ArgumentTypeError(
                 f"must be states, comma-separated, of {', '.join(JOB_STATE_NAMES)}; "
-                f"got {word.strip()[:40]!r}"
-            ) from None
-    if JobState.QUEUED in states:
-        states.add(JobState.WAITING)
+                f"got {word[:40]!r}"
+            )
+        states.add(word)
+    if JobState.QUEUED.value in states:
+        states.add(JobState.WAITING.value)
     return frozenset(states)
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import pwd
 import sys
@@ -45,12 +46,14 @@ from .._jobs._others import default_state_directory, read_user_jobs
 from .._jobs._schema import JobTableError
 from .._jobs._state import state_directory
 from .._jobs._store import JobStateError, JobStore, UnknownJobError
+from .._jobs._submit import user_name
 from .._wire._safety import UnsafePathError
 from ._parser import JOB_ID_NOTE, WAIT_TIMED_OUT
 from ._text import one_line, plural, printable
 
-__all__ = ["RECENT_S", "WAIT_TIMED_OUT", "CancelRefused", "cancel_jobs", "cmd_cancel", "cmd_jobs",
-           "cmd_logs", "cmd_retry", "cmd_wait", "duration", "format_jobs", "job_json"]  # fmt: skip
+__all__ = ["RECENT_S", "WAIT_TIMED_OUT", "CancelRefused", "cancel_jobs", "cmd_cancel",
+           "cmd_hold", "cmd_jobs", "cmd_logs", "cmd_release", "cmd_retry", "cmd_update",
+           "cmd_wait", "duration", "format_jobs", "job_json"]  # fmt: skip
 
 RECENT_S = 24 * 3600.0
 """``hwpool jobs`` without ``--all`` shows the jobs that finished within this many seconds."""
@@ -132,7 +135,7 @@ def _cmd_jobs(args: argparse.Namespace) -> int:
     if window is not None:
         rows = [(user, job) for user, job in rows if _recent(job, now, window)]
     if args.state is not None:
-        rows = [(user, job) for user, job in rows if job.state in args.state]
+        rows = [(user, job) for user, job in rows if job.shown_state in args.state]
     if args.json:
         print(json.dumps([job_json(job, user, now) for user, job in rows], indent=1))
     else:
@@ -228,7 +231,7 @@ def job_json(job: JobRecord, user: str, now: float) -> dict[str, Any]:
     environment is left out: it holds secrets."""
     return {
         "id": job.id, "user": user, "name": job.name, "argv": list(job.argv), "cwd": job.cwd,
-        "state": job.state.value, "finished": job.state.finished,
+        "state": job.shown_state, "finished": job.state.finished, "held_by": job.held_by,
         "exit_code": job.exit_code, "signal": job.signal,
         "signal_name": None if job.signal is None else signal_name(job.signal),
         "exit": _exit_text(job) or None,
@@ -236,6 +239,7 @@ def job_json(job: JobRecord, user: str, now: float) -> dict[str, Any]:
         "gpus_exact": None if job.gpus is None else str(job.gpus),
         "memory_mib": job.memory_mib, "priority": job.priority,
         "time_limit_s": job.time_limit, "after": list(job.after),
+        "after_any": list(job.after_any), "after_notok": list(job.after_notok),
         "gpu_ids": list(job.gpu_ids), "lease": job.lease, "pid": job.pid,
         "queued_at": job.queued_at, "queued_at_iso": _iso(job.queued_at),
         "started_at": job.started_at, "started_at_iso": _iso(job.started_at),
@@ -307,11 +311,11 @@ def _cells(job: JobRecord, user: str, now: float, with_user: bool) -> tuple[str,
         name = name[: NAME_WIDTH - 1] + "~"
     ran = _ran(job, now)
     cells = (
-        job.id, name, job.state.value, _exit_text(job) or "-",
+        job.id, name, job.shown_state, _exit_text(job) or "-",
         ",".join(_short_gpu(g) for g in job.gpu_ids) or "-", _clock(job.queued_at, now),
         _clock(job.started_at, now), _clock(job.ended_at, now),
         duration(_waited(job, now)), "-" if ran is None else duration(ran),
-        printable(job.reason or ""),
+        printable(job.reason or (f"held by {job.held_by}" if job.held_by else "")),
     )  # fmt: skip
     return ((printable(user),) if with_user else ()) + cells
 
@@ -473,6 +477,74 @@ def _cmd_retry(args: argparse.Namespace) -> int:
     return 0
 
 
+# ----------------------------------------------------------------- update
+_EDITS = {"name": "--name", "priority": "--priority", "time": "--time", "gpus": "--gpus",
+          "mem": "--mem"}  # fmt: skip
+
+
+def _cmd_update(args: argparse.Namespace) -> int:
+    """``hwpool update ID [--priority P] [--time LIMIT] [--gpus G | --mem SIZE] [--name N]``:
+    a queued (or waiting) job edited in place; its supervisor asks for its share again."""
+    given = [option for field, option in _EDITS.items() if getattr(args, field) is not None]
+    if not given:
+        raise _Usage("give what to change: --priority, --time, --gpus, --mem or --name")
+    if args.gpus is not None and args.mem is not None:
+        raise _Usage(f"give --gpus or --mem, not both (--gpus {args.gpus}, --mem {args.mem} MiB)")
+    with _table([args.id]) as store:
+        record = store.get(args.id)
+        if record.state is JobState.RUNNING:
+            raise JobStateError(
+                f"{args.id} is running: its {', '.join(given)} cannot change now (a running "
+                "job's time limit cannot change yet either: cancel and resubmit it)"
+            )
+        time_limit = None if args.time is None else math.ceil(args.time)
+        edited = store.update(
+            args.id, name=args.name, priority=args.priority, time_limit=time_limit,
+            gpus=args.gpus, memory_mib=args.mem,
+        )  # fmt: skip
+    start_supervisor(_directory())
+    print(f"{edited.id}: updated {', '.join(given)}")
+    return 0
+
+
+# ----------------------------------------------------------------- hold, release
+def _cmd_hold(args: argparse.Namespace) -> int:
+    """``hwpool hold ID...``: every id must name a queued or waiting job (checked for all
+    before any is held); each is held, one line each."""
+    job_ids = list(dict.fromkeys(args.ids))
+    with _table(job_ids) as store:
+        for job_id in job_ids:
+            record = store.get(job_id)
+            if record.state not in (JobState.QUEUED, JobState.WAITING):
+                raise JobStateError(
+                    f"{job_id} is {record.state.value}: only a queued job (or one waiting on "
+                    "a dependency) can be held; nothing was held"
+                )
+        held = [store.hold(job_id, user_name()) for job_id in job_ids]
+    wake_supervisor(_directory())  # it withdraws their requests at once
+    for record in held:
+        print(f"{record.id}: held (hwpool release {record.id} lets it run)")
+    return 0
+
+
+def _cmd_release(args: argparse.Namespace) -> int:
+    """``hwpool release ID...``: the holds on queued or waiting jobs released, one line each."""
+    job_ids = list(dict.fromkeys(args.ids))
+    with _table(job_ids) as store:
+        before = {job_id: store.get(job_id) for job_id in job_ids}
+        for job_id, record in before.items():
+            if record.state not in (JobState.QUEUED, JobState.WAITING):
+                raise JobStateError(
+                    f"{job_id} is {record.state.value}: only a queued job (or one waiting on "
+                    "a dependency) is held or released; nothing was released"
+                )
+        released = [store.release_hold(job_id) for job_id in job_ids]
+    start_supervisor(_directory())
+    for record in released:
+        print(f"{record.id}: " + ("released" if before[record.id].held else "was not held"))
+    return 0
+
+
 # ----------------------------------------------------------------- cancel (jN)
 def cancel_jobs(job_ids: Sequence[str], reason: str | None = None) -> int:
     """``hwpool cancel jN...``: cancel each job, one line each on what happened; the number
@@ -525,6 +597,9 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
     return 1 if unfinished else 0
 
 
+cmd_update = _guarded(_cmd_update)
+cmd_hold = _guarded(_cmd_hold)
+cmd_release = _guarded(_cmd_release)
 cmd_jobs = _guarded(_cmd_jobs)
 cmd_logs = _guarded(_cmd_logs)
 cmd_wait = _guarded(_cmd_wait, broken=_exits.HWPOOL_FAILED)

@@ -109,7 +109,8 @@ class JobRecord:
     ``lease`` the host server's request id for its share; ``pid`` and ``pid_start`` (the
     process's start time in clock ticks after boot, ``/proc/PID/stat`` field 22) tell the
     job's process from a later one that reuses its pid. ``retry_of`` is the job this one
-    re-runs.
+    re-runs. ``after``, ``after_any`` and ``after_notok`` are its dependencies of each kind
+    (see ``_depends``); ``held_by``: who holds it (``hwpool hold``), None when nobody does.
     """
 
     id: str
@@ -136,6 +137,19 @@ class JobRecord:
     stdout_log: str | None
     stderr_log: str | None
     retry_of: str | None
+    after_any: tuple[str, ...] = ()
+    after_notok: tuple[str, ...] = ()
+    held_by: str | None = None
+
+    @property
+    def held(self) -> bool:
+        """Whether it is held: queued or waiting, and never started until released."""
+        return self.held_by is not None
+
+    @property
+    def shown_state(self) -> str:
+        """Its state as ``hwpool jobs`` shows it: ``held`` for a held job, else ``state``."""
+        return "held" if self.held else self.state.value
 
     @property
     def number(self) -> int:
@@ -310,13 +324,13 @@ def check_state(name: str, value: object) -> str:
         raise ValueError(f"{name} must be a job state ({known}), got {value!r}") from None
 
 
-def check_after(after: Iterable[str]) -> list[int]:
-    """The numbers of the job ids in ``after``, in order, each once."""
+def check_after(after: Iterable[str], name: str = "after") -> list[int]:
+    """The numbers of the job ids in ``after`` (the argument ``name``), in order, each once."""
     if isinstance(after, str):
-        raise TypeError(f"after must be a list of job ids, got the string {after!r}")
+        raise TypeError(f"{name} must be a list of job ids, got the string {after!r}")
     numbers: list[int] = []
     for index, job_id in enumerate(after):
-        number = check_job_id(f"after[{index}]", job_id)
+        number = check_job_id(f"{name}[{index}]", job_id)
         if number not in numbers:
             numbers.append(number)
     return numbers
