@@ -114,6 +114,8 @@ JSON_FIELDS = {
     "after", "gpu_ids", "lease", "pid", "queued_at", "queued_at_iso", "started_at",
     "started_at_iso", "ended_at", "ended_at_iso", "waited_s", "ran_s", "reason",
     "stdout_log", "stderr_log", "retry_of", "after_any", "after_notok", "held_by",
+    "gpu_share", "gpu_seconds", "cpu_user_s", "cpu_system_s", "max_rss_kib",
+    "peak_gpu_memory_mib", "ended_by",
 }  # fmt: skip
 
 
@@ -136,7 +138,9 @@ def test_jobs_json_has_every_field_and_never_the_environment(
         "queued_at": 0, "queued_at_iso": "", "started_at": None, "started_at_iso": None,
         "ended_at": None, "ended_at_iso": None, "waited_s": 0, "ran_s": None, "reason": None,
         "stdout_log": None, "stderr_log": None, "retry_of": None, "after_any": [],
-        "after_notok": [], "held_by": None,
+        "after_notok": [], "held_by": None, "gpu_share": None, "gpu_seconds": None,
+        "cpu_user_s": None, "cpu_system_s": None, "max_rss_kib": None,
+        "peak_gpu_memory_mib": None, "ended_by": None,
     }  # fmt: skip
     old = jobs[1]
     assert (old["state"], old["signal"], old["signal_name"], old["exit"]) == (

@@ -246,8 +246,25 @@ def job_json(job: JobRecord, user: str, now: float) -> dict[str, Any]:
         "ended_at": job.ended_at, "ended_at_iso": _iso(job.ended_at),
         "waited_s": _waited(job, now), "ran_s": _ran(job, now),
         "reason": job.reason, "stdout_log": job.stdout_log, "stderr_log": job.stderr_log,
-        "retry_of": job.retry_of,
+        "retry_of": job.retry_of, **_accounting(job, now),
     }  # fmt: skip
+
+
+def _accounting(job: JobRecord, now: float) -> dict[str, Any]:
+    """What the job used (docs/jobs.md, Accounting): GPU-seconds are the GPUs it held times
+    its run time; CPU time and peak RSS are its launcher's ``getrusage`` of the job's
+    process tree, known once it ended. The watcher's peak GPU memory is not recorded yet."""
+    ran = _ran(job, now)
+    usage = job.usage
+    return {
+        "gpu_share": job.gpu_share,
+        "gpu_seconds": None if job.gpu_share is None or ran is None else job.gpu_share * ran,
+        "cpu_user_s": None if usage is None else usage.cpu_user_s,
+        "cpu_system_s": None if usage is None else usage.cpu_system_s,
+        "max_rss_kib": None if usage is None else usage.max_rss_kib,
+        "peak_gpu_memory_mib": None,
+        "ended_by": job.ended_by,
+    }
 
 
 def _iso(stamp: float | None) -> str | None:
@@ -546,7 +563,7 @@ def _cmd_release(args: argparse.Namespace) -> int:
 
 
 # ----------------------------------------------------------------- cancel (jN)
-def cancel_jobs(job_ids: Sequence[str], reason: str | None = None) -> int:
+def cancel_jobs(job_ids: Sequence[str], reason: str | None = None, by: str | None = None) -> int:
     """``hwpool cancel jN...``: cancel each job, one line each on what happened; the number
     not cancelled (not confirmed within the wait). Exit-2 errors (an unknown id: then none is
     cancelled) are raised as :class:`_Usage` for ``hwpool cancel`` to report. ``reason``:
@@ -555,7 +572,8 @@ def cancel_jobs(job_ids: Sequence[str], reason: str | None = None) -> int:
         with _table(job_ids) as store:
             for job_id in job_ids:  # every id known before anything is cancelled
                 store.get(job_id)
-            outcomes = [cancel_job(store, job_id, reason=reason) for job_id in job_ids]
+            who = user_name() if by is None else by
+            outcomes = [cancel_job(store, job_id, reason=reason, by=who) for job_id in job_ids]
     except (UnknownJobError, JobStateError) as exc:
         raise CancelRefused(_message(exc), 2) from None
     except (UnsafePathError, JobTableError) as exc:

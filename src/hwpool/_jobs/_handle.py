@@ -145,7 +145,7 @@ class Job:
         grace), awaited for a bounded time. A finished job is left as it is. The record
         after."""
         with _table(self._directory, self._id) as store:
-            outcome = cancel_job(store, self._id)
+            outcome = cancel_job(store, self._id, by=user_name())
         wake_supervisor(self._directory)
         return outcome.record
 

@@ -15,7 +15,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from ._depends import DependencyKind
-from ._model import JobRecord, JobState, format_job_id
+from ._model import JobRecord, JobState, Usage, format_job_id
 
 __all__ = [
     "BUSY_TIMEOUT_S", "SCHEMA_VERSION", "JobTableError", "connect", "job_from_row",
@@ -53,6 +53,11 @@ CREATE TABLE jobs (
     stderr_log  TEXT,
     retry_of    INTEGER,
     held_by     TEXT,                               -- who holds it (hwpool hold); NULL: none
+    gpu_share   REAL,                               -- GPUs it held (0.5, 2): its GPU-seconds' rate
+    cpu_user_s  REAL,                               -- its process tree's CPU time (getrusage)
+    cpu_system_s REAL,
+    max_rss_kib INTEGER,                            -- its largest process's peak RSS
+    ended_by    TEXT,                               -- who cancelled it
     CHECK ((gpus IS NULL) <> (memory_mib IS NULL))
 );
 CREATE TABLE dependencies (
@@ -67,8 +72,13 @@ CREATE INDEX dependencies_by_after ON dependencies (after);
 """
 
 _MIGRATIONS = {
-    1: [  # to 2: holds (issue 38) and dependency kinds (--after-any, --after-notok)
+    1: [  # to 2 (issue 38): holds, dependency kinds (--after-any, --after-notok), accounting
         "ALTER TABLE jobs ADD COLUMN held_by TEXT",
+        "ALTER TABLE jobs ADD COLUMN gpu_share REAL",
+        "ALTER TABLE jobs ADD COLUMN cpu_user_s REAL",
+        "ALTER TABLE jobs ADD COLUMN cpu_system_s REAL",
+        "ALTER TABLE jobs ADD COLUMN max_rss_kib INTEGER",
+        "ALTER TABLE jobs ADD COLUMN ended_by TEXT",
         f"ALTER TABLE dependencies ADD COLUMN kind TEXT NOT NULL DEFAULT 'ok' "
         f"CHECK (kind IN ({_KINDS}))",
     ],
@@ -143,7 +153,8 @@ def _create_or_check_schema(connection: sqlite3.Connection, path: Path) -> None:
 
 _READ_AS_CURRENT = {
     1: [
-        "CREATE TEMP VIEW jobs AS SELECT *, NULL AS held_by FROM main.jobs",
+        "CREATE TEMP VIEW jobs AS SELECT *, NULL AS held_by, NULL AS gpu_share, NULL AS "
+        "cpu_user_s, NULL AS cpu_system_s, NULL AS max_rss_kib, NULL AS ended_by FROM main.jobs",
         "CREATE TEMP VIEW dependencies AS SELECT *, 'ok' AS kind FROM main.dependencies",
     ],
 }
@@ -205,6 +216,11 @@ def job_from_row(row: sqlite3.Row, dependencies: Sequence[tuple[str, str]] = ())
         after_any=_of_kind(dependencies, DependencyKind.ANY),
         after_notok=_of_kind(dependencies, DependencyKind.NOTOK),
         held_by=row["held_by"],
+        gpu_share=row["gpu_share"],
+        usage=None
+        if row["cpu_user_s"] is None
+        else Usage(row["cpu_user_s"], row["cpu_system_s"], row["max_rss_kib"]),
+        ended_by=row["ended_by"],
     )
 
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import builtins
 import json
+import math
 import os
 import sqlite3
 import time
@@ -48,6 +49,7 @@ from ._model import (
     MAX_SIGNAL,
     JobRecord,
     JobState,
+    Usage,
     check_after,
     check_argv,
     check_cwd,
@@ -62,6 +64,7 @@ from ._model import (
     check_request,
     check_state,
     check_time,
+    check_usage,
     format_job_id,
     how_ended,
 )
@@ -393,10 +396,11 @@ class JobStore:
         lease: int | None = None,
         stdout_log: str | None = None,
         stderr_log: str | None = None,
+        gpu_share: float | None = None,
         now: float | None = None,
     ) -> JobRecord:
         """A queued job was started: its process, its start time, the GPUs it sees, its
-        lease and logs."""
+        lease and logs, and the GPUs its lease holds (``gpu_share``: 0.5, 2; None unknown)."""
         changes = {
             "state": JobState.RUNNING.value,
             "pid": check_int("pid", pid, minimum=1),
@@ -407,6 +411,7 @@ class JobStore:
             "stderr_log": _optional_path("stderr_log", stderr_log),
             "started_at": _now(now),
             "reason": None,  # a note of why it was queued again (note_queued) is past
+            "gpu_share": _optional_share(gpu_share),
         }
         return self._transition(job_id, "mark_running", {JobState.QUEUED}, changes)
 
@@ -416,13 +421,15 @@ class JobStore:
         *,
         exit_code: int | None = None,
         signal: int | None = None,
+        usage: Usage | None = None,
         now: float | None = None,
     ) -> JobRecord:
         """A running job ended by itself: ``succeeded`` for exit code 0, else ``failed``
-        (another code, or the ``signal`` that killed it)."""
+        (another code, or the ``signal`` that killed it); ``usage``: what it used."""
         code, number = check_exit(exit_code, signal)
         state = JobState.SUCCEEDED if code == 0 else JobState.FAILED
-        changes = {"state": state.value, "exit_code": code, "signal": number, "ended_at": _now(now)}
+        changes = {"state": state.value, "exit_code": code, "signal": number, "ended_at": _now(now),
+                   "ended_by": None, **_usage_columns(usage)}  # fmt: skip
         return self._transition(job_id, "mark_finished", {JobState.RUNNING}, changes)
 
     def mark_cancelled(
@@ -432,10 +439,13 @@ class JobStore:
         reason: str = "cancelled by its user",
         exit_code: int | None = None,
         signal: int | None = None,
+        usage: Usage | None = None,
+        by: str | None = None,
         now: float | None = None,
     ) -> JobRecord:
         """A queued, waiting or running job was cancelled (a running one after it was
-        ended: how it ended, if known, in ``exit_code`` or ``signal``)."""
+        ended: how it ended, if known, in ``exit_code`` or ``signal``, and what it used);
+        ``by``: who cancelled it (a user's name), where the caller knows."""
         if exit_code is None and signal is None:
             code, number = None, None
         else:
@@ -446,12 +456,26 @@ class JobStore:
             "exit_code": code,
             "signal": number,
             "ended_at": _now(now),
+            **_usage_columns(usage),
         }
+        if by is not None:
+            changes["ended_by"] = _check_holder(by, "by")
         allowed = {JobState.QUEUED, JobState.WAITING, JobState.RUNNING}
         return self._transition(job_id, "mark_cancelled", allowed, changes)
 
+    def note_cancel(self, job_id: str, by: str) -> JobRecord:
+        """Say who is cancelling the running job ``job_id`` before its launcher is told (the
+        launcher records the end; one that ends by itself first clears it)."""
+        return self._transition(job_id, "note_cancel", {JobState.RUNNING},
+                                {"ended_by": _check_holder(by, "by")})  # fmt: skip
+
     def mark_timed_out(
-        self, job_id: str, *, signal: int | None = None, now: float | None = None
+        self,
+        job_id: str,
+        *,
+        signal: int | None = None,
+        usage: Usage | None = None,
+        now: float | None = None,
     ) -> JobRecord:
         """A running job was ended for running past its time limit (by ``signal``)."""
         changes = {
@@ -459,6 +483,8 @@ class JobStore:
             "signal": check_optional_int("signal", signal, 1, MAX_SIGNAL),
             "reason": "ran past its time limit",
             "ended_at": _now(now),
+            "ended_by": None,
+            **_usage_columns(usage),
         }
         return self._transition(job_id, "mark_timed_out", {JobState.RUNNING}, changes)
 
@@ -711,15 +737,33 @@ def _kinds(
     return list(found.items())
 
 
-def _check_holder(value: object) -> str | None:
-    """Who holds a job: None, or a user's name (printable, not empty, at most 64 chars)."""
+def _check_holder(value: object, name: str = "held_by") -> str | None:
+    """Who holds (or cancelled) a job: None, or a user's name (printable, not empty, at most
+    64 characters)."""
     if value is None:
         return None
     if not isinstance(value, str):
-        raise TypeError(f"held_by must be a user's name, got {value!r}")
+        raise TypeError(f"{name} must be a user's name, got {value!r}")
     if not value or len(value) > 64 or not value.isprintable():
-        raise ValueError(f"held_by must be a user's name, got {value!r}")
+        raise ValueError(f"{name} must be a user's name, got {value!r}")
     return value
+
+
+def _usage_columns(usage: object) -> dict[str, Any]:
+    """The table's columns of a job's :class:`Usage` (none when it is None: left unknown)."""
+    checked = check_usage(usage)
+    return {} if checked is None else checked._asdict()
+
+
+def _optional_share(value: object) -> float | None:
+    """The GPUs a lease holds: None, or a finite number > 0."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"gpu_share must be a number of GPUs, got {value!r}")
+    if not (math.isfinite(value) and 0 < value <= 2**31):
+        raise ValueError(f"gpu_share must be a number of GPUs > 0, got {value!r}")
+    return float(value)
 
 
 def _now(now: float | None) -> float:
