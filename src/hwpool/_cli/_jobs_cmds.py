@@ -25,9 +25,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from .. import _exits
 from .._jobs._control import (
@@ -36,10 +34,10 @@ from .._jobs._control import (
     Watch,
     cancel_job,
     exit_status,
-    signal_name,
     wait_for,
 )
 from .._jobs._handle import open_table, start_supervisor, wake_supervisor
+from .._jobs._json import exit_text, job_json, ran_s, waited_s
 from .._jobs._logs import CHUNK, LogNotStartedError, log_path, open_log
 from .._jobs._model import FINISHED, JobRecord, JobState
 from .._jobs._others import default_state_directory, read_user_jobs
@@ -226,72 +224,6 @@ def _me() -> str:
         return str(os.geteuid())
 
 
-def job_json(job: JobRecord, user: str, now: float) -> dict[str, Any]:
-    """One job as ``hwpool jobs --json`` prints it (see docs/jobs.md for the schema). The
-    environment is left out: it holds secrets."""
-    return {
-        "id": job.id, "user": user, "name": job.name, "argv": list(job.argv), "cwd": job.cwd,
-        "state": job.shown_state, "finished": job.state.finished, "held_by": job.held_by,
-        "exit_code": job.exit_code, "signal": job.signal,
-        "signal_name": None if job.signal is None else signal_name(job.signal),
-        "exit": _exit_text(job) or None,
-        "gpus": None if job.gpus is None else float(job.gpus),
-        "gpus_exact": None if job.gpus is None else str(job.gpus),
-        "memory_mib": job.memory_mib, "priority": job.priority,
-        "time_limit_s": job.time_limit, "after": list(job.after),
-        "after_any": list(job.after_any), "after_notok": list(job.after_notok),
-        "gpu_ids": list(job.gpu_ids), "lease": job.lease, "pid": job.pid,
-        "queued_at": job.queued_at, "queued_at_iso": _iso(job.queued_at),
-        "started_at": job.started_at, "started_at_iso": _iso(job.started_at),
-        "ended_at": job.ended_at, "ended_at_iso": _iso(job.ended_at),
-        "waited_s": _waited(job, now), "ran_s": _ran(job, now),
-        "reason": job.reason, "stdout_log": job.stdout_log, "stderr_log": job.stderr_log,
-        "retry_of": job.retry_of, **_accounting(job, now),
-    }  # fmt: skip
-
-
-def _accounting(job: JobRecord, now: float) -> dict[str, Any]:
-    """What the job used (docs/jobs.md, Accounting): GPU-seconds are the GPUs it held times
-    its run time; CPU time and peak RSS are its launcher's ``getrusage`` of the job's
-    process tree, known once it ended. The watcher's peak GPU memory is not recorded yet."""
-    ran = _ran(job, now)
-    usage = job.usage
-    return {
-        "gpu_share": job.gpu_share,
-        "gpu_seconds": None if job.gpu_share is None or ran is None else job.gpu_share * ran,
-        "cpu_user_s": None if usage is None else usage.cpu_user_s,
-        "cpu_system_s": None if usage is None else usage.cpu_system_s,
-        "max_rss_kib": None if usage is None else usage.max_rss_kib,
-        "peak_gpu_memory_mib": None,
-        "ended_by": job.ended_by,
-    }
-
-
-def _iso(stamp: float | None) -> str | None:
-    """``2026-12-04T17:03:12.250000+00:00``: the time in UTC, ISO 8601."""
-    return None if stamp is None else datetime.fromtimestamp(stamp, UTC).isoformat()
-
-
-def _waited(job: JobRecord, now: float) -> float:
-    """Seconds between queueing and starting (until now, or the end, if it has not started)."""
-    until = job.started_at if job.started_at is not None else (job.ended_at or now)
-    return max(0.0, until - job.queued_at)
-
-
-def _ran(job: JobRecord, now: float) -> float | None:
-    """Seconds it ran (so far, for a running job); None if it never started."""
-    if job.started_at is None:
-        return None
-    return max(0.0, (job.ended_at or now) - job.started_at)
-
-
-def _exit_text(job: JobRecord) -> str:
-    """``3``, ``SIGKILL``, or nothing (not finished, or no exit known)."""
-    if job.signal is not None:
-        return signal_name(job.signal)
-    return "" if job.exit_code is None else str(job.exit_code)
-
-
 _HEADINGS = ("ID", "NAME", "STATE", "EXIT", "GPUS", "QUEUED", "STARTED", "ENDED", "WAITED",
              "RAN", "REASON")  # fmt: skip
 
@@ -326,12 +258,12 @@ def _cells(job: JobRecord, user: str, now: float, with_user: bool) -> tuple[str,
     name = printable(job.name)
     if len(name) > NAME_WIDTH:
         name = name[: NAME_WIDTH - 1] + "~"
-    ran = _ran(job, now)
+    ran = ran_s(job, now)
     cells = (
-        job.id, name, job.shown_state, _exit_text(job) or "-",
+        job.id, name, job.shown_state, exit_text(job) or "-",
         ",".join(_short_gpu(g) for g in job.gpu_ids) or "-", _clock(job.queued_at, now),
         _clock(job.started_at, now), _clock(job.ended_at, now),
-        duration(_waited(job, now)), "-" if ran is None else duration(ran),
+        duration(waited_s(job, now)), "-" if ran is None else duration(ran),
         printable(job.reason or (f"held by {job.held_by}" if job.held_by else "")),
     )  # fmt: skip
     return ((printable(user),) if with_user else ()) + cells
@@ -472,7 +404,7 @@ def _cmd_wait(args: argparse.Namespace) -> int:
 
 def _outcome(record: JobRecord) -> str:
     """``succeeded``, ``failed (exit 3)``, ``cancelled (SIGTERM)``, ``lost: why``."""
-    shown = _exit_text(record)
+    shown = exit_text(record)
     if record.state is JobState.FAILED:
         return f"failed ({'exit ' if record.signal is None else ''}{shown})"
     if record.state is JobState.SUCCEEDED:

@@ -367,7 +367,7 @@ def _add_submit(commands: Subcommands) -> None:
         "submit", help="queue a command to run on a share of the GPUs, after you log out too",
         usage="hwpool submit [-h] [--gpus G | --mem SIZE] [--name NAME] [--priority P] "
         "[--time LIMIT] [--after ID[,ID...]] [--after-any ID[,ID...]] [--after-notok ID[,ID...]] "
-        "[--hold] [--cwd DIR] [--env KEY=VALUE] [--socket PATH] [--json] "
+        "[--hold] [--notify CMD] [--cwd DIR] [--env KEY=VALUE] [--socket PATH] [--json] "
         "(-- CMD [ARGS...] | --from FILE)",
         description="Queue CMD as a job of yours and print its id (j1, j2, ...) at once. Your "
         "supervisor (started if none runs, detached from the terminal) runs it when the jobs "
@@ -406,6 +406,12 @@ def _add_submit(commands: Subcommands) -> None:
         "--after-notok", type=_args.job_ids_argument, action="extend", default=[],
         metavar="ID[,ID...]", help="run only if one of these jobs of yours fails, times out, "
         "is cancelled or lost (clean-up, alerts); cancelled once they all succeeded",
+    )  # fmt: skip
+    submit.add_argument(
+        "--notify", metavar="CMD",
+        help="when the job ends, run CMD (a shell command, as you) with HWPOOL_JOB_ID, "
+        "HWPOOL_JOB_NAME, HWPOOL_JOB_STATE, HWPOOL_JOB_EXIT set and the job's JSON on its "
+        "stdin (default: notify in ~/.config/hwpool/config.toml; '' for none)",
     )  # fmt: skip
     submit.add_argument(
         "--hold", action="store_true",

@@ -53,7 +53,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
         jobs = submit_jobs(
             commands, gpus=args.gpus, memory=args.mem, names=[args.name] * len(commands),
             priority=args.priority, time=args.time, after=args.after,
-            after_any=args.after_any, after_notok=args.after_notok, hold=args.hold, cwd=args.cwd,
+            after_any=args.after_any, after_notok=args.after_notok, hold=args.hold,
+            notify=args.notify, cwd=args.cwd,
             env={**os.environ, **dict(args.env)}, server=server,
         )  # fmt: skip
     except ServerRefusal as exc:

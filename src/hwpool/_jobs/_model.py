@@ -125,7 +125,8 @@ class JobRecord:
     (see ``_depends``); ``held_by``: who holds it (``hwpool hold``), None when nobody does.
     Accounting: ``gpu_share`` (the GPUs it held, 0.5 or 2: its GPU-seconds per second, from
     its start), ``usage`` (its process tree's CPU time and peak RSS, once it ended; None
-    where its launcher could not tell) and ``ended_by`` (who cancelled it).
+    where its launcher could not tell) and ``ended_by`` (who cancelled it). ``notify``: the
+    shell command run once it has ended (``submit --notify``).
     """
 
     id: str
@@ -158,6 +159,7 @@ class JobRecord:
     gpu_share: float | None = None
     usage: Usage | None = None
     ended_by: str | None = None
+    notify: str | None = None
 
     @property
     def held(self) -> bool:

@@ -58,6 +58,8 @@ CREATE TABLE jobs (
     cpu_system_s REAL,
     max_rss_kib INTEGER,                            -- its largest process's peak RSS
     ended_by    TEXT,                               -- who cancelled it
+    notify      TEXT,                               -- run when it ends (submit --notify)
+    notified_at REAL,                               -- when that was started
     CHECK ((gpus IS NULL) <> (memory_mib IS NULL))
 );
 CREATE TABLE dependencies (
@@ -79,6 +81,8 @@ _MIGRATIONS = {
         "ALTER TABLE jobs ADD COLUMN cpu_system_s REAL",
         "ALTER TABLE jobs ADD COLUMN max_rss_kib INTEGER",
         "ALTER TABLE jobs ADD COLUMN ended_by TEXT",
+        "ALTER TABLE jobs ADD COLUMN notify TEXT",
+        "ALTER TABLE jobs ADD COLUMN notified_at REAL",
         f"ALTER TABLE dependencies ADD COLUMN kind TEXT NOT NULL DEFAULT 'ok' "
         f"CHECK (kind IN ({_KINDS}))",
     ],
@@ -154,7 +158,8 @@ def _create_or_check_schema(connection: sqlite3.Connection, path: Path) -> None:
 _READ_AS_CURRENT = {
     1: [
         "CREATE TEMP VIEW jobs AS SELECT *, NULL AS held_by, NULL AS gpu_share, NULL AS "
-        "cpu_user_s, NULL AS cpu_system_s, NULL AS max_rss_kib, NULL AS ended_by FROM main.jobs",
+        "cpu_user_s, NULL AS cpu_system_s, NULL AS max_rss_kib, NULL AS ended_by, "
+        "NULL AS notify, NULL AS notified_at FROM main.jobs",
         "CREATE TEMP VIEW dependencies AS SELECT *, 'ok' AS kind FROM main.dependencies",
     ],
 }
@@ -221,6 +226,7 @@ def job_from_row(row: sqlite3.Row, dependencies: Sequence[tuple[str, str]] = ())
         if row["cpu_user_s"] is None
         else Usage(row["cpu_user_s"], row["cpu_system_s"], row["max_rss_kib"]),
         ended_by=row["ended_by"],
+        notify=row["notify"],
     )
 
 

@@ -77,6 +77,7 @@ from ._state import (
     prepare_state_directory,
     state_directory,
 )
+from ._userconfig import check_notify
 
 __all__ = ["DEFAULT_KEEP_COUNT", "DEFAULT_KEEP_SECONDS", "SCHEMA_VERSION", "JobStateError",
            "JobStore", "JobTableError", "UnknownJobError"]  # fmt: skip
@@ -205,12 +206,14 @@ class JobStore:
         after_any: Iterable[str] = (),
         after_notok: Iterable[str] = (),
         held_by: str | None = None,
+        notify: str | None = None,
         now: float | None = None,
     ) -> JobRecord:
         """Queue a job; the job as recorded. It is ``queued`` when its dependencies are met
         (every job in ``after`` succeeded, every one in ``after_any`` ended, one in
         ``after_notok`` ended without success; see ``_depends``), else
-        ``waiting-on-dependency``; ``held_by`` (a user's name) holds it from the start.
+        ``waiting-on-dependency``; ``held_by`` (a user's name) holds it from the start;
+        ``notify``: a shell command to run once it has ended.
 
         Dependencies may name only jobs of this table (so never a later job: no cycle can
         form), each once, and only such that the job may still run; ValueError otherwise.
@@ -219,7 +222,7 @@ class JobStore:
         return self.add_all([(argv, name)], cwd=cwd, environment=environment, gpus=gpus,
                             memory_mib=memory_mib, priority=priority, time_limit=time_limit,
                             after=after, after_any=after_any, after_notok=after_notok,
-                            held_by=held_by, now=now)[0]  # fmt: skip
+                            held_by=held_by, notify=notify, now=now)[0]  # fmt: skip
 
     def add_all(
         self,
@@ -235,6 +238,7 @@ class JobStore:
         after_any: Iterable[str] = (),
         after_notok: Iterable[str] = (),
         held_by: str | None = None,
+        notify: str | None = None,
         now: float | None = None,
     ) -> builtins.list[JobRecord]:
         """Queue one job per ``(argv, name)`` of ``commands``, in that order, with the same
@@ -247,6 +251,7 @@ class JobStore:
             "time_limit": check_optional_int("time_limit", time_limit, 1, 2**53),
             "queued_at": _now(now),
             "held_by": _check_holder(held_by),
+            "notify": check_notify(notify),
         }
         share, memory = check_request(gpus, memory_mib)
         shared["gpus"] = None if share is None else str(share)
@@ -604,6 +609,28 @@ class JobStore:
             raise ValueError("update: give at least one of name, priority, time_limit, gpus, "
                              "memory_mib")  # fmt: skip
         return self._transition(job_id, "update", _WAITING_OR_QUEUED, changes)
+
+    # --------------------------------------------------------------- notifications
+    def to_notify(self) -> builtins.list[JobRecord]:
+        """The finished jobs with a notify command not yet started, oldest end first."""
+        finished = ", ".join(f"'{state.value}'" for state in FINISHED)
+        with self._read():
+            rows = self._db.execute(
+                f"SELECT * FROM jobs WHERE state IN ({finished}) AND notify IS NOT NULL "
+                "AND notified_at IS NULL ORDER BY ended_at, number"
+            ).fetchall()
+        return [job_from_row(row) for row in rows]
+
+    def mark_notified(self, job_id: str, *, now: float | None = None) -> bool:
+        """Record that ``job_id``'s notify command is started; False if it already was (by
+        another supervisor: it runs at most once)."""
+        number = check_job_id("job_id", job_id)
+        with self._write():
+            cursor = self._db.execute(
+                "UPDATE jobs SET notified_at = ? WHERE number = ? AND notified_at IS NULL",
+                (_now(now), number),
+            )
+        return cursor.rowcount == 1
 
     # --------------------------------------------------------------- holds
     def hold(self, job_id: str, by: str) -> JobRecord:

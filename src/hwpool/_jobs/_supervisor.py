@@ -58,9 +58,11 @@ from .._wire._bounds import MAX_TEXT
 from ._backoff import Backoff
 from ._faults import TABLE_FAULT, TableFaults
 from ._model import JobRecord, JobState, signal_name
+from ._notify import NOTIFY_TIMEOUT_S, Notifiers
 from ._procs import is_running, process_start
 from ._state import LOCK_NAME, LOG_NAME, SOCKET_NAME
 from ._store import JobStateError, JobStore
+from ._submit import user_name
 
 __all__ = [
     "GRACE_S",
@@ -127,6 +129,7 @@ class Supervisor:
         grace_s: float = GRACE_S,
         log: Callable[[str], None] = print,
         prune: Callable[[], None] | None = None,
+        notify_timeout: float = NOTIFY_TIMEOUT_S,
     ) -> None:
         self._store, self._directory = store, directory
         self._prune, self._pruned_at = prune, time.monotonic()
@@ -144,6 +147,7 @@ class Supervisor:
         self._retry_at = 0.0  # when to try the server again after it could not be reached
         self._refusals = Backoff()  # refused requests: when to ask again, what was logged
         self._faults = TableFaults()  # the pause while the table cannot be written
+        self._notifiers = Notifiers(log, notify_timeout)  # notify commands of jobs that ended
 
     # ------------------------------------------------------------------ the loop
     async def run(self) -> None:
@@ -175,6 +179,7 @@ class Supervisor:
                         await self._wake.wait()
         finally:
             server.close()
+            self._notifiers.stop()
             for task in self._requests.values():
                 task.cancel()
             await asyncio.gather(*self._requests.values(), return_exceptions=True)
@@ -211,12 +216,21 @@ class Supervisor:
         """Bring the requests and launchers in line with the table (when it changed, or
         something woke the loop); whether anything is left to run or watch."""
         reaped = self._reap()
+        self._notifiers.reap()
         version = self._store.data_version()
         if not (woken or reaped or version != self._version or self._retry_at):
-            return self._busy
+            return self._busy or self._notifiers.busy
         self._version = version  # a change committed from now on is seen next time
         self._busy = self._align()
-        return self._busy
+        self._notify()
+        return self._busy or self._notifiers.busy
+
+    def _notify(self) -> None:
+        """Start the notify command of each job that ended since (at most once: the table
+        records it started before it is)."""
+        for job in self._store.to_notify():
+            if self._store.mark_notified(job.id):
+                self._notifiers.start(job, user_name())
 
     def _align(self) -> bool:
         queued = self._store.ready()  # in submit order: the server's order among our own
