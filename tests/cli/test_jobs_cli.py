@@ -115,7 +115,7 @@ JSON_FIELDS = {
     "started_at_iso", "ended_at", "ended_at_iso", "waited_s", "ran_s", "reason",
     "stdout_log", "stderr_log", "retry_of", "after_any", "after_notok", "held_by",
     "gpu_share", "gpu_seconds", "cpu_user_s", "cpu_system_s", "max_rss_kib",
-    "peak_gpu_memory_mib", "ended_by", "notify",
+    "peak_gpu_memory_mib", "ended_by", "notify", "array_id", "array_index",
 }  # fmt: skip
 
 
@@ -140,7 +140,8 @@ def test_jobs_json_has_every_field_and_never_the_environment(
         "stdout_log": None, "stderr_log": None, "retry_of": None, "after_any": [],
         "after_notok": [], "held_by": None, "gpu_share": None, "gpu_seconds": None,
         "cpu_user_s": None, "cpu_system_s": None, "max_rss_kib": None,
-        "peak_gpu_memory_mib": None, "ended_by": None, "notify": False,
+        "peak_gpu_memory_mib": None, "ended_by": None, "notify": False, "array_id": None,
+        "array_index": None,
     }  # fmt: skip
     old = jobs[1]
     assert (old["state"], old["signal"], old["signal_name"], old["exit"]) == (

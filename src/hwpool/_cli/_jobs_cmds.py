@@ -125,11 +125,35 @@ def _table(job_ids: Sequence[str] = ()) -> Iterator[JobStore]:
         yield store
 
 
+def _expanded(store: JobStore, job_ids: Sequence[str]) -> dict[str, bool]:
+    """The jobs ``job_ids`` stand for, in order, each once (an array's id: its members),
+    each with whether it was named itself (not through its array); UnknownJobError for an
+    unknown one."""
+    found: dict[str, bool] = {}
+    for job_id in job_ids:
+        members = store.members(job_id)
+        for member in members:
+            found[member] = found.get(member, False) or members == [job_id]
+    return found
+
+
+def _one_job(store: JobStore, job_id: str) -> JobRecord:
+    """The one job ``job_id`` names; a usage error for an array of several."""
+    members = store.members(job_id)
+    if len(members) > 1:
+        raise _Usage(f"{job_id} is an array of {len(members)} jobs: give one of its members "
+                     f"({members[0]}, ...)")  # fmt: skip
+    return store.get(members[0])
+
+
 # ----------------------------------------------------------------- jobs
 def _cmd_jobs(args: argparse.Namespace) -> int:
     now = time.time()
     rows, problems = _gather(args)
-    window = None if args.all else RECENT_S if args.since is None else args.since
+    if args.ids:  # these jobs only, whenever they ended
+        wanted = set(args.ids)
+        rows = [(user, job) for user, job in rows if _named(job, wanted)]
+    window = None if args.all or args.ids else RECENT_S if args.since is None else args.since
     if window is not None:
         rows = [(user, job) for user, job in rows if _recent(job, now, window)]
     if args.state is not None:
@@ -142,6 +166,11 @@ def _cmd_jobs(args: argparse.Namespace) -> int:
     for problem in problems:
         print(f"hwpool: error: {one_line(problem)}", file=sys.stderr)
     return 1 if problems else 0
+
+
+def _named(job: JobRecord, wanted: set[str]) -> bool:
+    """Whether ``job`` is one of ``wanted``: its id, its own number's, or its array's."""
+    return bool({job.id, f"j{job.number}", job.array_id} & wanted)
 
 
 def _recent(job: JobRecord, now: float, window: float) -> bool:
@@ -299,7 +328,7 @@ def duration(seconds: float) -> str:
 # ----------------------------------------------------------------- logs
 def _cmd_logs(args: argparse.Namespace) -> int:
     with _table([args.id]) as store:
-        record = store.get(args.id)
+        record = _one_job(store, args.id)
         try:
             if args.follow:
                 return _follow(store, record, args.stderr)
@@ -382,10 +411,8 @@ def _finished(watch: Watch) -> bool:
 
 # ----------------------------------------------------------------- wait
 def _cmd_wait(args: argparse.Namespace) -> int:
-    ids = list(dict.fromkeys(args.ids))
-    with _table(ids) as store:
-        for job_id in ids:  # every id known before any wait
-            store.get(job_id)
+    with _table(args.ids) as store:
+        ids = list(_expanded(store, args.ids))  # every id known before any wait
         try:
             records = wait_for(store, ids, args.timeout)
         except TimeoutError as exc:
@@ -417,7 +444,7 @@ def _outcome(record: JobRecord) -> str:
 # ----------------------------------------------------------------- retry
 def _cmd_retry(args: argparse.Namespace) -> int:
     with _table([args.id]) as store:
-        again = store.retry(args.id)
+        again = store.retry(_one_job(store, args.id).id)
     start_supervisor(_directory())
     if args.json:
         print(json.dumps({"id": again.id, "retry_of": args.id, "state": again.state.value}))
@@ -440,19 +467,23 @@ def _cmd_update(args: argparse.Namespace) -> int:
     if args.gpus is not None and args.mem is not None:
         raise _Usage(f"give --gpus or --mem, not both (--gpus {args.gpus}, --mem {args.mem} MiB)")
     with _table([args.id]) as store:
-        record = store.get(args.id)
-        if record.state is JobState.RUNNING:
+        targets = list(_expanded(store, [args.id]))
+        if len(targets) == 1 and store.get(targets[0]).state is JobState.RUNNING:
             raise JobStateError(
                 f"{args.id} is running: its {', '.join(given)} cannot change now (a running "
                 "job's time limit cannot change yet either: cancel and resubmit it)"
             )
+        if len(targets) > 1:  # an array: its members that still wait
+            targets = _waiting_ones(store, [args.id], "can be changed")
         time_limit = None if args.time is None else math.ceil(args.time)
-        edited = store.update(
-            args.id, name=args.name, priority=args.priority, time_limit=time_limit,
-            gpus=args.gpus, memory_mib=args.mem,
-        )  # fmt: skip
+        edited = [
+            store.update(job_id, name=args.name, priority=args.priority, time_limit=time_limit,
+                         gpus=args.gpus, memory_mib=args.mem)
+            for job_id in targets
+        ]  # fmt: skip
     start_supervisor(_directory())
-    print(f"{edited.id}: updated {', '.join(given)}")
+    for record in edited:
+        print(f"{record.id}: updated {', '.join(given)}")
     return 0
 
 
@@ -460,15 +491,8 @@ def _cmd_update(args: argparse.Namespace) -> int:
 def _cmd_hold(args: argparse.Namespace) -> int:
     """``hwpool hold ID...``: every id must name a queued or waiting job (checked for all
     before any is held); each is held, one line each."""
-    job_ids = list(dict.fromkeys(args.ids))
-    with _table(job_ids) as store:
-        for job_id in job_ids:
-            record = store.get(job_id)
-            if record.state not in (JobState.QUEUED, JobState.WAITING):
-                raise JobStateError(
-                    f"{job_id} is {record.state.value}: only a queued job (or one waiting on "
-                    "a dependency) can be held; nothing was held"
-                )
+    with _table(args.ids) as store:
+        job_ids = _waiting_ones(store, args.ids, "can be held; nothing was held")
         held = [store.hold(job_id, user_name()) for job_id in job_ids]
     wake_supervisor(_directory())  # it withdraws their requests at once
     for record in held:
@@ -478,20 +502,28 @@ def _cmd_hold(args: argparse.Namespace) -> int:
 
 def _cmd_release(args: argparse.Namespace) -> int:
     """``hwpool release ID...``: the holds on queued or waiting jobs released, one line each."""
-    job_ids = list(dict.fromkeys(args.ids))
-    with _table(job_ids) as store:
+    with _table(args.ids) as store:
+        job_ids = _waiting_ones(store, args.ids, "is held or released; nothing was released")
         before = {job_id: store.get(job_id) for job_id in job_ids}
-        for job_id, record in before.items():
-            if record.state not in (JobState.QUEUED, JobState.WAITING):
-                raise JobStateError(
-                    f"{job_id} is {record.state.value}: only a queued job (or one waiting on "
-                    "a dependency) is held or released; nothing was released"
-                )
         released = [store.release_hold(job_id) for job_id in job_ids]
     start_supervisor(_directory())
     for record in released:
         print(f"{record.id}: " + ("released" if before[record.id].held else "was not held"))
     return 0
+
+
+def _waiting_ones(store: JobStore, job_ids: Sequence[str], refusal: str) -> list[str]:
+    """The queued or waiting jobs ``job_ids`` stand for (an array's: its members that are);
+    JobStateError ending in ``refusal`` for a job named itself in another state."""
+    kept = []
+    for job_id, named in _expanded(store, job_ids).items():
+        record = store.get(job_id)
+        if record.state in (JobState.QUEUED, JobState.WAITING):
+            kept.append(job_id)
+        elif named:
+            raise JobStateError(f"{job_id} is {record.state.value}: only a queued job (or one "
+                                f"waiting on a dependency) {refusal}")  # fmt: skip
+    return kept
 
 
 # ----------------------------------------------------------------- cancel (jN)
@@ -502,8 +534,7 @@ def cancel_jobs(job_ids: Sequence[str], reason: str | None = None, by: str | Non
     a queued job's (root's ``cancel --user``: ``cancelled by root``)."""
     try:
         with _table(job_ids) as store:
-            for job_id in job_ids:  # every id known before anything is cancelled
-                store.get(job_id)
+            job_ids = list(_expanded(store, job_ids))  # every id known before any is cancelled
             who = user_name() if by is None else by
             outcomes = [cancel_job(store, job_id, reason=reason, by=who) for job_id in job_ids]
     except (UnknownJobError, JobStateError) as exc:

@@ -31,7 +31,8 @@ def job_json(job: JobRecord, user: str, now: float) -> dict[str, Any]:
         "ended_at": job.ended_at, "ended_at_iso": _iso(job.ended_at),
         "waited_s": waited_s(job, now), "ran_s": ran_s(job, now),
         "reason": job.reason, "stdout_log": job.stdout_log, "stderr_log": job.stderr_log,
-        "retry_of": job.retry_of, **_accounting(job, now),
+        "retry_of": job.retry_of, "array_id": job.array_id, "array_index": job.array_index,
+        **_accounting(job, now),
     }  # fmt: skip
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from .._check import check_bool, check_real, duration_from_text
 from .._core._memory import parse_memory
 from .._wire._paths import ClientSocket, client_socket
+from ._arrays import ArraySpec, parse_array_spec
 from ._model import JobRecord, check_argv
 from ._servers import check_server
 from ._start import ensure_supervisor
@@ -89,6 +90,7 @@ def submit_jobs(
     after_notok: Iterable[str] = (),
     hold: bool = False,
     notify: str | None = None,
+    array: str | ArraySpec | None = None,
     cwd: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
     state_dir: str | os.PathLike[str] | None = None,
@@ -100,7 +102,8 @@ def submit_jobs(
 
     The jobs wait on ``server`` (default: the server this process would use): a
     ``ServerConflictError`` (a ValueError naming both sockets) when the user's supervisor
-    serves another one (see ``_servers``)."""
+    serves another one (see ``_servers``). ``array`` (``"0-99%4"``, see ``_arrays``; with one
+    command): one job per index, the array's members."""
     if gpus is not None and memory is not None:
         raise ValueError(f"give gpus or memory, not both (gpus={gpus!r}, memory={memory!r})")
     memory_mib = None if memory is None else parse_memory(memory, "memory")
@@ -112,6 +115,9 @@ def submit_jobs(
         [ids] if isinstance(ids, str) else list(ids) for ids in (after, after_any, after_notok)
     )
     check_bool("hold", hold)
+    spec = parse_array_spec(array, "array") if isinstance(array, str) else array
+    if spec is not None and len(commands) != 1:
+        raise ValueError(f"array takes one command, got {len(commands)} (--from and --array)")
     notifier = default_notify(os.environ) if notify is None else check_notify(notify)
     chosen = [None] * len(commands) if names is None else list(names)
     if len(chosen) != len(commands):
@@ -134,7 +140,7 @@ def submit_jobs(
             batch, cwd=folder, environment=environment, gpus=gpus, memory_mib=memory_mib,
             priority=priority, time_limit=_time_limit(time), after=dependencies,
             after_any=of_any, after_notok=of_notok, held_by=user_name() if hold else None,
-            notify=notifier,
+            notify=notifier, array=spec,
         )  # fmt: skip
     ensure_supervisor(directory, target)
     return jobs

@@ -249,7 +249,9 @@ class Supervisor:
         # submit order) wait in its queue; the server refuses more from one connection.
         room = MAX_REQUESTS - len(self._requests)
         new = [job for job in queued if job.id not in self._requests and job.id not in launching]
-        new = sorted(new, key=lambda job: (-job.priority, job.number))[: max(room, 0)]
+        new = sorted(new, key=lambda job: (-job.priority, job.number))
+        new = _within_array_limits(new, [*running, *queued], {*self._requests, *launching})
+        new = new[: max(room, 0)]
         if new and not self._reachable(any(job.memory_mib is not None for job in new)):
             new = []
         self._withdraw_behind(new, queued)
@@ -496,6 +498,27 @@ class Supervisor:
             if _peer_uid(sock) == os.geteuid():
                 self._wake.set()
         writer.close()
+
+
+def _within_array_limits(
+    new: Sequence[JobRecord], known: Sequence[JobRecord], asked: set[str]
+) -> list[JobRecord]:
+    """``new`` less the array members that would make more of their array run or wait at
+    the server than its ``%K`` (``known``: every running and queued job; ``asked``: the ids
+    with a request or a launcher now)."""
+    active: dict[str, set[str]] = {}
+    for job in known:
+        if job.array_id is not None and (job.state is JobState.RUNNING or job.id in asked):
+            active.setdefault(job.array_id, set()).add(job.id)
+    kept = []
+    for job in new:
+        if job.array_id is not None and job.array_limit is not None:
+            members = active.setdefault(job.array_id, set())
+            if len(members) >= job.array_limit:
+                continue
+            members.add(job.id)
+        kept.append(job)
+    return kept
 
 
 def _asked(job: JobRecord) -> tuple[object, ...]:
