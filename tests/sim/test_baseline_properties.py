@@ -198,7 +198,7 @@ class FirstFitMachine(BaselineMachine):
 
 
 SETTINGS = settings(
-    max_examples=400 if LONG else 60,
+    max_examples=500 if LONG else 60,
     stateful_step_count=60 if LONG else 40,
     deadline=None,
     derandomize=not LONG,
