@@ -45,6 +45,8 @@ from hwpool._core._scheduler import Demand, Grant, Head, Scheduler
 
 U = 1_000
 LONG = bool(os.environ.get("TESTS_HWPOOL_LONG"))
+# A long run takes minutes per machine: past the suite's timeout of a minute a test.
+pytestmark = [pytest.mark.timeout(3000)] if LONG else []
 
 # The machines the core is built for: (totals, groups, memory_groups).
 SHAPES: list[tuple[list[int], list[Hashable] | None, list[Hashable | None] | None]] = [

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 from typing import Any, ClassVar
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -27,6 +28,8 @@ from hwpool._sim._baselines import FifoPolicy, FirstFitPolicy, Start
 
 U = 1_000
 LONG = bool(os.environ.get("TESTS_HWPOOL_LONG"))
+# A long run takes minutes per machine: past the suite's timeout of a minute a test.
+pytestmark = [pytest.mark.timeout(3000)] if LONG else []
 SHAPES: list[list[int] | None] = [None, [U, U, U // 2, U // 4], [U // 2, U, U // 4, U]]
 
 
