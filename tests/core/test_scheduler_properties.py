@@ -302,7 +302,6 @@ class CoreMachine(RuleBasedStateMachine):
         parts = tuple((gpu, units) for gpu in grant.gpus)
         assert self.c.held(grant) == parts
         self.live[grant.ticket] = Live(grant, None, self.now, self.now + 4.0, parts)
-        self.step_grants = []
 
     @precondition(lambda self: (self.live or self.waiting) and not self.BOUNDED)
     @rule(dt=DT)
