@@ -134,8 +134,8 @@ def jobs_of(server: Server, person: Person) -> dict[str, dict[str, Any]]:
 
 
 def settled(jobs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The jobs' records less the fields that change with the clock (waited, ran)."""
-    return {key: {k: v for k, v in job.items() if k not in ("waited_s", "ran_s")}
+    """The jobs' records less the fields that change with the clock (waited, ran, GPU-seconds)."""
+    return {key: {k: v for k, v in job.items() if k not in ("waited_s", "ran_s", "gpu_seconds")}
             for key, job in jobs.items()}  # fmt: skip
 
 
