@@ -152,8 +152,20 @@ class LocalBackend:
                 self._owner = get_ident()
                 if self._closed:
                     raise PoolClosedError("the GPU pool is closed")
-                if self._returns or self._dirty:  # self._begin(), inline: the hot path
+                returns = self._returns
+                if self._dirty or len(returns) > 1:  # self._begin(), inline: the hot path
                     self._drain()
+                elif returns:
+                    item = returns[0]
+                    if isinstance(item, _GaveUp):
+                        self._drain()
+                    else:  # one release handed in (a pair's): self._drain(), inline
+                        self._dirty = True
+                        returns.popleft()  # released from here on
+                        self._released += 1
+                        grants = self._core.release_granted(item[0], item[1])
+                        if grants:
+                            self._collect(grants)
                 self._dirty = True
                 now = self._clock()
                 taken = self._core.grant_now(demand, now=now, expected=expected)

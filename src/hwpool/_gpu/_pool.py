@@ -246,11 +246,15 @@ class GPUPool:
         try:
             if self._try_now(demand, expected_s, claim) is None:
                 await self._backend.acquire(demand, timeout, expected_s, claim)
-            gpus = self._keep(claim[0])
+            grant = claim[0]
+            gpus = grant.gpus
+            if len(gpus) == 1:  # self._keep(grant), inline: the hot path
+                self._held[gpus[0]].append(grant)
+                return gpus[0]
+            return self._keep(grant)[0]
         except BaseException:
             self._unclaim(claim)
             raise
-        return gpus[0]
 
     async def acquire_full(
         self,
