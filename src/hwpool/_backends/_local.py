@@ -35,6 +35,7 @@ import asyncio
 import contextlib
 import dataclasses
 import enum
+import functools
 import threading
 import time
 from collections import deque
@@ -66,6 +67,11 @@ class _GaveUp(NamedTuple):
     waiter: Waiter
     reason: _Reason
 
+
+# _GaveUp((waiter, reason)) without the Python frame of NamedTuple.__new__: a request that
+# waits makes two, one for each way it may give up.
+_gave_up = functools.partial(tuple.__new__, _GaveUp)
+_CANCELLED, _TIMED_OUT = _Reason.CANCELLED, _Reason.TIMED_OUT
 
 _Returned = tuple[Grant, float]
 """A grant handed back without the lock, and when (for the core to learn its hold time)."""
@@ -191,7 +197,7 @@ class LocalBackend:
     ) -> Grant:  # fmt: skip
         """Wait on the running loop; TimeoutError after ``timeout`` seconds."""
         waiter = AsyncWaiter(asyncio.get_running_loop(), time.monotonic(), self._on_lost)
-        gave_up = _GaveUp(waiter, _Reason.CANCELLED), _GaveUp(waiter, _Reason.TIMED_OUT)
+        gave_up = _gave_up((waiter, _CANCELLED)), _gave_up((waiter, _TIMED_OUT))
         try:
             grant = self._enqueue(demand, waiter, expected)
             if grant is None:
@@ -218,7 +224,7 @@ class LocalBackend:
     ) -> Grant:  # fmt: skip
         """Block this thread until granted; TimeoutError after ``timeout`` seconds."""
         waiter = ThreadWaiter(time.monotonic())
-        gave_up = _GaveUp(waiter, _Reason.CANCELLED)
+        gave_up = _gave_up((waiter, _CANCELLED))
         try:
             grant = self._enqueue(demand, waiter, expected)
             if grant is None:

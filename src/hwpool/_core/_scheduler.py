@@ -717,7 +717,7 @@ class Scheduler:
         hint = None if expected is None else check_timeout(expected, "expected")
         if self._limited:
             self._refuse_beyond(demand, max(self._now, clock), hint, queues=False)
-        if clock > self._now:
+        if clock > self._now:  # noqa: PLR1730 (max() is a call, on every grant and release)
             self._now = clock
         if self._easy:
             at = self._now
@@ -829,7 +829,7 @@ class Scheduler:
         if len(gpus) != 1 or not units:  # several GPUs, or whole ones of mixed sizes
             return self.release_many(self.held(grant), ticket=grant.ticket, now=now)
         clock = now if type(now) is float and now - now == 0.0 else self._time(now)
-        if clock > self._now:
+        if clock > self._now:  # noqa: PLR1730 (max() is a call, on every grant and release)
             self._now = clock
         at, gpu = self._now, gpus[0]
         self._free[gpu] += units
