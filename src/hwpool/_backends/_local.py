@@ -35,6 +35,7 @@ import asyncio
 import contextlib
 import dataclasses
 import enum
+import functools
 import threading
 import time
 from collections import deque
@@ -66,6 +67,11 @@ class _GaveUp(NamedTuple):
     waiter: Waiter
     reason: _Reason
 
+
+# _GaveUp((waiter, reason)) without the Python frame of NamedTuple.__new__: a request that
+# waits makes two, one for each way it may give up.
+_gave_up = functools.partial(tuple.__new__, _GaveUp)
+_CANCELLED, _TIMED_OUT = _Reason.CANCELLED, _Reason.TIMED_OUT
 
 _Returned = tuple[Grant, float]
 """A grant handed back without the lock, and when (for the core to learn its hold time)."""
@@ -152,8 +158,20 @@ class LocalBackend:
                 self._owner = get_ident()
                 if self._closed:
                     raise PoolClosedError("the GPU pool is closed")
-                if self._returns or self._dirty:  # self._begin(), inline: the hot path
+                returns = self._returns
+                if self._dirty or len(returns) > 1:  # self._begin(), inline: the hot path
                     self._drain()
+                elif returns:
+                    item = returns[0]
+                    if isinstance(item, _GaveUp):
+                        self._drain()
+                    else:  # one release handed in (a pair's): self._drain(), inline
+                        self._dirty = True
+                        returns.popleft()  # released from here on
+                        self._released += 1
+                        grants = self._core.release_granted(item[0], item[1])
+                        if grants:
+                            self._collect(grants)
                 self._dirty = True
                 now = self._clock()
                 taken = self._core.grant_now(demand, now=now, expected=expected)
@@ -179,7 +197,7 @@ class LocalBackend:
     ) -> Grant:  # fmt: skip
         """Wait on the running loop; TimeoutError after ``timeout`` seconds."""
         waiter = AsyncWaiter(asyncio.get_running_loop(), time.monotonic(), self._on_lost)
-        gave_up = _GaveUp(waiter, _Reason.CANCELLED), _GaveUp(waiter, _Reason.TIMED_OUT)
+        gave_up = _gave_up((waiter, _CANCELLED)), _gave_up((waiter, _TIMED_OUT))
         try:
             grant = self._enqueue(demand, waiter, expected)
             if grant is None:
@@ -206,7 +224,7 @@ class LocalBackend:
     ) -> Grant:  # fmt: skip
         """Block this thread until granted; TimeoutError after ``timeout`` seconds."""
         waiter = ThreadWaiter(time.monotonic())
-        gave_up = _GaveUp(waiter, _Reason.CANCELLED)
+        gave_up = _gave_up((waiter, _CANCELLED))
         try:
             grant = self._enqueue(demand, waiter, expected)
             if grant is None:

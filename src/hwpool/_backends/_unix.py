@@ -55,6 +55,7 @@ from threading import get_ident
 
 from .._check import check_int, check_timeout
 from .._core._capacity import UNITS_PER_GPU, units_to_fraction
+from .._core._demand import make_demand
 from .._core._scheduler import Demand, Grant
 from .._errors import PoolClosedError, RevokedError
 from .._host._detect import GPUInfo
@@ -1212,16 +1213,11 @@ def _taken_demand(request: TakenRequest, totals: tuple[int, ...] | None) -> Dema
     """The demand of a lease taken over, from what its ``acquire`` asked (``request``), as a
     GPUPool of this server (``totals``: sized in memory) would have made it."""
     if request.unit == "mib":
-        demand = Demand(1, request.units)
-    elif totals is None:
-        demand = Demand(request.count, request.units)
-    elif request.count > 1 or request.units >= UNITS_PER_GPU:
-        demand = Demand(request.count, max(totals), whole=True)
-    else:
-        demand = Demand(1, request.units, relative=True)
-    if request.limit_s is None:
-        return demand
-    return dataclasses.replace(demand, limit=request.limit_s)
+        return make_demand(memory=request.units, totals=totals, limit=request.limit_s)
+    return make_demand(
+        count=request.count, units=request.units, totals=totals,
+        limit=request.limit_s, keep_shares=True,
+    )  # fmt: skip
 
 
 def _error_for(message: ErrorReply) -> BaseException:

@@ -88,9 +88,9 @@ class Durations:
         its hold time.
         """
         on_gpu = self._on_gpu[gpu]
-        if ticket is not None and ticket in on_gpu:
+        if ticket is not None and (there := on_gpu.get(ticket)) is not None:
             run = self._runs[ticket]
-            if on_gpu[ticket] == units and len(run[_HELD]) == 1:  # the common case, inline
+            if there == units and len(run[_HELD]) == 1:  # the common case, inline
                 del on_gpu[ticket], self._runs[ticket]
                 if run[_ACCOUNT] is not None and self._usage is not None:
                     self._usage.drop(run[_ACCOUNT], gpu, units, now, True)

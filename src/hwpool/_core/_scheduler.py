@@ -717,7 +717,8 @@ class Scheduler:
         hint = None if expected is None else check_timeout(expected, "expected")
         if self._limited:
             self._refuse_beyond(demand, max(self._now, clock), hint, queues=False)
-        self._now = max(self._now, clock)
+        if clock > self._now:  # noqa: PLR1730 (max() is a call, on every grant and release)
+            self._now = clock
         if self._easy:
             at = self._now
             if self._queue or not self._fast or hint is not None:
@@ -725,10 +726,17 @@ class Scheduler:
                 if gpus is None:
                     return None
                 return self._granted(next(self._tickets), demand, gpus, at, hint)
-            gpus = self._take_new(demand)  # nobody waits: the fast path, inline
-            if gpus is None:
-                return None
-            ticket, units = next(self._tickets), demand.units
+            units, free = demand.units, self._free  # nobody waits: the fast path, inline
+            least = min(free)
+            if demand.count == 1 and least >= units:  # every GPU fits: _take_new's best fit
+                best = free.index(least)
+                free[best] -= units
+                gpus = (best,)
+            else:
+                gpus = self._take_new(demand)
+                if gpus is None:
+                    return None
+            ticket = next(self._tickets)
             key = (demand.count, units, False)  # _class_of(demand), inline
             held = dict.fromkeys(gpus, units)
             account = self._usage.hold(demand.owner, held, at) if self._counting else None
@@ -821,8 +829,9 @@ class Scheduler:
         if len(gpus) != 1 or not units:  # several GPUs, or whole ones of mixed sizes
             return self.release_many(self.held(grant), ticket=grant.ticket, now=now)
         clock = now if type(now) is float and now - now == 0.0 else self._time(now)
-        self._now = at = max(self._now, clock)
-        gpu = gpus[0]
+        if clock > self._now:  # noqa: PLR1730 (max() is a call, on every grant and release)
+            self._now = clock
+        at, gpu = self._now, gpus[0]
         self._free[gpu] += units
         if self._easy:
             self._durations.finish(grant.ticket, gpu, units, at)

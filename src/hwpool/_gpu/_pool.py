@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-import math
 import os
 from collections.abc import Hashable, Mapping, Sequence
 from types import TracebackType
@@ -25,15 +23,16 @@ from types import TracebackType
 from .._backends._base import Backend, PoolSnapshot
 from .._backends._local import LocalBackend
 from .._backends._unix import SOCKET_VAR, UnixBackend
-from .._check import check_int, check_real, check_timeout
+from .._check import check_int, check_timeout
 from .._core._capacity import UNITS_PER_GPU, units_to_fraction
+from .._core._demand import Demands, with_terms
 from .._core._fairshare import DEFAULT_HALF_LIFE, check_half_life, check_shares
 from .._core._scheduler import BACKFILLS, Demand, Grant
 from .._errors import WouldBlock
 from .._host._detect import GPUInfo, detect_gpus
 from .._host._visible import no_gpu_message
 from ._lease import GPULease
-from ._sizing import Demands, capacities_of, sized_gpus
+from ._sizing import capacities_of, sized_gpus
 
 __all__ = ["GPUPool"]
 
@@ -156,7 +155,8 @@ class GPUPool:
         self._gpus = backend.gpus
         self._totals = backend.gpu_memory
         self._num_gpus = len(self._gpus)
-        self._demands = Demands(self._gpus, self._totals)  # requests -> the core's demands
+        single = any(gpu.is_mig for gpu in self._gpus)  # a process uses one MIG instance
+        self._demands = Demands(self._totals, self._num_gpus, single_whole=single)
         self._by_fraction = self._demands.fractions  # float fraction -> demand: the hot path
         self._acquire_now = backend.acquire_now  # the hot paths, looked up once
         self._try_now = _no_grant if getattr(backend, "remote", False) else self._acquire_now
@@ -236,10 +236,8 @@ class GPUPool:
         demand = self._by_fraction.get(fraction) if fraction.__class__ is float else None
         if demand is None or memory is not None:
             demand = self._demands.one(fraction, memory)
-        if owner is not None or priority.__class__ is not int or priority:
-            demand = _owned(demand, owner, priority)
-        if limit_s is not None:
-            demand = _limited(demand, limit_s)
+        if owner is not None or priority.__class__ is not int or priority or limit_s is not None:
+            demand = with_terms(demand, owner, priority, limit_s)
         if timeout is not None:
             timeout = check_timeout(timeout)
         if expected_s is not None:
@@ -248,11 +246,15 @@ class GPUPool:
         try:
             if self._try_now(demand, expected_s, claim) is None:
                 await self._backend.acquire(demand, timeout, expected_s, claim)
-            gpus = self._keep(claim[0])
+            grant = claim[0]
+            gpus = grant.gpus
+            if len(gpus) == 1:  # self._keep(grant), inline: the hot path
+                self._held[gpus[0]].append(grant)
+                return gpus[0]
+            return self._keep(grant)[0]
         except BaseException:
             self._unclaim(claim)
             raise
-        return gpus[0]
 
     async def acquire_full(
         self,
@@ -268,7 +270,7 @@ class GPUPool:
 
         Give each back with ``release(gpu)``.
         """
-        demand = _limited(_owned(self._demands.whole(count), owner, priority), limit_s)
+        demand = with_terms(self._demands.whole(count), owner, priority, limit_s)
         timeout = check_timeout(timeout)
         expected_s = check_timeout(expected_s, "expected_s")
         claim: list[Grant] = []
@@ -298,7 +300,7 @@ class GPUPool:
         Raises RuntimeError in a thread that runs an event loop (it would freeze the loop,
         and deadlock if the holder is a task on it): use ``await pool.acquire()`` there.
         """
-        demand = _limited(_owned(self._demands.one(fraction, memory), owner, priority), limit_s)
+        demand = with_terms(self._demands.one(fraction, memory), owner, priority, limit_s)
         hint = check_timeout(expected_s, "expected_s")
         claim: list[Grant] = []
         try:
@@ -320,7 +322,7 @@ class GPUPool:
         limit_s: float | None = None,
     ) -> list[int]:
         """Like :meth:`acquire_full`, for threads (RuntimeError on an event loop's thread)."""
-        demand = _limited(_owned(self._demands.whole(count), owner, priority), limit_s)
+        demand = with_terms(self._demands.whole(count), owner, priority, limit_s)
         hint = check_timeout(expected_s, "expected_s")
         what = "acquire_full_blocking()"
         claim: list[Grant] = []
@@ -364,7 +366,7 @@ class GPUPool:
 
         Never jumps the queue: granted only where the policy lets a new arrival start.
         """
-        demand = _limited(_owned(self._demands.one(fraction, memory), owner, priority), limit_s)
+        demand = with_terms(self._demands.one(fraction, memory), owner, priority, limit_s)
         return self._take_now(demand, check_timeout(expected_s, "expected_s"))[0]
 
     def acquire_full_nowait(
@@ -377,7 +379,7 @@ class GPUPool:
         limit_s: float | None = None,
     ) -> list[int]:
         """Take ``count`` whole GPUs now, or raise :class:`hwpool.WouldBlock`."""
-        demand = _limited(_owned(self._demands.whole(count), owner, priority), limit_s)
+        demand = with_terms(self._demands.whole(count), owner, priority, limit_s)
         return self._take_now(demand, check_timeout(expected_s, "expected_s"))
 
     def _take_now(self, demand: Demand, expected: float | None = None) -> list[int]:
@@ -519,7 +521,7 @@ class GPUPool:
         for ``async with`` or a plain ``with``."""
         return GPULease(
             self,
-            _limited(_owned(self._demands.one(fraction, memory), owner, priority), limit_s),
+            with_terms(self._demands.one(fraction, memory), owner, priority, limit_s),
             None if timeout is None else check_timeout(timeout),
             None if expected_s is None else check_timeout(expected_s, "expected_s"),
         )
@@ -536,7 +538,7 @@ class GPUPool:
     ) -> GPULease:
         """A lease of ``count`` whole GPUs, for ``async with`` or a plain ``with``."""
         hint = check_timeout(expected_s, "expected_s")
-        demand = _limited(_owned(self._demands.whole(count), owner, priority), limit_s)
+        demand = with_terms(self._demands.whole(count), owner, priority, limit_s)
         return GPULease(self, demand, check_timeout(timeout), hint)
 
     # ----------------------------------------------------------------- hand-over
@@ -584,34 +586,6 @@ class GPUPool:
     def _one_demand(self, fraction: object, memory: object) -> Demand:
         """The one-GPU demand for ``fraction`` or ``memory`` on this pool (validated)."""
         return self._demands.one(fraction, memory)
-
-
-def _owned(demand: Demand, owner: object, priority: object) -> Demand:
-    """``demand`` of ``owner`` at ``priority``; TypeError naming the value for an owner that
-    cannot be hashed or a priority that is not an int."""
-    if owner is None and priority.__class__ is int and not priority:
-        return demand
-    try:
-        hash(owner)
-    except TypeError:
-        raise TypeError(f"owner must be hashable, got {owner!r} ({type(owner).__name__})") from None
-    number = check_int("priority", priority)
-    return dataclasses.replace(demand, owner=owner, priority=number)
-
-
-def _limited(demand: Demand, limit_s: object) -> Demand:
-    """``demand`` with the time limit ``limit_s`` (None: none); TypeError or ValueError naming
-    ``limit_s`` and its value unless it is a finite number of seconds > 0."""
-    if limit_s is None:
-        return demand
-    if limit_s.__class__ is float and 0.0 < limit_s < math.inf:  # the common case, at once
-        number = limit_s
-    else:
-        number = check_real("limit_s", limit_s)
-        if not 0.0 < number < math.inf:
-            raise ValueError(f"limit_s must be a finite number of seconds > 0, got {limit_s!r}")
-    d = demand  # a new Demand directly: dataclasses.replace costs more than the grant
-    return Demand(d.count, d.units, d.whole, d.relative, d.owner, d.priority, number)
 
 
 def _no_grant(

@@ -1,4 +1,4 @@
-"""Pools sized in memory: what each GPU holds in MiB, and requests in MiB turned into demands.
+"""Pools sized in memory: the GPUs and what each holds in MiB.
 
 A memory-sized pool gives each GPU a capacity of its memory total, one unit per MiB
 (``GPUPool(memory=True)``: the detected totals; ``GPUPool(gpu_memory=["80GiB", "24GiB"])``:
@@ -8,7 +8,8 @@ is granted on, rounded up to whole MiB. On GPUs of one size that is one amount; 
 different sizes it is a *relative* demand of the core (``Demand(..., relative=True)``), whose
 best fit weighs what it needs on each GPU: ``0.5`` takes 40 GiB where it lands on an 80 GiB
 GPU and 12 GiB on a 24 GiB one, and ``release(gpu, 0.5)`` gives back that share of ``gpu``.
-A fraction of 1 (or none) is one whole GPU, of any size.
+A fraction of 1 (or none) is one whole GPU, of any size. Requests become the core's demands
+in ``hwpool._core._demand``, the one path of every front.
 
 Whole GPUs: ``acquire_full(n)`` takes ``n`` completely free GPUs, whatever their size (the
 core prefers the smallest). On a pool with MIG instances, ``n`` must be 1: a CUDA process can
@@ -19,93 +20,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .._check import check_bool, check_int
-from .._core._capacity import UNITS_PER_GPU, fraction_to_units
-from .._core._memory import format_mib, parse_memory
-from .._core._scheduler import Demand
+from .._check import check_bool
+from .._core._memory import parse_memory
 from .._host._detect import GPUInfo, detect_gpus
 from .._host._visible import no_gpu_message
 
-__all__ = [
-    "Demands", "check_whole", "memory_demand", "sized_gpus", "sized_units", "whole_demand",
-]  # fmt: skip
-
-_MEMO_SIZE = 4096
-"""Entries each memo of :class:`Demands` keeps at most (a program asks for a few sizes)."""
-
-
-class Demands:
-    """The one place where a pool's requests become the core's demands, validated once.
-
-    ``totals``: each GPU's MiB on a pool sized in memory, None on a fraction pool.
-    :meth:`one` turns ``fraction`` or ``memory`` into a one-GPU :class:`Demand`,
-    :meth:`whole` a count of whole GPUs, and :meth:`units` what a release of ``fraction``
-    or ``memory`` on a GPU gives back, all with the rules of :func:`memory_demand`. A float
-    fraction and a memory amount are checked once per pool and memoised (floats never change,
-    so equal floats are one request); other types (``Fraction``, NumPy numbers) are checked
-    on every call. ``fractions`` is the memo of float fractions, which the pool's hot paths
-    read directly.
-    """
-
-    __slots__ = ("_amounts", "_gpus", "_mib_on", "_totals", "fractions")
-
-    def __init__(self, gpus: tuple[GPUInfo, ...], totals: tuple[int, ...] | None) -> None:
-        self._gpus = gpus
-        self._totals = totals
-        self.fractions: dict[float, Demand] = {}  # float fraction -> its one-GPU demand
-        self._amounts: dict[int | str, Demand] = {}  # memory amount -> its demand
-        self._mib_on: dict[tuple[int, float], int] = {}  # (gpu, fraction) -> MiB there
-
-    def one(self, fraction: object, memory: object) -> Demand:
-        """The one-GPU demand for ``fraction`` (default 1) or ``memory``; TypeError or
-        ValueError naming the argument for a bad one (see :func:`memory_demand`)."""
-        if fraction is None and memory is None:
-            fraction = 1.0  # the default: one whole GPU, memoised as 1.0
-        if memory is None and fraction.__class__ is float:
-            demand = self.fractions.get(fraction)
-            if demand is None:
-                demand = memory_demand(self._totals, fraction, None)
-                if len(self.fractions) < _MEMO_SIZE:
-                    self.fractions[fraction] = demand
-            return demand
-        if fraction is None and memory.__class__ in _AMOUNT_TYPES and self._totals is not None:
-            demand = self._amounts.get(memory)
-            if demand is None:
-                demand = memory_demand(self._totals, None, memory)
-                if len(self._amounts) < _MEMO_SIZE:
-                    self._amounts[memory] = demand
-            return demand
-        return memory_demand(self._totals, fraction, memory)
-
-    def whole(self, count: object) -> Demand:
-        """``count`` completely free GPUs (validated by :func:`check_whole`)."""
-        number = check_whole(self._gpus, count)
-        if self._totals is not None:
-            return whole_demand(self._totals, number)
-        return Demand(number, UNITS_PER_GPU)
-
-    def units(self, gpu: int, fraction: object, memory: object) -> int:
-        """The units a release of ``fraction`` or ``memory`` on ``gpu`` gives back: a
-        fraction pool's share units, or MiB on a pool sized in memory, where a fraction is
-        that share of ``gpu``'s total."""
-        totals = self._totals
-        if totals is None:
-            return self.one(fraction, memory).units
-        if fraction is None and memory.__class__ in _AMOUNT_TYPES:
-            return self.one(None, memory).units
-        if fraction is not None and memory is not None:
-            memory_demand(totals, fraction, memory)  # raises: both given
-        if memory is None and fraction.__class__ is float:
-            mib = self._mib_on.get((gpu, fraction))
-            if mib is None:
-                mib = sized_units(totals, fraction, None, gpu)
-                if len(self._mib_on) < _MEMO_SIZE:
-                    self._mib_on[gpu, fraction] = mib
-            return mib
-        return sized_units(totals, fraction, memory, gpu)
-
-
-_AMOUNT_TYPES = (int, str)  # memory amounts memoised (exactly these types: not bool)
+__all__ = ["capacities_of", "sized_gpus", "totals_of"]
 
 
 def sized_gpus(
@@ -238,83 +158,3 @@ def capacities_of(gpus: tuple[GPUInfo, ...], reserve_in_use: bool) -> tuple[int,
         return totals_of(gpus)
     left = tuple((gpu.memory_mib or 0) - _withheld(gpu) for gpu in gpus)
     return _by_group(gpus, left)
-
-
-def memory_demand(totals: tuple[int, ...] | None, fraction: object, memory: object) -> Demand:
-    """The one-GPU demand for ``fraction`` or ``memory`` (at most one given) on a pool.
-
-    ``totals`` is None for a fraction pool. On a memory-sized pool, a fraction of 1 (or
-    nothing given) is one whole GPU, of any size, and a fraction below 1 on GPUs of different
-    sizes is a relative demand (that share of whichever GPU it is granted). TypeError for both
-    given or a wrong type, ValueError for memory on a fraction pool, an amount larger than
-    every GPU, or a fraction outside (0, 1].
-    """
-    if fraction is not None and memory is not None:
-        raise TypeError(f"give fraction or memory, not both (fraction={fraction!r}, "
-                        f"memory={memory!r})")  # fmt: skip
-    if totals is None:
-        if memory is not None:
-            raise ValueError(
-                f"memory={memory!r}: this pool shares fractions of a GPU; a pool sized in "
-                "memory is GPUPool(memory=True) or GPUPool(gpu_memory=[...])"
-            )
-        return Demand(1, fraction_to_units(1.0 if fraction is None else fraction))
-    if memory is None:
-        units = fraction_to_units(1.0 if fraction is None else fraction)
-        if units == UNITS_PER_GPU:
-            return whole_demand(totals, 1)
-        if len(set(totals)) > 1:  # a share of whichever GPU it lands on
-            return Demand(1, units, relative=True)
-    return Demand(1, sized_units(totals, fraction, memory, None))
-
-
-def sized_units(totals: tuple[int, ...], fraction: object, memory: object, gpu: int | None) -> int:
-    """MiB for ``memory``, or for ``fraction`` of GPU ``gpu``'s total, rounded up as the core
-    rounds a relative demand (``gpu`` None: of the one size all GPUs have; ValueError where
-    they differ, since the amount then depends on the GPU)."""
-    if memory is not None:
-        mib = parse_memory(memory, "memory")
-        largest = max(totals)
-        if mib > largest:
-            raise ValueError(
-                f"memory={memory!r} ({mib} MiB) is more than the largest GPU of this pool "
-                f"({_in_mib(largest)}): it could never be granted"
-            )
-        return mib
-    units = fraction_to_units(1.0 if fraction is None else fraction)
-    if gpu is not None:
-        total = totals[gpu]
-    elif len(set(totals)) == 1:
-        total = totals[0]
-    else:
-        sizes = ", ".join(format_mib(t) for t in sorted(set(totals), reverse=True))
-        raise ValueError(
-            f"fraction={fraction!r} on GPUs of different sizes ({sizes}) would mean a different "
-            "amount on each; ask for memory=... instead"
-        )
-    return max(1, -(-units * total // UNITS_PER_GPU))
-
-
-def _in_mib(mib: int) -> str:
-    """``80GiB, 81920 MiB`` where a larger unit writes ``mib`` exactly, else ``81559 MiB``
-    alone (not the same number twice)."""
-    short = format_mib(mib)
-    return f"{mib} MiB" if short.endswith("MiB") else f"{short}, {mib} MiB"
-
-
-def whole_demand(totals: tuple[int, ...], count: int) -> Demand:
-    """``count`` (validated) completely free GPUs of a memory-sized pool, whatever their size."""
-    if len(set(totals)) == 1:
-        return Demand(count, totals[0])
-    return Demand(count, max(totals), whole=True)
-
-
-def check_whole(gpus: tuple[GPUInfo, ...], count: object) -> int:
-    """``count`` whole GPUs, validated: 1..num_gpus, and 1 where the pool has MIG instances."""
-    number = check_int("count", count, minimum=1, maximum=len(gpus), maximum_name="num_gpus")
-    if number > 1 and any(gpu.is_mig for gpu in gpus):
-        raise ValueError(
-            f"count={number}: this pool's GPUs include MIG instances, and a CUDA process can "
-            "use only one MIG instance; ask for one GPU at a time"
-        )
-    return number

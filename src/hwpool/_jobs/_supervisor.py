@@ -51,9 +51,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .._backends._unix import UnixBackend
+from .._core._demand import with_terms
 from .._core._scheduler import Demand, Grant
 from .._errors import RevokedError
-from .._gpu._pool import GPUPool, _limited, _owned
+from .._gpu._pool import GPUPool
 from .._wire._bounds import MAX_TEXT
 from ._backoff import Backoff
 from ._faults import TABLE_FAULT, TableFaults
@@ -108,9 +109,8 @@ def demand_of(pool: GPUPool, job: JobRecord, grace_s: float) -> Demand:
         demand = pool._whole_demand(job.gpus)
     else:
         demand = pool._one_demand(1.0 if job.gpus is None else float(job.gpus), None)
-    demand = _owned(demand, None, job.priority)
     limit = None if job.time_limit is None else job.time_limit + grace_s + LIMIT_MARGIN_S
-    return _limited(demand, limit)
+    return with_terms(demand, None, job.priority, limit)
 
 
 class Supervisor:

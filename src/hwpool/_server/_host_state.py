@@ -43,6 +43,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar, overload
 
 from .._core._capacity import UNITS_PER_GPU
+from .._core._demand import make_demand
 from .._core._fairshare import DEFAULT_HALF_LIFE
 from .._core._limits import LimitExceeded, LimitHold, OwnerLimits, describe_limit
 from .._core._scheduler import Demand, Grant, Scheduler
@@ -355,7 +356,7 @@ class HostState:
                     f"largest GPU of this host has {max(totals)} MiB",
                     req,
                 )
-            return Demand(1, units, owner=owner, priority=priority)
+            return make_demand(memory=units, totals=totals, owner=owner, priority=priority)
         full = self.units_per_gpu
         if units > full or (count > 1 and units != full):
             raise _bad(
@@ -363,11 +364,10 @@ class HostState:
                 "granted whole",
                 req,
             )
-        if totals is None:
-            return Demand(count, units, owner=owner, priority=priority)
-        if units == full:
-            return Demand(count, max(totals), whole=True, owner=owner, priority=priority)
-        return Demand(1, units, relative=True, owner=owner, priority=priority)
+        return make_demand(
+            count=count, units=units, totals=totals, num_gpus=core.num_gpus,
+            units_per_gpu=full, owner=owner, priority=priority, keep_shares=True,
+        )  # fmt: skip
 
     def _wire_demand(self, demand: Demand) -> tuple[int, int, Unit]:
         """``count``, ``units`` and ``unit`` as a request would ask for ``demand``."""

@@ -11,10 +11,10 @@ the lower bound mean the same as on a fraction machine.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 
 from .._core._capacity import UNITS_PER_GPU
+from .._core._demand import make_demand
 from .._core._memory import format_mib
 from .._core._scheduler import Demand
 from ._trace import Task
@@ -29,35 +29,26 @@ def task_demand(task: Task, totals: Sequence[int] | None) -> Demand:
     Raises ValueError naming the task for a memory task on a fraction machine or an amount
     larger than every GPU.
     """
-    demand = _capacity_demand(task, totals)
-    if task.owner is None and not task.priority and task.limit is None:
-        return demand
-    return dataclasses.replace(demand, owner=task.owner, priority=task.priority, limit=task.limit)
-
-
-def _capacity_demand(task: Task, totals: Sequence[int] | None) -> Demand:
-    """What ``task`` needs on this machine (see :func:`task_demand`)."""
-    if totals is None:
-        if task.memory_mib is not None:
+    if task.memory_mib is not None:
+        if totals is None:
             raise ValueError(
                 f"task {task.name!r} asks for memory ({format_mib(task.memory_mib)}): describe "
                 "the GPUs' memory (--gpu-memory 80GiB,24GiB)"
             )
-        return Demand(task.count, task.units)
-    if task.memory_mib is not None:
         if task.memory_mib > max(totals):
             raise ValueError(
                 f"task {task.name!r} asks for {format_mib(task.memory_mib)}, more than the "
                 f"largest GPU ({format_mib(max(totals))})"
             )
-        return Demand(1, task.memory_mib)
-    if task.units == UNITS_PER_GPU:
-        if len(set(totals)) == 1:
-            return Demand(task.count, totals[0])
-        return Demand(task.count, max(totals), whole=True)
-    if len(set(totals)) > 1:  # that share of whichever GPU it runs on
-        return Demand(1, task.units, relative=True)
-    return Demand(1, held_on(Demand(1, task.units, relative=True), totals[0]))
+    return make_demand(
+        count=task.count,
+        units=None if task.memory_mib is not None else task.units,
+        memory=task.memory_mib,
+        totals=totals,
+        owner=task.owner,
+        priority=task.priority,
+        limit=task.limit,
+    )
 
 
 def held_on(demand: Demand, total: int) -> int:

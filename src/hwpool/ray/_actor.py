@@ -32,6 +32,7 @@ import time
 from collections.abc import Coroutine
 from typing import Any
 
+from .._core._demand import make_demand
 from .._core._scheduler import Demand
 from . import _api
 from ._client import Grant, Op
@@ -355,7 +356,7 @@ class SchedulerActor:
 
 def _demand(count: int, units: int, memory: bool) -> Demand:
     """A client's request as the cluster state takes it (MiB on one GPU if ``memory``)."""
-    return MemoryDemand(count, units) if memory else Demand(count, units)
+    return MemoryDemand(count, units) if memory else make_demand(count=count, units=units)
 
 
 def _sized(gpus: tuple[NodeGPU, ...], size: object) -> tuple[NodeGPU, ...]:

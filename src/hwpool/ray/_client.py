@@ -23,6 +23,7 @@ from typing import Any
 
 from ray.exceptions import NodeDiedError, RayActorError, TaskUnschedulableError
 
+from .._core._demand import make_demand
 from .._core._scheduler import Demand
 from . import _api
 from ._state import Key, MemoryDemand, Placement
@@ -98,7 +99,11 @@ class Call:
     @property
     def demand(self) -> Demand:
         """What the call asks for, in the cluster state's words."""
-        return MemoryDemand(1, self.units) if self.memory else Demand(self.count, self.units)
+        return (
+            MemoryDemand(1, self.units)
+            if self.memory
+            else make_demand(count=self.count, units=self.units)
+        )
 
 
 class Launchers:

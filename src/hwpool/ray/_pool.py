@@ -19,7 +19,7 @@ from ray.exceptions import RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from .._check import check_bool, check_callable, check_int, check_real
-from .._core._capacity import UNITS_PER_GPU, fraction_to_units
+from .._core._demand import make_demand
 from .._core._memory import parse_memory
 from .._core._scheduler import Demand
 from .._errors import PoolClosedError
@@ -159,9 +159,8 @@ def _demand(fraction: object, gpus: object, memory: object = None) -> Demand:
         raise ValueError(f"give one of fraction, gpus or memory, not several ({', '.join(named)})")
     if memory is not None:
         return MemoryDemand(1, parse_memory(memory, "memory"))
-    if gpus is not None:
-        return Demand(check_int("gpus", gpus, minimum=1), UNITS_PER_GPU)
-    return Demand(1, UNITS_PER_GPU if fraction is None else fraction_to_units(fraction))
+    count = 1 if gpus is None else check_int("gpus", gpus, minimum=1)
+    return make_demand(count=count, fraction=fraction)
 
 
 class RayGPUPool:

@@ -34,6 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from .._core._capacity import UNITS_PER_GPU, units_to_fraction
+from .._core._demand import make_demand
 from .._core._scheduler import Demand, Grant, Scheduler
 
 __all__ = [
@@ -460,11 +461,10 @@ class ClusterState:
         """``demand`` in the core's units: as is on GPUs of unknown sizes (fractions of
         ``UNITS_PER_GPU``); on GPUs of known sizes, MiB as is, whole GPUs of any size, and a
         fraction as a share of whichever GPU it lands on."""
-        if self._sizes is None or isinstance(demand, MemoryDemand):
-            return Demand(demand.count, demand.units)
-        if demand.count > 1 or demand.units == UNITS_PER_GPU:
-            return Demand(demand.count, UNITS_PER_GPU, whole=True)
-        return Demand(1, demand.units, relative=True)
+        sizes = self._sizes
+        if sizes is not None and isinstance(demand, MemoryDemand):
+            return make_demand(memory=demand.units, totals=sizes)
+        return make_demand(count=demand.count, units=demand.units, totals=sizes, keep_shares=True)
 
     def _absorb(self, grants: list[Grant], out: Outcome) -> None:
         """Turn the core's grants into placements."""
