@@ -10,6 +10,8 @@ import pytest
 from hwpool import GPUInfo
 from hwpool._check import check_bool
 from hwpool._wire import _protocol as p
+from hwpool._wire._fields import _ENCODER
+from hwpool._wire._framing import MAX_MESSAGE
 from hwpool._wire._protocol import ErrorCode, ProtocolError
 
 CLIENT_MESSAGES: list[p.ClientMessage] = [
@@ -114,7 +116,7 @@ def test_every_line_is_the_compact_json_of_its_message(
     message: p.ClientMessage | p.ServerMessage,
 ) -> None:
     # the messages of every grant are formatted directly: the same bytes as the general way
-    assert p.encode(message) == p._ENCODER.encode(message.wire()).encode() + b"\n"
+    assert p.encode(message) == _ENCODER.encode(message.wire()).encode() + b"\n"
 
 
 @pytest.mark.parametrize("gpus", [[0, True], [-1], [0, 1.0], [p.MAX_GPUS], ["0"]])
@@ -384,7 +386,7 @@ def test_an_error_message_is_cut_so_that_its_line_always_fits() -> None:
     error = p.ErrorReply(1, ErrorCode.BAD_MESSAGE, "quoted " + "[1, " * 30_000)
     line = p.encode(error)
     message = p.decode_server(line)
-    assert isinstance(message, p.ErrorReply) and len(message.message) == p.MAX_MESSAGE
+    assert isinstance(message, p.ErrorReply) and len(message.message) == MAX_MESSAGE
     assert message.message.endswith("...")
 
 
