@@ -33,14 +33,7 @@ from .._errors import PoolClosedError
 from .._host._detect import GPUInfo
 from .._wire._connection import Wire
 from .._wire._paths import client_socket
-from .._wire._protocol import (
-    ClientMessage,
-    ServerMessage,
-    Unit,
-    Withdraw,
-    encode,
-    request_for,
-)
+from .._wire._protocol import ClientMessage, ServerMessage, Unit, Withdraw, encode, request_for
 from ._unix_requests import DIAL_TIMEOUT_S, _Call, _Incompatible, _label, _Req, _State
 
 

@@ -8,12 +8,7 @@ from dataclasses import replace
 
 from .._core._limits import LimitExceeded, describe_limit
 from .._core._scheduler import Demand
-from .._wire._protocol import (
-    ErrorCode,
-    ProtocolError,
-    Queued,
-    Unit,
-)
+from .._wire._protocol import ErrorCode, ProtocolError, Queued, Unit
 from ._config import Owner
 from ._host_books import _HostBooks
 from ._host_entries import Client, Delivery, Entry, _bad, _job

@@ -15,13 +15,7 @@ from .._core._capacity import UNITS_PER_GPU
 from .._core._fairshare import DEFAULT_HALF_LIFE
 from .._core._limits import OwnerLimits
 from .._core._scheduler import Demand, Grant, Scheduler
-from .._wire._protocol import (
-    Acquire,
-    Granted,
-    Reclaim,
-    Unit,
-    request_for,
-)
+from .._wire._protocol import Acquire, Granted, Reclaim, Unit, request_for
 from ._config import Owner
 from ._defaults import (
     HANDOVER_S,

@@ -9,11 +9,7 @@ from dataclasses import dataclass, field
 from .._core._scheduler import Demand
 from .._host._procs import ProcessId
 from .._printable import printable
-from .._wire._protocol import (
-    ErrorCode,
-    ProtocolError,
-    ServerMessage,
-)
+from .._wire._protocol import ErrorCode, ProtocolError, ServerMessage
 from ._journal import JournalEntry
 
 __all__ = ["ID_BLOCK", "Client", "Delivery", "Entry", "Recovery"]

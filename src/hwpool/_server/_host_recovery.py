@@ -9,12 +9,7 @@ from collections.abc import Callable
 
 from .._core._limits import LimitExceeded
 from .._core._scheduler import Demand, Grant
-from .._wire._protocol import (
-    ErrorCode,
-    Granted,
-    ProtocolError,
-    Reclaim,
-)
+from .._wire._protocol import ErrorCode, Granted, ProtocolError, Reclaim
 from ._host_entries import Client, Delivery, Recovery, _made_by, _pairs
 from ._host_revokes import _HostRevokes
 from ._journal import Journal, JournalEntry

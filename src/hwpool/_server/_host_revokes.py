@@ -6,12 +6,8 @@ from __future__ import annotations
 
 import heapq
 
-from .._wire._protocol import (
-    Revoked,
-)
-from ._defaults import (
-    REVOKED_RECHECK_S,
-)
+from .._wire._protocol import Revoked
+from ._defaults import REVOKED_RECHECK_S
 from ._host_admission import _HostAdmission
 from ._host_entries import Delivery, Entry, _job
 
