@@ -234,6 +234,13 @@ class _HostBooks:
         """``0.5 of GPU 1``, ``6144 MiB of GPU 1`` or ``GPUs 0, 1``: what ``gpu -> units``
         amounts to, for the log."""
         totals = self.core.totals
+        if len(parts) == 1:  # the common case, written directly (one per grant and release)
+            ((gpu, units),) = parts.items()
+            if units == totals[gpu]:
+                return f"GPU {gpu}"
+            if self.totals is not None:
+                return f"{units} MiB of GPU {gpu}"
+            return f"{units / self.units_per_gpu:g} of GPU {gpu}"
         if all(u == totals[g] for g, u in parts.items()):
             gpus = ", ".join(str(g) for g in sorted(parts))
             return f"GPU {gpus}" if len(parts) == 1 else f"GPUs {gpus}"

@@ -48,6 +48,8 @@ class _HostRevokes(_HostAdmission):
     def next_deadline(self) -> float | None:
         """When :meth:`expire` has something to do next: a time limit runs out, or a revoked
         lease's hold ends (None: nothing)."""
+        if not self._revoked and not self._offered:  # the common case: time limits only
+            return self.next_limit_end()
         ends = [e.revoked_until for e in self._revoked.values() if e.revoked_until is not None]
         ends += [e.offered_until for e in self._offered.values() if e.handover is not None]
         limit = self.next_limit_end()

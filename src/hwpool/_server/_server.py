@@ -640,7 +640,7 @@ class _Server:
             self.outbox = [x for x in self.outbox if not _is_status(x[1])]
         lines: dict[_Connection, list[bytes]] = {}  # each connection's replies, in order
         for conn, message in outbox:
-            if message is not None and not isinstance(message, Iterator):
+            if isinstance(message, ServerMessage):  # (concrete classes: no ABC's isinstance)
                 lines.setdefault(conn, []).append(conn.encoded(message))
                 continue
             if conn in lines:  # what comes before the status or the close goes first

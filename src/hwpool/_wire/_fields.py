@@ -112,9 +112,15 @@ class _Fields:
         return [_Fields(v, self.op, self.req) for v in value]
 
 
+_DECODE = json.JSONDecoder().decode  # what json.loads uses, without its checks of the input
+
+
 def _load(line: bytes) -> dict[str, object]:
     try:
-        obj = json.loads(line)
+        if line[:1] == b"{" and line[1:2] != b"\x00":  # a line json.loads reads as UTF-8
+            obj = _DECODE(line.decode("utf-8", "surrogatepass"))  # as json.loads decodes it
+        else:
+            obj = json.loads(line)  # (it guesses UTF-16 and UTF-32 from the first bytes)
     except (UnicodeDecodeError, ValueError, RecursionError):
         raise ProtocolError(ErrorCode.BAD_JSON, "a line is not valid UTF-8 JSON") from None
     if not isinstance(obj, dict):

@@ -1,0 +1,246 @@
+"""The host server's own CPU per acquire + release, against a bare echo's per line, and where
+it goes.
+
+A real ``hwpool serve --gpus 8`` and an asyncio echo server run as child processes; one
+client does ``acquire_blocking(0.5)`` + ``release`` on ``hwpool.connect()`` ``--pairs`` times
+(the release is not waited for: the next acquire often arrives in the same read, as in use),
+and the echo gets the same number of blocking round trips of an ``acquire`` line. What each
+server process spent, user and system CPU together, is read from ``/proc/PID/stat`` before
+and after, so the client's CPU is not counted; each figure is the best of ``--rounds``.
+
+Aim (issue 37): the server's CPU per pair at most 50 us. The echo's CPU per line is the floor
+of any asyncio server on this machine (its socket I/O and loop turns), printed beside it.
+
+``--profile FILE`` runs the server under cProfile instead (its figures are then inflated by
+the profiler) and prints where its time went, by part: the journal, JSON decoding and
+encoding, the host state and the core, the log, the event loop and socket I/O. Run:
+``python bench/bench_server_cpu.py [--pairs N] [--rounds R] [--profile FILE]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import platform
+import pstats
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import hwpool
+from _hostserver import echo_server, host_server, short_dir, wait_until_listening
+from hwpool import UNITS_PER_GPU
+from hwpool._wire._protocol import Acquire, encode
+
+GPUS = 8
+LINE = encode(Acquire(12345, 1, UNITS_PER_GPU // 2, True))
+TICK = os.sysconf("SC_CLK_TCK")
+
+# Which part of the server a profiled function belongs to, by its file and name (the first
+# match wins); what matches none is the event loop (asyncio, its selector, the socket calls).
+# A builtin's time goes to the parts of its callers.
+PARTS: list[tuple[str, tuple[str, ...]]] = [
+    ("journal", ("_server/_journal.py",)),
+    ("log lines (their text, their write)", (":say", ":flush_log", ":_what", ":_job")),
+    (
+        "I/O layer (_server.py, framing)",
+        ("_server/_server.py", ":feed", "_framing.py:_check", "_protocol.py:_check"),
+    ),
+    ("JSON decoding, validation, encoding", ("/_wire/", "json/", "_json")),
+    ("host state (books, admission)", ("_server/_host_",)),
+    ("scheduler core", ("/_core/",)),
+    ("peer checks", ("_listen.py", "_procs.py", "_safety.py")),
+]
+
+
+def part_of(file: str, function: str) -> str:
+    """The part of :data:`PARTS` that ``function`` of ``file`` belongs to."""
+    where = f"{file}:{function}"
+    return next((name for name, keys in PARTS if any(k in where for k in keys)), "event loop")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of process ``pid`` so far, in seconds (clock-tick resolution)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def server_pairs(path: Path, n: int) -> None:
+    pool = hwpool.connect(path)
+    try:
+        for _ in range(n):
+            pool.release(pool.acquire_blocking(0.5), 0.5)
+    finally:
+        pool.close()
+
+
+def echo_lines(path: Path, n: int) -> None:
+    sock = socket.socket(socket.AF_UNIX)
+    sock.connect(str(path))
+    try:
+        for _ in range(n):
+            sock.sendall(LINE)
+            sock.recv(65536)
+    finally:
+        sock.close()
+
+
+def cpu_per_call(pid: int, run: Callable[[], None], n: int) -> float:
+    """Seconds of ``pid``'s CPU per call while ``run`` makes ``n`` calls."""
+    before = cpu_seconds(pid)
+    run()
+    return (cpu_seconds(pid) - before) / n
+
+
+def echo_pid(path: Path) -> int:
+    """The pid of the process listening on ``path`` (the echo server: SO_PEERCRED)."""
+    sock = socket.socket(socket.AF_UNIX)
+    sock.connect(str(path))
+    try:
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+        return int.from_bytes(creds[:4], sys.byteorder)
+    finally:
+        sock.close()
+
+
+def measure(n: int, rounds: int, baseline: Path | None = None) -> dict[str, float]:
+    """Best-of-``rounds`` server CPU per pair and echo CPU per line, interleaved; with
+    ``baseline`` (another checkout's ``src``), that checkout's server too."""
+    found: dict[str, list[float]] = {}
+    with contextlib.ExitStack() as stack:
+        echo = stack.enter_context(echo_server())
+        echo_process = echo_pid(echo)
+        servers = {"server": stack.enter_context(host_server(GPUS))}
+        if baseline is not None:
+            servers["baseline"] = stack.enter_context(host_server(GPUS, src=baseline))
+        for path, _ in servers.values():
+            server_pairs(path, n // 10)  # warm-up
+        echo_lines(echo, n // 10)
+        for _ in range(rounds):
+            for name, (path, proc) in servers.items():
+                used = cpu_per_call(proc.pid, lambda path=path: server_pairs(path, n), n)
+                found.setdefault(name, []).append(used)
+            used = cpu_per_call(echo_process, lambda: echo_lines(echo, n), n)
+            found.setdefault("echo", []).append(used)
+    return {name: min(values) for name, values in found.items()}
+
+
+PROFILED_SERVER = """
+import cProfile, signal, sys, time
+from hwpool._cli._main import main
+profiler = cProfile.Profile(time.thread_time)  # CPU time: waiting in epoll is not counted
+signal.signal(signal.SIGUSR1, lambda *_: profiler.enable())
+signal.signal(signal.SIGUSR2, lambda *_: (profiler.disable(), profiler.dump_stats(sys.argv[1])))
+sys.exit(main(sys.argv[2:]))
+"""
+
+# Functions whose time with what they call (cumulative) is shown per pair, by name.
+ENTRY_POINTS = [
+    ("data_received", "a read: framing and serving its lines"),
+    ("handle", "one line: decode, then the host state"),
+    ("decode_client", "JSON decoding and validation"),
+    ("acquire", "HostState.acquire (admission, the core)"),
+    ("release", "HostState.release (the core, the books)"),
+    ("flush", "one turn's journal write and replies"),
+    ("write", "the journal's write (and each transport write)"),
+    ("encode", "encoding the replies"),
+    ("say", "log lines"),
+    ("flush_log", "the log's write"),
+    ("_run_once", "the event loop's turns, all included"),
+]
+
+
+def profile(n: int, out: Path, src: Path | None = None) -> str:
+    """Run ``n`` pairs against a server whose loop thread is profiled (CPU time, only while
+    they run); its own time by part, a few functions with what they call, and the top
+    functions by their own time. ``src``: the ``src`` folder of another checkout to run the
+    server from."""
+    with short_dir() as directory:
+        path = directory / "hwpool.sock"
+        args = [sys.executable, "-c", PROFILED_SERVER, str(out), "serve", "--socket", str(path),
+                "--gpus", str(GPUS)]  # fmt: skip
+        env = None if src is None else {**os.environ, "PYTHONPATH": str(src)}
+        proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, env=env)  # fmt: skip
+        try:
+            wait_until_listening(path, proc)
+            server_pairs(path, n // 10)  # warm-up, not profiled
+            proc.send_signal(signal.SIGUSR1)
+            time.sleep(0.2)  # the handler runs on the server's next turn
+            used = cpu_seconds(proc.pid)
+            server_pairs(path, n)
+            used = cpu_seconds(proc.pid) - used
+            proc.send_signal(signal.SIGUSR2)
+            deadline = time.monotonic() + 30
+            while not out.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=60)
+    raw = pstats.Stats(str(out)).stats  # type: ignore[attr-defined]
+    total = sum(entry[2] for entry in raw.values())  # own time of every function
+    by_part: dict[str, float] = {}
+    for (file, _, function), entry in raw.items():
+        if file == "~":  # a builtin (len, dict.get, a socket's send): its callers' time
+            callers = entry[4]
+            spent = sum(call[2] for call in callers.values()) or 1.0
+            for (c_file, _, c_function), call in callers.items():
+                part = part_of(c_file, c_function)
+                by_part[part] = by_part.get(part, 0.0) + entry[2] * call[2] / spent
+            continue
+        part = part_of(file, function)
+        by_part[part] = by_part.get(part, 0.0) + entry[2]
+    lines = [
+        f"profiled: {n} pairs; server CPU {used / n * 1e6:.0f} us per pair under the profiler,"
+        f" {total / n * 1e6:.0f} us of it in the profiled loop thread",
+        "own time by part (per pair, and its share):",
+    ]
+    for part, seconds in sorted(by_part.items(), key=lambda item: -item[1]):
+        lines.append(f"  {part:38s} {seconds / n * 1e6:7.1f} us  {seconds / total:6.1%}")
+    lines.append("with what they call (per pair, summed over functions of that name):")
+    for name, what in ENTRY_POINTS:
+        cumulative = sum(e[3] for (_, _, f), e in raw.items() if f == name)
+        lines.append(f"  {cumulative / n * 1e6:7.1f} us  {name}: {what}")
+    lines.append("top functions by own time (per pair):")
+    top = sorted(raw.items(), key=lambda item: -item[1][2])[:30]
+    for (file, line, function), entry in top:
+        lines.append(f"  {entry[2] / n * 1e6:7.2f} us  {entry[1] / n:5.2f} calls  "
+                     f"{Path(file).name}:{line}({function})")  # fmt: skip
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> str:
+    """Run the benchmark and return its report (also printed when run as a script)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=5000, help="pairs per round")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds (the best is kept)")
+    parser.add_argument("--profile", type=Path, help="profile the server into this file")
+    parser.add_argument("--baseline-src", type=Path, help="also measure the server of the "
+                        "hwpool checkout whose src folder this is, in the same run (with "
+                        "--profile: profile that server instead)")  # fmt: skip
+    args = parser.parse_args(argv)
+    if args.profile is not None:
+        return profile(args.pairs, args.profile, args.baseline_src)
+    cpu = measure(args.pairs, args.rounds, args.baseline_src)
+    server, echo = cpu["server"] * 1e6, cpu["echo"] * 1e6
+    lines = [
+        f"hwpool serve's own CPU  (Python {platform.python_version()}, {platform.machine()}, "
+        f"best of {args.rounds} rounds of {args.pairs})",
+        f"  bare echo server, per line              {echo:7.1f} us",
+        f"  hwpool serve, per acquire + release     {server:7.1f} us  ({server / echo:.1f}x the "
+        "echo; aim <= 50 us)",
+    ]  # fmt: skip
+    if "baseline" in cpu:
+        base = cpu["baseline"] * 1e6
+        lines.append(f"  baseline ({args.baseline_src}), per pair  {base:7.1f} us  "
+                     f"(this one: {server / base:.2f}x the baseline)")  # fmt: skip
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(main())
