@@ -21,6 +21,7 @@ encoding, the host state and the core, the log, the event loop and socket I/O. R
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import os
 import platform
@@ -29,9 +30,11 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import hwpool
 from _hostserver import echo_server, host_server, short_dir, wait_until_listening
@@ -133,6 +136,90 @@ def measure(n: int, rounds: int, baseline: Path | None = None) -> dict[str, floa
     return {name: min(values) for name, values in found.items()}
 
 
+class _Transport(asyncio.Transport):
+    """What the server writes to, in memory: no socket, no system call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.out: list[bytes] = []
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.out.append(bytes(data))
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return None  # no socket: the peer is set by hand
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def is_closing(self) -> bool:
+        return False
+
+
+IN_PROCESS = {
+    None: "all of it",
+    "journal": "without the journal (its records and write)",
+    "log": "without the log's calls (its text still made)",
+}
+
+
+def in_process(n: int, without: str | None = None) -> float:
+    """Seconds of CPU per pair of the server's own code, in this process, fed the lines of
+    ``n`` pairs (each release with the next acquire, as they arrive) through a transport in
+    memory; ``without`` ``journal`` or ``log``: that part's writes (or calls) made no-ops."""
+    from hwpool._host._detect import GPUInfo  # noqa: PLC0415 (the server's private parts)
+    from hwpool._server import _journal, _server  # noqa: PLC0415
+    from hwpool._wire._protocol import Release  # noqa: PLC0415
+
+    with short_dir() as directory:
+        gpus = tuple(GPUInfo(i, f"logical{i}") for i in range(GPUS))
+        config = _server.ServeConfig(directory / "hwpool.sock", gpus, watch_interval_s=0)
+        with open(os.devnull, "w") as log:
+            server = _server._Server(config, log)
+            if without == "log":
+                server.say = server.state.log = lambda line: None  # type: ignore[method-assign]
+            acquires = [
+                encode(Acquire(2 * k + 1, 1, UNITS_PER_GPU // 2, True)) for k in range(n + 1)
+            ]
+            releases = [encode(Release(2 * k + 2, 2 * k + 1)) for k in range(n)]
+            write = _journal.JournalFile.write
+            if without == "journal":
+                _journal.JournalFile.write = lambda *args: None  # type: ignore[method-assign]
+            try:
+                return asyncio.run(_pairs_in_process(server, acquires, releases))
+            finally:
+                _journal.JournalFile.write = write  # type: ignore[method-assign]
+
+
+async def _pairs_in_process(server: Any, acquires: list[bytes], releases: list[bytes]) -> float:
+    from hwpool._server import _server  # noqa: PLC0415
+    from hwpool._wire._protocol import PROTOCOL_VERSION, Hello  # noqa: PLC0415
+
+    server.loop = asyncio.get_running_loop()
+    server._loop_thread = threading.get_ident()
+    server.recover()
+    server.flush()
+    conn, transport = _server._Connection(server), _Transport()
+    conn.peer = _server.Peer(os.getpid(), os.getuid(), os.getgid())  # (no socket to ask)
+    conn.connection_made(transport)
+    conn.data_received(encode(Hello(PROTOCOL_VERSION, "bench")))
+    conn.data_received(acquires[0])
+    await asyncio.sleep(0)  # its turn: journaled, answered
+    start = time.process_time()
+    for release, acquire in zip(releases, acquires[1:], strict=True):
+        conn.data_received(release + acquire)
+        await asyncio.sleep(0)
+    used = time.process_time() - start
+    assert transport.out[-1].startswith(b'{"op":"granted"'), transport.out[-1]
+    return used / len(releases)
+
+
 PROFILED_SERVER = """
 import cProfile, signal, sys, time
 from hwpool._cli._main import main
@@ -224,12 +311,24 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--pairs", type=int, default=5000, help="pairs per round")
     parser.add_argument("--rounds", type=int, default=5, help="rounds (the best is kept)")
     parser.add_argument("--profile", type=Path, help="profile the server into this file")
+    parser.add_argument("--in-process", action="store_true", help="the server's code alone, "
+                        "in this process, fed through a transport in memory (no sockets), "
+                        "also without the journal's writes and without the log")  # fmt: skip
     parser.add_argument("--baseline-src", type=Path, help="also measure the server of the "
                         "hwpool checkout whose src folder this is, in the same run (with "
                         "--profile: profile that server instead)")  # fmt: skip
     args = parser.parse_args(argv)
     if args.quick:
         args.pairs, args.rounds = 300, 1
+    if args.in_process:
+        rows = []
+        for without in (None, "journal", "log"):
+            best = min(in_process(args.pairs, without) for _ in range(args.rounds)) * 1e6
+            rows.append(f"  {IN_PROCESS[without]:44s} per pair {best:7.1f} us")
+        report = "\n".join(["hwpool serve's code, in-process (no sockets), best of "
+                             f"{args.rounds} rounds of {args.pairs}", *rows])  # fmt: skip
+        print(report)
+        return report
     if args.profile is not None:
         report = profile(args.pairs, args.profile, args.baseline_src)
         print(report)

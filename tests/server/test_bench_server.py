@@ -45,6 +45,8 @@ def test_cpu_bench_counts_the_server_against_the_echo(
     report = bench.main(["--quick", "--profile", str(tmp_path / "server.prof")])
     for part in ("journal", "scheduler core", "JSON decoding", "event loop", "flush"):
         assert part in report
+    alone = bench.main(["--quick", "--in-process"])
+    assert "all of it" in alone and "without the journal" in alone
     assert table in capsys.readouterr().out
 
 
