@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> str:
         rows = []
         for without in (None, "journal", "log"):
             best = min(in_process(args.pairs, without) for _ in range(args.rounds)) * 1e6
-            rows.append(f"  {IN_PROCESS[without]:44s} per pair {best:7.1f} us")
+            rows.append(f"  {IN_PROCESS[without]:46s} per pair {best:7.1f} us")
         report = "\n".join(["hwpool serve's code, in-process (no sockets), best of "
                              f"{args.rounds} rounds of {args.pairs}", *rows])  # fmt: skip
         print(report)

@@ -6,13 +6,16 @@ drop what is held."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from threading import get_ident
 
 from .._wire._connection import Wire
 from .._wire._protocol import Acquire, ClientMessage, Reclaim, Reclaimed, encode
 from ._unix_link import _UnixLink
-from ._unix_requests import DIAL_TIMEOUT_S, RETRY_FIRST_S, RETRY_MAX_S, _Incompatible, _log, _State
+from ._unix_requests import DIAL_TIMEOUT_S, RETRY_FIRST_S, RETRY_MAX_S, _Incompatible, _State
+
+_log = logging.getLogger("hwpool")
 
 
 class _UnixReconnect(_UnixLink):

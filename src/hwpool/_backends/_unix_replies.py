@@ -6,6 +6,7 @@ section ends."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 
 from .._core._capacity import UNITS_PER_GPU
@@ -29,7 +30,9 @@ from .._wire._protocol import (
     join_status,
 )
 from ._unix_handover import _UnixHandover
-from ._unix_requests import _error_for, _log, _Req, _State, _user
+from ._unix_requests import _error_for, _Req, _State, _user
+
+_log = logging.getLogger("hwpool")
 
 
 class _UnixReplies(_UnixHandover):

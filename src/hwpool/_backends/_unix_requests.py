@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import logging
 import pwd
 import threading
 import time
@@ -29,7 +28,6 @@ from .._wire._protocol import (
     Unit,
 )
 
-_log = logging.getLogger("hwpool")
 REPLY_TIMEOUT_S = 60.0  # a status or nowait reply that takes longer means the server hangs
 SNAPSHOT_TRIES = 5  # status round trips a snapshot makes at most to include its own writes
 CLOSE_TIMEOUT_S = 5.0  # how long close() waits for the server to confirm it freed everything
