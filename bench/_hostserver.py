@@ -21,7 +21,7 @@ from pathlib import Path
 STARTUP_S = 20.0
 
 
-def _wait_until_listening(path: Path, proc: subprocess.Popen[bytes]) -> None:
+def wait_until_listening(path: Path, proc: subprocess.Popen[bytes]) -> None:
     """Connect until the child answers (bounded): it is ready once connect succeeds."""
     deadline = time.monotonic() + STARTUP_S
     while time.monotonic() < deadline:
@@ -39,11 +39,13 @@ def _wait_until_listening(path: Path, proc: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def _child(args: list[str], path: Path) -> Iterator[subprocess.Popen[bytes]]:
+def _child(
+    args: list[str], path: Path, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
     proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)  # fmt: skip
+                            stderr=subprocess.DEVNULL, env=env)  # fmt: skip
     try:
-        _wait_until_listening(path, proc)
+        wait_until_listening(path, proc)
         yield proc
     finally:
         proc.kill()
@@ -60,15 +62,21 @@ def short_dir() -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def host_server(gpus: int | None, *extra: str) -> Iterator[tuple[Path, subprocess.Popen[bytes]]]:
+def host_server(
+    gpus: int | None, *extra: str, src: Path | None = None
+) -> Iterator[tuple[Path, subprocess.Popen[bytes]]]:
     """A real ``hwpool serve --gpus N`` (None: without ``--gpus``, for ``--gpu-memory``; its
-    log discarded); yields its socket and process."""
+    log discarded); yields its socket and process. ``src``: the ``src`` folder of another
+    checkout of hwpool to run the server from (a baseline), instead of this one's."""
     with short_dir() as directory:
         path = directory / "hwpool.sock"
         sizing = [] if gpus is None else ["--gpus", str(gpus)]
         args = [sys.executable, "-m", "hwpool", "serve", "--socket", str(path), *sizing,
                 *extra]  # fmt: skip
-        with _child(args, path) as proc:
+        env = None
+        if src is not None:
+            env = {**os.environ, "PYTHONPATH": str(src)}  # ahead of this checkout
+        with _child(args, path, env) as proc:
             yield path, proc
 
 

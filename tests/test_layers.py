@@ -212,3 +212,93 @@ def test_the_cycle_checker_sees_a_cycle_behind_type_checking() -> None:
     }
     assert graph["hwpool._gpu._env"] == set()
     assert import_cycles(graph) == [["hwpool._gpu._lease", "hwpool._gpu._pool"]]
+
+
+# ----------------------------------------------------------------- the command modules
+CLI = PACKAGE / "_cli"
+CLI_MODULES = {path.stem: path for path in sorted(CLI.glob("*.py"))}
+
+
+def cli_imports(source: str) -> set[str]:
+    """The ``hwpool._cli`` modules (by file stem) that ``source``, a module of ``_cli``,
+    imports anywhere: at its top, inside a function (a lazy import counts: it is a cycle all
+    the same once it runs), or by name through a call (``importlib.import_module("._run",
+    ...)``, the parser's ``_lazy("._run", ...)``)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level == 1:
+                found.update([module.split(".")[0]] if module else [a.name for a in node.names])
+            elif node.level == 0 and module == "hwpool._cli":
+                found.update(alias.name for alias in node.names)
+            elif node.level == 0 and module.startswith("hwpool._cli."):
+                found.add(module.split(".")[2])
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                names = alias.name.split(".")
+                if names[:2] == ["hwpool", "_cli"] and len(names) > 2:
+                    found.add(names[2])
+        elif isinstance(node, ast.Call):
+            for arg in node.args:
+                text = arg.value if isinstance(arg, ast.Constant) else None
+                if isinstance(text, str) and text.startswith(".") and text[1:] in CLI_MODULES:
+                    found.add(text[1:])
+    return found
+
+
+def is_command_module(source: str) -> bool:
+    """Whether ``source`` defines a command: a top-level ``cmd_*`` function or name."""
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("cmd_"):
+            return True
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id.startswith("cmd_") for t in node.targets
+        ):
+            return True
+    return False
+
+
+def cli_graph(sources: dict[str, str]) -> dict[str, set[str]]:
+    return {name: cli_imports(source) - {name} for name, source in sources.items()}
+
+
+def commands_importing_commands(sources: dict[str, str]) -> list[str]:
+    """``_a imports _b`` for each command module that imports another command module."""
+    commands = {name for name, source in sources.items() if is_command_module(source)}
+    graph = cli_graph(sources)
+    return [
+        f"{name} imports {other}"
+        for name in sorted(commands)
+        for other in sorted(graph[name] & commands)
+    ]
+
+
+CLI_SOURCES = {name: path.read_text() for name, path in CLI_MODULES.items()}
+
+
+def test_no_command_module_imports_another() -> None:
+    """Each command's module imports the shared helpers (``_args``, ``_host_access``,
+    ``_job_table``, ...), never another command's module (issue 37)."""
+    assert commands_importing_commands(CLI_SOURCES) == []
+
+
+def test_no_import_cycle_among_the_cli_modules_lazy_ones_included() -> None:
+    """No ``_cli`` module imports, even inside a function or by name, one that imports it
+    back (issue 37: ``_host_cmds``, ``_jobs_cmds`` and ``_parser`` did)."""
+    assert import_cycles(cli_graph(CLI_SOURCES)) == []
+
+
+def test_the_cli_checkers_see_lazy_imports_and_commands() -> None:
+    sources = {
+        "_parser": 'from . import _args\nrun = _lazy("._jobs_cmds", "cmd_jobs")\n',
+        "_args": "LIMIT = 1\n",
+        "_jobs_cmds": "from ._parser import NOTE\ncmd_jobs = guarded(_jobs)\n",
+        "_host_cmds": "def cmd_status(args):\n    from ._jobs_cmds import cancel_jobs\n",
+        "_serve": "import hwpool._cli._args\ndef cmd_serve(args):\n    return 0\n",
+    }
+    assert cli_imports(sources["_host_cmds"]) == {"_jobs_cmds"}
+    assert cli_imports(sources["_serve"]) == {"_args"}
+    assert not is_command_module(sources["_parser"])
+    assert commands_importing_commands(sources) == ["_host_cmds imports _jobs_cmds"]
+    assert import_cycles(cli_graph(sources)) == [["_jobs_cmds", "_parser"]]

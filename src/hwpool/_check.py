@@ -62,6 +62,12 @@ def check_int(
     for a value outside the bounds. ``maximum_name`` names where the maximum comes from
     (``"num_gpus"`` gives "between 1 and num_gpus=4").
     """
+    if (
+        type(value) is int
+        and (minimum is None or value >= minimum)
+        and (maximum is None or value <= maximum)
+    ):
+        return value  # the common case, without the numeric tower's (slow) isinstance
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an int, got {value!r} ({_type_name(value)})")
     number = int(value)
@@ -88,6 +94,8 @@ def check_real(name: str, value: object) -> float:
     TypeError for other types (``Decimal`` included: the numeric tower does not count it as
     Real), ValueError for NaN. Infinities pass; callers bound the range they accept.
     """
+    if type(value) is float and not math.isnan(value):  # the common case
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {value!r} ({_type_name(value)})")
     number = float(value)

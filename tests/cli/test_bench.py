@@ -88,6 +88,7 @@ SHIPPED = {
     "queue": ("us/task", "1.00x"),
     "ray": ("overhead ratio (hwpool.ray / Ray)", "most load on one GPU"),
     "server": ("hwpool serve: acquire_blocking + release", "memory server vs fraction server"),
+    "server_cpu": ("bare echo server, per line", "hwpool serve, per acquire + release"),
     "server_flood": ("during the flood", "max round trip during the flood"),
     "server_load": ("grants/s", "checks: free == total, no lease or waiter left"),
     "sim_scale": ("us per task", "4k/1k"),
@@ -116,6 +117,7 @@ OWN_TEST = {
     "policy": "cli/test_bench_policy.py", "policy_realtime": "cli/test_bench_policy.py",
     "queue": "cli/test_bench_queue.py", "ray": "ray_pool/test_bench_ray.py",
     "server": "server/test_bench_server.py", "server_flood": "server/test_bench_server.py",
+    "server_cpu": "server/test_bench_server.py",
     "server_load": "server/test_bench_server.py", "sim_scale": "cli/test_bench_sim_scale.py",
     "watch": "watch/test_bench_watch.py",
 }  # fmt: skip

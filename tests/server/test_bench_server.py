@@ -36,6 +36,20 @@ def test_round_trip_bench_prints_every_contender(capsys: pytest.CaptureFixture[s
     assert table in capsys.readouterr().out
 
 
+def test_cpu_bench_counts_the_server_against_the_echo(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    bench = load("bench_server_cpu")
+    table = bench.main(["--quick"])
+    assert "bare echo server, per line" in table and "hwpool serve, per acquire + release" in table
+    report = bench.main(["--quick", "--profile", str(tmp_path / "server.prof")])
+    for part in ("journal", "scheduler core", "JSON decoding", "event loop", "flush"):
+        assert part in report
+    alone = bench.main(["--quick", "--in-process"])
+    assert "all of it" in alone and "without the journal" in alone
+    assert table in capsys.readouterr().out
+
+
 def test_load_bench_checks_what_is_left(capsys: pytest.CaptureFixture[str]) -> None:
     table = load("bench_server_load").main(["--quick"])
     assert "no lease or waiter left" in table and "grants/s" in table and "RSS" in table

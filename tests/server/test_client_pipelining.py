@@ -26,7 +26,7 @@ import pytest
 import hwpool
 from hostserver import BOUND, Server
 from hwpool import UNITS_PER_GPU, GPUPool, WouldBlock
-from hwpool._backends._unix import _Delivery
+from hwpool._backends._unix_link import _Delivery
 from hwpool._wire._connection import Wire
 from hwpool._wire._protocol import (
     Acquire,

@@ -9,7 +9,8 @@ import pytest
 
 from hwpool._core._capacity import UNITS_PER_GPU
 from hwpool._server._defaults import HANDOVER_S
-from hwpool._server._host_state import Client, Delivery, HostState
+from hwpool._server._host_entries import Client, Delivery
+from hwpool._server._host_state import HostState
 from hwpool._wire import _protocol as p
 from hwpool._wire._protocol import ProtocolError
 

@@ -7,7 +7,8 @@ import pytest
 from hwpool._core._capacity import UNITS_PER_GPU
 from hwpool._core._limits import OwnerLimits
 from hwpool._core._scheduler import Demand
-from hwpool._server._host_state import ID_BLOCK, Client, Delivery, HostState
+from hwpool._server._host_entries import ID_BLOCK, Client, Delivery
+from hwpool._server._host_state import HostState
 from hwpool._server._journal import Journal, JournalEntry
 from hwpool._wire import _protocol as p
 from hwpool._wire._protocol import ErrorCode, ProtocolError

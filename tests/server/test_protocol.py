@@ -10,6 +10,8 @@ import pytest
 from hwpool import GPUInfo
 from hwpool._check import check_bool
 from hwpool._wire import _protocol as p
+from hwpool._wire._fields import _ENCODER
+from hwpool._wire._framing import MAX_MESSAGE
 from hwpool._wire._protocol import ErrorCode, ProtocolError
 
 CLIENT_MESSAGES: list[p.ClientMessage] = [
@@ -114,7 +116,7 @@ def test_every_line_is_the_compact_json_of_its_message(
     message: p.ClientMessage | p.ServerMessage,
 ) -> None:
     # the messages of every grant are formatted directly: the same bytes as the general way
-    assert p.encode(message) == p._ENCODER.encode(message.wire()).encode() + b"\n"
+    assert p.encode(message) == _ENCODER.encode(message.wire()).encode() + b"\n"
 
 
 @pytest.mark.parametrize("gpus", [[0, True], [-1], [0, 1.0], [p.MAX_GPUS], ["0"]])
@@ -384,7 +386,7 @@ def test_an_error_message_is_cut_so_that_its_line_always_fits() -> None:
     error = p.ErrorReply(1, ErrorCode.BAD_MESSAGE, "quoted " + "[1, " * 30_000)
     line = p.encode(error)
     message = p.decode_server(line)
-    assert isinstance(message, p.ErrorReply) and len(message.message) == p.MAX_MESSAGE
+    assert isinstance(message, p.ErrorReply) and len(message.message) == MAX_MESSAGE
     assert message.message.endswith("...")
 
 
@@ -536,3 +538,26 @@ def test_a_granted_without_request_reads_as_before() -> None:
     line = b'{"op":"granted","req":1,"id":3,"gpus":[0],"units":5}'
     assert p.decode_server(line) == p.Granted(1, 3, (0,), 5)
     assert p.encode(p.Granted(1, 3, (0,), 5)) == line + b"\n"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        '{"op":"bye","req":7}'.encode("utf-16-le"),
+        '{"op":"bye","req":7}'.encode("utf-16"),  # with its byte order mark
+        b'\xef\xbb\xbf{"op":"bye","req":7}',  # UTF-8 with a byte order mark
+        b' {"op":"bye","req":7} ',
+    ],
+)
+def test_lines_are_read_as_json_loads_reads_bytes(line: bytes) -> None:
+    """The common line (starting ``{``) is decoded straight as UTF-8; any other goes through
+    ``json.loads``, which guesses the encoding from the first bytes, as before."""
+    assert p.decode_client(line) == p.Bye(7)
+
+
+def test_a_surrogate_encoded_in_utf8_bytes_reads_as_json_loads_reads_it() -> None:
+    line = '{"op":"acquire","req":1,"count":1,"units":5,"wait":true,"name":"a\ud800"}'
+    raw = line.encode("utf-8", "surrogatepass")
+    with pytest.raises(ProtocolError, match="name holds a lone surrogate"):
+        p.decode_client(raw)
+    assert json.loads(raw)["name"] == "a\ud800"

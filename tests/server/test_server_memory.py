@@ -18,7 +18,8 @@ import hwpool
 from fakes.gpus import A100, RTX, smi_script
 from hostserver import BOUND, SRC, ClientProc, Server, run_cli, status_of
 from hwpool._core._capacity import UNITS_PER_GPU
-from hwpool._server._host_state import Client, HostState
+from hwpool._server._host_entries import Client
+from hwpool._server._host_state import HostState
 from hwpool._server._journal import Journal, JournalEntry
 from hwpool._wire import _protocol as p
 from hwpool._wire._protocol import ErrorCode, ProtocolError

@@ -27,7 +27,8 @@ from hwpool._backends._unix import UnixBackend
 from hwpool._cli._host_cmds import ID_NOTE
 from hwpool._core._capacity import UNITS_PER_GPU
 from hwpool._core._scheduler import Demand
-from hwpool._server._host_state import Client, HostState
+from hwpool._server._host_entries import Client
+from hwpool._server._host_state import HostState
 from hwpool._server._server import MAX_BUFFERED, _Connection
 from hwpool._wire import _protocol as p
 from hwpool._wire._protocol import MAX_LINE, MAX_TEXT

@@ -9,7 +9,8 @@ from fractions import Fraction
 
 from hwpool._core._capacity import UNITS_PER_GPU
 from hwpool._host._detect import GPUInfo
-from hwpool._server._host_state import Delivery, HostState
+from hwpool._server._host_entries import Delivery
+from hwpool._server._host_state import HostState
 from hwpool._server._watching import Watching
 from hwpool._watch import Attributed, GPUProcess, GPUReading, Sample, WatchReport
 from hwpool._wire import _protocol as p

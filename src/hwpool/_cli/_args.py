@@ -3,7 +3,9 @@
 Each type is an argparse ``type=``: it returns the value parsed or raises
 ``argparse.ArgumentTypeError`` with what is wrong (argparse names the option). They are here,
 apart from the commands, because the parser is built before every command and must load
-nothing that a command needs only when it runs.
+nothing that a command needs only when it runs. The defaults and notes that a command and
+its help text share (``DEMO_SECONDS``, ``WAIT_TIMED_OUT``, ``JOB_ID_NOTE``) are here too, so
+that no command imports the parser.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import math
 import re
 from fractions import Fraction
 
+from .. import _exits
 from .._check import check_int, duration_from_text, int_from_text
 from .._core._memory import parse_memory
 from .._jobs._arrays import ArraySpec, parse_array_spec
@@ -22,8 +25,11 @@ from .._wire._bounds import MAX_PRIORITY
 from ._env import seconds_from_text
 
 __all__ = [
+    "DEMO_SECONDS",
+    "JOB_ID_NOTE",
     "MAX_DEMO_SECONDS",
     "MAX_GPUS",
+    "WAIT_TIMED_OUT",
     "UserError",
     "array_spec",
     "cancel_id",
@@ -46,6 +52,14 @@ __all__ = [
     "share",
     "wait_timeout",
 ]
+
+DEMO_SECONDS = 8.0
+"""The length ``hwpool demo`` lays its workload out for, unless ``--seconds`` scales it."""
+WAIT_TIMED_OUT = _exits.GAVE_UP
+"""``hwpool wait --timeout``'s status when the time passed first (EX_TEMPFAIL: try again)."""
+JOB_ID_NOTE = (
+    "job ids look like j12; #12 in `hwpool status` is the host server's request id, not a job's"
+)
 
 MAX_GPUS = 4096
 """The most GPUs a list of sizes may name (a bound, so that a typo cannot exhaust memory)."""

@@ -27,7 +27,7 @@ import sys
 from .._jobs._others import default_state_directory
 from .._wire._connection import Wire
 from .._wire._protocol import LeaseRecord, WaiterRecord
-from ._host_cmds import _cancel_one, socket_of
+from ._host_access import cancel_one, socket_of
 from ._text import one_line
 
 __all__ = ["cmd_cancel_user"]
@@ -85,7 +85,7 @@ def _cancel_as(user: pwd.struct_passwd, job_ids: list[str]) -> int:
     os.setresuid(user.pw_uid, user.pw_uid, user.pw_uid)
     os.environ["HOME"] = user.pw_dir
     os.environ["HWPOOL_STATE_DIR"] = str(default_state_directory(user))
-    from ._jobs_cmds import CancelRefused, cancel_jobs  # noqa: PLC0415 (after the change)
+    from ._job_table import CancelRefused, cancel_jobs  # noqa: PLC0415 (after the change)
 
     try:
         unconfirmed = cancel_jobs(job_ids, reason="cancelled by root", by="root")
@@ -112,7 +112,7 @@ def _at_server(args: argparse.Namespace, user: pwd.struct_passwd, job_ids: list[
                 refused += 1
             for record in found:
                 req += 1
-                line, ok = _cancel_one(wire, req, record.id, record)
+                line, ok = cancel_one(wire, req, record.id, record)
                 print(f"{user.pw_name}'s {job_id}: {line}" if ok else f"hwpool: error: {line}",
                       file=sys.stdout if ok else sys.stderr)  # fmt: skip
                 refused += not ok

@@ -27,7 +27,7 @@ from .._gpu._lease import GPULease
 from .._gpu._pool import GPUPool
 from .._sim._simulate import TaskRun
 from .._sim._trace import Task
-from ._parser import DEMO_SECONDS
+from ._args import DEMO_SECONDS
 
 __all__ = [
     "DEMO_GPUS",

@@ -4,7 +4,8 @@ Each command reports its own errors in one line (``hwpool: error: ...``): exit 2
 or a request the server refuses (an unknown id, someone else's lease), 1 when no server can be
 reached, 0 otherwise. Whatever another user wrote (a job's name, a command line, a user name)
 is shown through :func:`printable`, so it can neither drive the terminal nor forge a line.
-``hwpool serve`` (``_serve``) reports its errors the same way, through :func:`guarded`.
+``hwpool serve`` and ``top`` report their errors the same way, through
+:func:`_host_access.guarded`; the status as data is ``_status_report``'s.
 """
 
 from __future__ import annotations
@@ -12,87 +13,27 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import pwd
 import sys
-from collections.abc import Callable, Iterable
-from pathlib import Path
+from collections.abc import Iterable
 from typing import Any
 
-from .. import _exits
 from .._core._memory import format_mib
-from .._host._detect import GPUInfo, gpu_memory_in_use
-from .._host._devices import device_id
-from .._wire._connection import NotServedError, Wire
-from .._wire._paths import client_socket, socket_path
-from .._wire._protocol import (
-    Cancel,
-    Done,
-    ErrorReply,
-    LeaseRecord,
-    StatusReply,
-    WaiterRecord,
-    encode,
-)
+from .._wire._connection import Wire
+from ._host_access import Record, Usage, cancel_one, guarded, socket_of
+from ._status_report import status_report
 from ._text import one_line, printable
 
-__all__ = [
-    "ID_NOTE",
-    "Usage",
-    "cmd_cancel",
-    "cmd_status",
-    "guarded",
-    "report_of",
-    "socket_of",
-    "user_name",
-]
-
-Command = Callable[[argparse.Namespace], int]
-
-
-class Usage(Exception):
-    """Bad usage: one line on stderr, exit status 2."""
-
-
-def guarded(command: Command) -> Command:
-    """``command`` with its errors reported in one line: bad usage (exit 2), no server (1), a
-    server that does not serve this user (77)."""
-
-    def run(args: argparse.Namespace) -> int:
-        try:
-            status = command(args)
-        except Usage as exc:
-            print(f"hwpool: error: {one_line(str(exc))}", file=sys.stderr)
-            return _exits.USAGE
-        except BrokenPipeError:  # our reader went away (`| head`): main() ends quietly
-            raise
-        except ConnectionError as exc:
-            print(f"hwpool: error: {one_line(str(exc))}", file=sys.stderr)
-            return _exits.NOT_MEMBER if isinstance(exc, NotServedError) else _exits.FAILED
-        return status
-
-    return run
-
-
-def socket_of(args: argparse.Namespace, client: bool = True) -> Path:
-    """The socket to use: a client's (the machine-wide server first) or, for ``serve``,
-    the one to serve on; bad usage for a path that cannot be one."""
-    try:
-        return client_socket(args.socket).path if client else socket_path(args.socket)
-    except ValueError as exc:
-        raise Usage(str(exc).replace("socket:", "--socket:", 1)) from None
+__all__ = ["ID_NOTE", "cmd_cancel", "cmd_status"]
 
 
 # ----------------------------------------------------------------- status and cancel
-Record = LeaseRecord | WaiterRecord
-
-
 def _cmd_status(args: argparse.Namespace) -> int:
     wire = Wire(socket_of(args), role="control")  # it works even at the cap on connections
     try:
         reply = wire.status()
     finally:
         wire.shutdown()
-    report = _report(wire, reply)
+    report = status_report(wire, reply)
     print(json.dumps(report, indent=2) if args.json else _format(report))
     return 0
 
@@ -107,7 +48,7 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
     jobs = list(dict.fromkeys(i for i in args.ids if isinstance(i, str)))
     unfinished = 0
     if jobs:  # the job table only when job ids are given: status and cancel N never load it
-        from ._jobs_cmds import CancelRefused, cancel_jobs  # noqa: PLC0415
+        from ._job_table import CancelRefused, cancel_jobs  # noqa: PLC0415
 
         try:
             unfinished = cancel_jobs(jobs)
@@ -135,7 +76,7 @@ def _cancel_requests(args: argparse.Namespace, ids: list[int]) -> int:
             ids += [i for i in chosen if i not in ids]
         refused = 0
         for req, ident in enumerate(ids, 1):
-            line, ok = _cancel_one(wire, req, ident, known.get(ident))
+            line, ok = cancel_one(wire, req, ident, known.get(ident))
             refused += not ok
             print(line if ok else f"hwpool: error: {line}", file=sys.stdout if ok else sys.stderr)
     finally:
@@ -160,145 +101,6 @@ def _selection(args: argparse.Namespace, admin: bool) -> str:
     named = "" if args.name is None else f" named {printable(repr(args.name))}"
     mine = " of yours" if args.mine or not admin else ""
     return f"no request{mine}{named}"
-
-
-FREED = "its GPUs are free once its processes are gone"  # a revoked lease's, see security.md
-
-
-def _cancel_one(wire: Wire, req: int, ident: int, record: Record | None) -> tuple[str, bool]:
-    """Cancel ``ident``: the line that says what happened, and whether it was done."""
-    wire.send_bytes(encode(Cancel(req, ident)))
-    reply = wire.read()
-    if isinstance(reply, ErrorReply):
-        return one_line(reply.message), False  # the server's message names the id
-    if not isinstance(reply, Done):
-        raise ConnectionError(f"unexpected reply to cancel: {reply.op}")
-    whose = "" if record is None else f" of {_whose(record)}"
-    if reply.cancelled == "lease":  # what it was when cancelled (a waiter may have been granted)
-        return f"#{ident}: revoked the lease{whose}: {FREED}", True
-    if reply.cancelled == "waiter":
-        return f"#{ident}: withdrew the waiting request{whose}", True
-    return f"#{ident}: cancelled{whose}", True  # a server that does not say which
-
-
-def _whose(record: Record) -> str:
-    """``alice pid 4405 [train]``: the owner and name of a request, escaped."""
-    name = "" if record.name is None else f" [{printable(record.name)}]"
-    return f"{printable(user_name(record.uid))} pid {record.pid}{name}"
-
-
-def user_name(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return str(uid)
-
-
-def _report(wire: Wire, reply: StatusReply) -> dict[str, Any]:
-    """The status as plain data, fractions of a GPU instead of units (for --json and text);
-    on a server sized in memory, MiB beside them."""
-    welcome, full, totals = wire.welcome, wire.welcome.units_per_gpu, wire.welcome.totals
-
-    def share(gpu: int, units: int) -> float:
-        return units / (full if totals is None else totals[gpu])
-
-    in_use = _in_use_now(welcome.gpus) if totals is not None else (None,) * len(welcome.gpus)
-    live = _live(reply)
-
-    report = {
-        "socket": str(wire.path),
-        "server": {
-            "pid": welcome.pid, "uid": welcome.uid, "user": user_name(welcome.uid),
-            "version": welcome.server, "uptime_s": reply.uptime_s,
-            "recovering_s": reply.recovering_s, "journal_error": reply.journal_error,
-        },
-        "sized_in_memory": totals is not None,
-        "gpus": [
-            {"index": g.index, "device": device_id(g), "device_id": g.device_id, "uuid": g.uuid,
-             "name": g.name,
-             "parent": g.parent, "memory_mib": g.memory_mib, "free": share(g.index, free),
-             "free_mib": None if totals is None else free,
-             "total_mib": None if totals is None else totals[g.index],
-             "in_use_mib": in_use[g.index], "live": live.get(g.index)}
-            for g, free in zip(welcome.gpus, reply.free, strict=False)
-        ],
-        "leases": [
-            {"id": x.id, "uid": x.uid, "user": user_name(x.uid), "pid": x.pid,
-             "held": [[gpu, share(gpu, units)] for gpu, units in x.held],
-             "held_mib": None if totals is None else [list(p) for p in x.held],
-             "held_s": x.age_s, "name": x.name, "command": x.command,
-             "used_mib": x.used_mib, "over_lease": x.over_lease, "allowed_mib": x.allowed_mib}
-            for x in reply.leases
-        ],
-        "waiting": [
-            {"position": n, "id": w.id, "uid": w.uid, "user": user_name(w.uid), "pid": w.pid,
-             "count": w.count, "fraction": None if w.unit == "mib" else w.units / full,
-             "memory_mib": w.units if w.unit == "mib" else None, "reserved": list(w.reserved),
-             "waited_s": w.age_s, "name": w.name, "command": w.command, "held": w.held,
-             "account": w.account}
-            for n, w in enumerate(reply.waiting, 1)
-        ],
-        "owners": _owners(reply),
-        "owners_left_out": reply.owners_left_out,
-        "counters": {
-            "granted": reply.granted, "released": reply.released,
-            "cancelled": reply.cancelled, "timed_out": reply.timed_out,
-            "ended_for_overuse": reply.ended_for_overuse,
-        },
-        **_watched(reply),
-    }  # fmt: skip
-    return report
-
-
-def _live(reply: StatusReply) -> dict[int, dict[str, Any]]:
-    """Per GPU index, what the server's GPU watch read of it last (none: not watched)."""
-    return {
-        g.gpu: {"total_mib": g.total_mib, "used_mib": g.used_mib, "utilization": g.utilization,
-                "withheld_mib": g.withheld_mib}
-        for g in reply.gpu_state
-    }  # fmt: skip
-
-
-def _watched(reply: StatusReply) -> dict[str, Any]:
-    """The server's GPU watch (None where it does not watch, or is older) and the processes
-    on its GPUs outside the queue."""
-    watch = reply.watch
-    return {
-        "watch": None if watch is None else {
-            "source": watch.source, "interval_s": watch.interval_s, "age_s": watch.age_s,
-            "problem": watch.problem,
-        },
-        "outside": [
-            {"pid": o.pid, "uid": o.uid, "user": o.user, "gpu": o.gpu, "used_mib": o.used_mib}
-            for o in reply.outside
-        ],
-        "outside_left_out": reply.outside_left_out,
-    }  # fmt: skip
-
-
-def _owners(reply: StatusReply) -> list[dict[str, Any]]:
-    """The owners, uids and accounts together, the busiest first (as the server orders each
-    list: most running, then most queued; uids before accounts on a tie)."""
-    owners: list[dict[str, Any]] = [
-        {"uid": o.uid, "user": user_name(o.uid), "account": None, "share": o.share,
-         "usage_gpu_s": o.usage_gpu_s, "running": o.running, "queued": o.queued}
-        for o in reply.owners
-    ]  # fmt: skip
-    owners += [
-        {"uid": None, "user": None, "account": a.account, "share": a.share,
-         "usage_gpu_s": a.usage_gpu_s, "running": a.running, "queued": a.queued}
-        for a in reply.accounts
-    ]  # fmt: skip
-    owners.sort(key=lambda o: (-o["running"], -o["queued"], o["uid"] is None))
-    return owners
-
-
-def _in_use_now(gpus: tuple[GPUInfo, ...]) -> tuple[int | None, ...]:
-    """The memory in use on each GPU now, by any process (NVML, else nvidia-smi), for a server
-    sized in memory; None where it cannot be read (logical GPUs are not asked about)."""
-    if all(g.uuid is None for g in gpus):
-        return (None,) * len(gpus)
-    return gpu_memory_in_use(gpus)
 
 
 def _held(lease: dict[str, Any]) -> str:
@@ -471,29 +273,3 @@ def _owner_name(owner: dict[str, Any]) -> str:
 
 cmd_status = guarded(_cmd_status)
 cmd_cancel = guarded(_cmd_cancel)
-
-
-WATCH_FIELDS = ("watch", "gpu_state", "outside", "outside_left_out", "ended_for_overuse")
-"""The live GPU fields a watching server adds to its status reply (docs/observability.md)."""
-LEASE_WATCH_FIELDS = ("used_mib", "over_lease", "allowed_mib")
-"""The same, on each lease record."""
-
-
-def report_of(wire: Wire, reply: StatusReply) -> dict[str, Any]:
-    """The status as plain data (as ``--json`` prints it), with the live GPU fields the
-    server sent, where it sent them and the report does not carry them already: for
-    ``hwpool top``, which shows them when present."""
-    report = _report(wire, reply)
-    sent = reply.wire()
-    for key in WATCH_FIELDS:
-        if key in sent and key not in report:
-            report[key] = sent[key]
-    by_id = {lease["id"]: lease for lease in report["leases"]}
-    records = sent["leases"]
-    assert isinstance(records, list)
-    for record in records:
-        lease = by_id.get(record["id"])
-        for key in LEASE_WATCH_FIELDS:
-            if lease is not None and key in record and key not in lease:
-                lease[key] = record[key]
-    return report

@@ -28,26 +28,23 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .. import _exits
-from .._jobs._control import (
-    POLL_S,
-    CancelOutcome,
-    Watch,
-    cancel_job,
-    exit_status,
-    wait_for,
-)
+from .._jobs._control import POLL_S, Watch, exit_status, wait_for
 from .._jobs._handle import open_table, start_supervisor, wake_supervisor
 from .._jobs._json import exit_text, job_json, ran_s, waited_s
 from .._jobs._logs import CHUNK, LogNotStartedError, log_path, open_log
 from .._jobs._model import FINISHED, JobRecord, JobState
 from .._jobs._others import default_state_directory, read_user_jobs
 from .._jobs._schema import JobTableError
-from .._jobs._state import state_directory
 from .._jobs._store import JobStateError, JobStore, UnknownJobError
 from .._jobs._submit import user_name
 from .._wire._safety import UnsafePathError
-from ._parser import JOB_ID_NOTE, WAIT_TIMED_OUT
-from ._text import one_line, plural, printable
+from ._args import JOB_ID_NOTE, WAIT_TIMED_OUT
+from ._job_table import CancelRefused, cancel_jobs, expanded
+from ._job_table import JobUsageError as _Usage
+from ._job_table import job_directory as _directory
+from ._job_table import job_table as _table
+from ._job_table import one_line_message as _message
+from ._text import one_line, printable
 
 __all__ = ["RECENT_S", "WAIT_TIMED_OUT", "CancelRefused", "cancel_jobs", "cmd_cancel",
            "cmd_hold", "cmd_jobs", "cmd_logs", "cmd_release", "cmd_retry", "cmd_update",
@@ -57,10 +54,6 @@ RECENT_S = 24 * 3600.0
 """``hwpool jobs`` without ``--all`` shows the jobs that finished within this many seconds."""
 NAME_WIDTH = 24
 ID_NOTE = JOB_ID_NOTE
-
-
-class _Usage(Exception):
-    """Bad usage or input: one line on stderr, exit status 2."""
 
 
 class _Broken(Exception):
@@ -91,50 +84,6 @@ def _guarded(
             return broken
 
     return run
-
-
-def _message(exc: BaseException) -> str:
-    """The error's text in one line, the table's argument name (``job_id``) as the
-    command's (``ID``)."""
-    text = str(exc.args[0]) if isinstance(exc, LookupError) and exc.args else str(exc)
-    if text.startswith("job_id"):
-        text = "ID" + text.removeprefix("job_id")
-    return one_line(text)
-
-
-def _directory() -> Path:
-    """The caller's state directory; bad usage for a malformed ``HWPOOL_STATE_DIR``."""
-    try:
-        return state_directory()
-    except ValueError as exc:
-        raise _Usage(str(exc)) from None
-
-
-@contextmanager
-def _table(job_ids: Sequence[str] = ()) -> Iterator[JobStore]:
-    """The caller's job table; an unknown-job error naming ``job_ids`` when there is none."""
-    directory = _directory()
-    store = open_table(directory)
-    if store is None:
-        named = ", ".join(repr(job_id) for job_id in job_ids) or "any job"
-        raise UnknownJobError(
-            f"ID: no job {named}: you have no job table yet ({str(directory)!r}; "
-            "`hwpool submit` makes it)"
-        )
-    with store:
-        yield store
-
-
-def _expanded(store: JobStore, job_ids: Sequence[str]) -> dict[str, bool]:
-    """The jobs ``job_ids`` stand for, in order, each once (an array's id: its members),
-    each with whether it was named itself (not through its array); UnknownJobError for an
-    unknown one."""
-    found: dict[str, bool] = {}
-    for job_id in job_ids:
-        members = store.members(job_id)
-        for member in members:
-            found[member] = found.get(member, False) or members == [job_id]
-    return found
 
 
 def _one_job(store: JobStore, job_id: str) -> JobRecord:
@@ -412,7 +361,7 @@ def _finished(watch: Watch) -> bool:
 # ----------------------------------------------------------------- wait
 def _cmd_wait(args: argparse.Namespace) -> int:
     with _table(args.ids) as store:
-        ids = list(_expanded(store, args.ids))  # every id known before any wait
+        ids = list(expanded(store, args.ids))  # every id known before any wait
         try:
             records = wait_for(store, ids, args.timeout)
         except TimeoutError as exc:
@@ -467,7 +416,7 @@ def _cmd_update(args: argparse.Namespace) -> int:
     if args.gpus is not None and args.mem is not None:
         raise _Usage(f"give --gpus or --mem, not both (--gpus {args.gpus}, --mem {args.mem} MiB)")
     with _table([args.id]) as store:
-        targets = list(_expanded(store, [args.id]))
+        targets = list(expanded(store, [args.id]))
         if len(targets) == 1 and store.get(targets[0]).state is JobState.RUNNING:
             raise JobStateError(
                 f"{args.id} is running: its {', '.join(given)} cannot change now (a running "
@@ -516,7 +465,7 @@ def _waiting_ones(store: JobStore, job_ids: Sequence[str], refusal: str) -> list
     """The queued or waiting jobs ``job_ids`` stand for (an array's: its members that are);
     JobStateError ending in ``refusal`` for a job named itself in another state."""
     kept = []
-    for job_id, named in _expanded(store, job_ids).items():
+    for job_id, named in expanded(store, job_ids).items():
         record = store.get(job_id)
         if record.state in (JobState.QUEUED, JobState.WAITING):
             kept.append(job_id)
@@ -527,44 +476,6 @@ def _waiting_ones(store: JobStore, job_ids: Sequence[str], refusal: str) -> list
 
 
 # ----------------------------------------------------------------- cancel (jN)
-def cancel_jobs(job_ids: Sequence[str], reason: str | None = None, by: str | None = None) -> int:
-    """``hwpool cancel jN...``: cancel each job, one line each on what happened; the number
-    not cancelled (not confirmed within the wait). Exit-2 errors (an unknown id: then none is
-    cancelled) are raised as :class:`_Usage` for ``hwpool cancel`` to report. ``reason``:
-    a queued job's (root's ``cancel --user``: ``cancelled by root``)."""
-    try:
-        with _table(job_ids) as store:
-            job_ids = list(_expanded(store, job_ids))  # every id known before any is cancelled
-            who = user_name() if by is None else by
-            outcomes = [cancel_job(store, job_id, reason=reason, by=who) for job_id in job_ids]
-    except (UnknownJobError, JobStateError) as exc:
-        raise CancelRefused(_message(exc), 2) from None
-    except (UnsafePathError, JobTableError) as exc:
-        raise CancelRefused(_message(exc), 1) from None
-    except OSError as exc:  # a folder or file closed to this user, say
-        raise CancelRefused(f"cannot read {exc.filename!r}: {exc.strerror}", 1) from None
-    wake_supervisor(_directory())
-    unconfirmed = 0
-    for outcome in outcomes:
-        print(_cancel_line(outcome), file=sys.stdout if outcome.done else sys.stderr)
-        unconfirmed += not outcome.done
-    return unconfirmed
-
-
-class CancelRefused(Exception):
-    """``hwpool cancel jN`` refused before cancelling anything: the message and status."""
-
-    def __init__(self, message: str, status: int) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-def _cancel_line(outcome: CancelOutcome) -> str:
-    line = f"{outcome.record.id}: {outcome.note}"
-    if outcome.dependents:
-        line += f"; with it {plural(len(outcome.dependents), 'job')} that depended on it: "
-        line += ", ".join(outcome.dependents)
-    return line if outcome.done else f"hwpool: error: {line}"
 
 
 def _cmd_cancel(args: argparse.Namespace) -> int:

@@ -29,20 +29,13 @@ from .._sim._names import POLICIES as SIMULATED_POLICIES
 from .._version import __version__
 from .._wire._bounds import MAX_PRIORITY
 from . import _args
-from ._args import MAX_GPUS
+from ._args import DEMO_SECONDS, JOB_ID_NOTE, MAX_GPUS, WAIT_TIMED_OUT
 from ._text import one_line
 
-__all__ = ["DEMO_SECONDS", "JOB_ID_NOTE", "RUN_GRACE_S", "WAIT_TIMED_OUT", "build"]
+__all__ = ["RUN_GRACE_S", "build"]
 
-DEMO_SECONDS = 8.0
-"""The length ``hwpool demo`` lays its workload out for, unless ``--seconds`` scales it."""
 RUN_GRACE_S = 5.0
 """``hwpool run --grace``'s default."""
-WAIT_TIMED_OUT = _exits.GAVE_UP
-"""``hwpool wait --timeout``'s status when the time passed first (EX_TEMPFAIL: try again)."""
-JOB_ID_NOTE = (
-    "job ids look like j12; #12 in `hwpool status` is the host server's request id, not a job's"
-)
 
 Subcommands = Any  # argparse's _SubParsersAction, which it does not name publicly
 

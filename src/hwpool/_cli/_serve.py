@@ -32,7 +32,7 @@ from .._server._defaults import (
 )
 from .._server._server import ServeConfig, serve
 from .._wire._paths import system_socket
-from ._host_cmds import Usage, guarded, socket_of, user_name
+from ._host_access import Usage, guarded, socket_of, user_name
 from ._text import printable
 
 __all__ = ["cmd_serve"]

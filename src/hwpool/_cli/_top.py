@@ -19,7 +19,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .._wire._connection import Wire
-from ._host_cmds import guarded, report_of, socket_of
+from ._host_access import guarded, socket_of
+from ._status_report import report_of
 from ._text import one_line
 from ._top_view import render
 

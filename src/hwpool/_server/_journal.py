@@ -36,6 +36,7 @@ deleted, emptied or corrupted does not make the next server hand out ids again.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -142,8 +143,14 @@ def _entry_line(entry: JournalEntry) -> str:
     return (
         f'{{"op":"{op}","id":{entry.id},"uid":{entry.uid},"pid":{entry.pid},'
         f'"count":{entry.count},"units":{entry.units},"held":{held},'
-        f'"token":{json.dumps(entry.token)}{end}}}\n'
+        f'"token":{_quoted(entry.token)}{end}}}\n'
     )
+
+
+@functools.lru_cache(maxsize=1024)
+def _quoted(token: str) -> str:
+    """``token`` as a JSON string, made once per token (a client's, on each of its records)."""
+    return json.dumps(token)
 
 
 def _gone_line(entry: JournalEntry) -> str:

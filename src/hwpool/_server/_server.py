@@ -76,14 +76,14 @@ from .._wire._protocol import (
 from .._wire._safety import open_side_file
 from . import _journal
 from ._config import Owner
-from ._defaults import METRICS_MAX_CONNECTIONS, METRICS_TIMEOUT_S
-from ._host_state import (
+from ._defaults import (
     MAX_REQUESTS_PER_CONNECTION,
     MAX_REQUESTS_PER_USER,
-    Client,
-    Delivery,
-    HostState,
+    METRICS_MAX_CONNECTIONS,
+    METRICS_TIMEOUT_S,
 )
+from ._host_entries import Client, Delivery
+from ._host_state import HostState
 from ._journal import JournalEntry
 from ._listen import (
     Peer,
@@ -640,7 +640,7 @@ class _Server:
             self.outbox = [x for x in self.outbox if not _is_status(x[1])]
         lines: dict[_Connection, list[bytes]] = {}  # each connection's replies, in order
         for conn, message in outbox:
-            if message is not None and not isinstance(message, Iterator):
+            if isinstance(message, ServerMessage):  # (concrete classes: no ABC's isinstance)
                 lines.setdefault(conn, []).append(conn.encoded(message))
                 continue
             if conn in lines:  # what comes before the status or the close goes first

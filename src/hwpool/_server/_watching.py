@@ -67,7 +67,8 @@ from .._wire._protocol import (
     WatchRecord,
 )
 from ._config import Owner
-from ._host_state import Delivery, Entry, HostState
+from ._host_entries import Delivery, Entry
+from ._host_state import HostState
 
 __all__ = ["Watching", "watch_refusal"]
 
