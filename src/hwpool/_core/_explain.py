@@ -19,6 +19,7 @@ caller's scheduler is left exactly as it was.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import enum
 import heapq
 import itertools
@@ -41,7 +42,7 @@ __all__ = [
     "planned_end",
 ]
 
-MAX_EVENTS = 10_000
+MAX_EVENTS = 1_000
 """The most grant ends one :func:`explain` replays; waiters not granted by then are unknown.
 Each end costs one release (and queue walk) on the copy, so this bounds the work of a status
 query on a long queue; the copy itself costs time in proportion to the scheduler's state."""
@@ -150,22 +151,47 @@ def explain(
     running grants that hold more on a GPU than the scheduler has granted there.
     """
     events = check_int("max_events", max_events, minimum=0)
-    plan = copy.deepcopy(scheduler)
-    clock = plan.now if now is None else max(plan.now, _check_now(now))
-    waiters = list(plan.waiters())
+    clock = scheduler.now if now is None else max(scheduler.now, _check_now(now))
+    waiters = list(scheduler.waiters())
     waiting = {waiter.ticket for waiter in waiters}
     held_outside = _check_outside(outside, waiting)
     expected = _check_hints(hints)
-    runs = _check_running(plan, running, waiting)
-    units = describe if describe is not None else _as_share(plan.units_per_gpu)
-    reasons = _reasons(plan, waiters, held_outside, units)
-    starts = _replay(
-        plan, runs, waiting - held_outside.keys(), held_outside, expected, clock, events
-    )
+    runs = _check_running(scheduler, running, waiting)
+    units = describe if describe is not None else _as_share(scheduler.units_per_gpu)
+    reasons = _reasons(scheduler, waiters, held_outside, units)
+    ends = [
+        (end, run.grant)
+        for run in runs
+        if (end := _end_of(scheduler, run.grant.ticket, run.demand, run.start, expected, clock))
+        is not None
+    ]
+    starts: dict[int, float] = {}
+    if ends or held_outside:  # else nothing ends in the plan: every estimate is unknown
+        demands = {waiter.ticket: waiter.demand for waiter in waiters}
+        plan = copy.deepcopy(scheduler)
+        starts = _replay(plan, ends, demands, list(held_outside), expected, clock, events)
     return [
         Explanation(waiter.ticket, *reasons[waiter.ticket], starts.get(waiter.ticket))
         for waiter in waiters
     ]
+
+
+def _end_of(  # noqa: PLR0917 (the parts of one grant's plan)
+    scheduler: Scheduler,
+    ticket: int,
+    demand: Demand,
+    start: float,
+    hints: dict[int, float],
+    now: float,
+) -> float | None:
+    """When grant ``ticket`` of ``demand``, started at ``start``, is planned to end: by its
+    hint, else by what the scheduler learned of its demand (asked without its owner and
+    priority, which never change the answer: asking with an owner would start the core's
+    counting of usage, rule 8), and its limit."""
+    hold = hints.get(ticket)
+    if hold is None:
+        hold = scheduler.expected(dataclasses.replace(demand, owner=None, priority=0))
+    return planned_end(float(start), hold, demand.limit, now)
 
 
 # ----------------------------------------------------------------- checks
@@ -327,45 +353,35 @@ def _fits_free(plan: Scheduler, demand: Demand) -> tuple[int, ...] | None:
 # ----------------------------------------------------------------- the plan
 def _replay(  # noqa: PLR0917 (the parts of one replay)
     plan: Scheduler,
-    runs: list[Running],
-    waiting: set[int],
-    outside: Mapping[int, object],
+    ends: list[tuple[float, Grant]],
+    demands: dict[int, Demand],
+    outside: list[int],
     hints: dict[int, float],
     now: float,
     events: int,
 ) -> dict[int, float]:
-    """Drive ``plan`` (a copy) forward from ``now``, ending each grant at its planned end;
-    the time each of ``waiting`` is granted. The waiters held ``outside`` are cancelled
-    first: nothing says when they will come back."""
-    demands = {waiter.ticket: waiter.demand for waiter in plan.waiters()}
+    """Drive ``plan`` (a copy) forward from ``now``, ending each grant at its planned end
+    (``ends``: those of the grants running now); the time each waiter of ``demands`` is
+    granted. The waiters held ``outside`` are cancelled first: nothing says when they will
+    come back."""
     sequence = itertools.count()
-    ends: list[tuple[float, int, Grant]] = []
+    heap = [(end, next(sequence), grant) for end, grant in ends]
+    heapq.heapify(heap)
     starts: dict[int, float] = {}
+    waiting = len(demands) - len(outside)
 
     def started(grants: list[Grant], at: float) -> None:
         for grant in grants:
-            if grant.ticket not in waiting:
-                continue
             starts[grant.ticket] = at
             demand = demands[grant.ticket]
-            hold = hints.get(grant.ticket)
-            if hold is None:
-                hold = plan.expected(demand)
-            end = planned_end(at, hold, demand.limit, at)
+            end = _end_of(plan, grant.ticket, demand, at, hints, at)
             if end is not None:
-                heapq.heappush(ends, (end, next(sequence), grant))
+                heapq.heappush(heap, (end, next(sequence), grant))
 
-    for run in runs:
-        hold = hints.get(run.grant.ticket)
-        if hold is None:
-            hold = plan.expected(run.demand)
-        end = planned_end(float(run.start), hold, run.demand.limit, now)
-        if end is not None:
-            heapq.heappush(ends, (end, next(sequence), run.grant))
     for ticket in outside:
         started(plan.cancel(ticket, now=now), now)
-    while ends and len(starts) < len(waiting) and events > 0:
-        at, _, grant = heapq.heappop(ends)
+    while heap and len(starts) < waiting and events > 0:
+        at, _, grant = heapq.heappop(heap)
         events -= 1
         started(plan.release_many(plan.held(grant), ticket=grant.ticket, now=at), at)
     return starts
