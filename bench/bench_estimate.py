@@ -6,10 +6,11 @@ the bundled ``batch`` and ``embedding``, the seeded generated ones: ``_policy_tr
 on four GPUs, and the bundled ``serving`` trace on its 80 GiB and 24 GiB GPUs, under the
 core's ``easy`` (the host server's backfill: by limits) and ``reserve-all``, each as the
 trace is (no task has a limit) and with every task given a limit of ``--limit-factor`` times
-its duration (default 2: a user's ``--time`` with room to spare, never reached). Per trace
-and run: how many tasks waited and had their start estimated, how many of those estimates
-were unknown, and the mean and p90 of estimated minus actual start (> 0: the estimate was
-late, the task started sooner) and of its size.
+its duration (default 2: a user's ``--time`` with room to spare, never reached). ``burst``
+is always a tenth its size here (at full size each of its estimates replays 10,000
+waiters). Per trace and run: how many tasks waited and had their start estimated, how many
+of those estimates were unknown, and the mean and p90 of estimated minus actual start (> 0:
+the estimate was late, the task started sooner) and of its size.
 
 An explanation replays the queue, so on long queues only every k-th waiting task is
 estimated (about ``--samples`` per run, default 40; the column ``every`` says which k;
@@ -57,6 +58,8 @@ def traces(
     found: dict[str, tuple[Callable[[], list[Task]], tuple[int, ...] | None]] = {
         name: (make, None) for name, make in all_traces(seed, quick).items()
     }
+    # At full size each estimate of ``burst`` replays 10,000 waiters: minutes each.
+    found["burst"] = (all_traces(seed, True)["burst"], None)
     memory = tuple(parse_memory(size) for size in SERVING_GPUS)
     found["serving"] = (lambda: load_trace("serving", max_gpus=len(memory)), memory)
     return found
