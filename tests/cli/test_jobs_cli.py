@@ -113,7 +113,9 @@ JSON_FIELDS = {
     "signal_name", "exit", "gpus", "gpus_exact", "memory_mib", "priority", "time_limit_s",
     "after", "gpu_ids", "lease", "pid", "queued_at", "queued_at_iso", "started_at",
     "started_at_iso", "ended_at", "ended_at_iso", "waited_s", "ran_s", "reason",
-    "stdout_log", "stderr_log", "retry_of",
+    "stdout_log", "stderr_log", "retry_of", "after_any", "after_notok", "held_by",
+    "gpu_share", "gpu_seconds", "cpu_user_s", "cpu_system_s", "max_rss_kib",
+    "peak_gpu_memory_mib", "ended_by",
 }  # fmt: skip
 
 
@@ -135,7 +137,10 @@ def test_jobs_json_has_every_field_and_never_the_environment(
         "time_limit_s": None, "after": [], "gpu_ids": [], "lease": None, "pid": None,
         "queued_at": 0, "queued_at_iso": "", "started_at": None, "started_at_iso": None,
         "ended_at": None, "ended_at_iso": None, "waited_s": 0, "ran_s": None, "reason": None,
-        "stdout_log": None, "stderr_log": None, "retry_of": None,
+        "stdout_log": None, "stderr_log": None, "retry_of": None, "after_any": [],
+        "after_notok": [], "held_by": None, "gpu_share": None, "gpu_seconds": None,
+        "cpu_user_s": None, "cpu_system_s": None, "max_rss_kib": None,
+        "peak_gpu_memory_mib": None, "ended_by": None,
     }  # fmt: skip
     old = jobs[1]
     assert (old["state"], old["signal"], old["signal_name"], old["exit"]) == (
@@ -159,6 +164,44 @@ def test_jobs_shows_recent_jobs_and_all_shows_every_one(store: JobStore, state_d
     assert text[1].split()[:5] == ["j4", "python", "failed", "SIGKILL", "GPU-8f2c1a3b"]
     assert text[4].split()[:4] == ["j1", "python", "failed", "3"]
     assert text[-1].startswith("(job ids look like j12")
+
+
+def test_jobs_since_sets_the_window_and_state_filters(store: JobStore, state_dir: Path) -> None:
+    old = ran(store, "exit 3", now=time.time() - 3 * 86400)
+    recent = ran(store, "succeeded")
+    queued = add(store)
+    waiting = add(store, after=[queued])
+    assert [job["id"] for job in listed(state_dir, "--since", "4d")] == [
+        waiting, queued, recent, old,
+    ]  # fmt: skip
+    assert [job["id"] for job in listed(state_dir, "--since", "1:00:00")] == [
+        waiting, queued, recent,
+    ]  # fmt: skip
+    # queued takes the jobs waiting on a dependency too (Slurm's PENDING)
+    assert [job["id"] for job in listed(state_dir, "--state", "queued")] == [waiting, queued]
+    assert [job["id"] for job in listed(state_dir, "--state", "waiting-on-dependency")] == [waiting]
+    assert [job["id"] for job in listed(state_dir, "--state", "failed,succeeded")] == [recent]
+    assert [job["id"] for job in listed(state_dir, "--state", "failed", "--all")] == [old]
+    text = hwpool(state_dir, "jobs", "--since", "2h", "--state", "running").stdout
+    assert "no jobs (queued, running or finished in the last 2h00m;" in text
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (("--state", "pending"), "'pending'"),
+        (("--state", "queued,"), "got ''"),
+        (("--since", "0"), "--since"),
+        (("--since", "3 weeks"), "'3 weeks'"),
+        (("--since", "1d", "--all"), "not allowed with argument"),
+    ],
+)
+def test_jobs_refuses_a_bad_state_or_window(
+    state_dir: Path, args: tuple[str, ...], fragment: str
+) -> None:
+    done = hwpool(state_dir, "jobs", *args)
+    assert done.returncode == 2, done.stderr
+    assert fragment in done.stderr and done.stdout == ""
 
 
 def test_jobs_escapes_what_could_drive_the_terminal(store: JobStore, state_dir: Path) -> None:

@@ -3,6 +3,7 @@ retries and retention."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from jobtables import add, dump
 
 from hostserver import BOUND, ENV
 from hwpool._jobs._model import JobRecord, JobState
+from hwpool._jobs._schema import read_as_current
 from hwpool._jobs._store import (
     SCHEMA_VERSION,
     JobStateError,
@@ -512,8 +514,104 @@ def test_a_table_from_a_newer_hwpool_is_refused(state_dir: Path) -> None:
     connection = sqlite3.connect(state_dir / "jobs.db")
     connection.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
     connection.close()
-    with pytest.raises(JobTableError, match=r"was made by a newer hwpool \(schema 2; this one"):
+    newer = rf"was made by a newer hwpool \(schema {SCHEMA_VERSION + 1}; this one"
+    with pytest.raises(JobTableError, match=newer):
         JobStore.open(state_dir)
+
+
+_STATES_1 = (
+    "'queued', 'waiting-on-dependency', 'running', 'succeeded', 'failed', 'cancelled', "
+    "'timed-out', 'lost'"
+)
+_SCHEMA_1 = f"""
+CREATE TABLE jobs (
+    number      INTEGER PRIMARY KEY AUTOINCREMENT,  -- the id's number: never reused
+    name        TEXT NOT NULL,
+    argv        TEXT NOT NULL,                      -- JSON list of strings
+    cwd         TEXT NOT NULL,
+    environment TEXT NOT NULL,                      -- JSON object (secrets: the file is 0600)
+    gpus        TEXT,                               -- '1/4', '1', '3' (NULL: memory_mib)
+    memory_mib  INTEGER,
+    priority    INTEGER NOT NULL,
+    time_limit  INTEGER,                            -- seconds; NULL: none
+    state       TEXT NOT NULL CHECK (state IN ({_STATES_1})),
+    exit_code   INTEGER,
+    signal      INTEGER,
+    gpu_ids     TEXT NOT NULL DEFAULT '[]',         -- JSON list: CUDA_VISIBLE_DEVICES
+    lease       INTEGER,                            -- the host server's request id
+    pid         INTEGER,
+    pid_start   INTEGER,                            -- /proc/PID/stat field 22
+    queued_at   REAL NOT NULL,
+    started_at  REAL,
+    ended_at    REAL,
+    reason      TEXT,
+    stdout_log  TEXT,
+    stderr_log  TEXT,
+    retry_of    INTEGER,
+    CHECK ((gpus IS NULL) <> (memory_mib IS NULL))
+);
+CREATE TABLE dependencies (
+    job      INTEGER NOT NULL REFERENCES jobs (number) ON DELETE CASCADE,
+    after    INTEGER NOT NULL,  -- no foreign key: a record outlives its pruned dependency
+    position INTEGER NOT NULL,
+    PRIMARY KEY (job, after)
+) WITHOUT ROWID;
+CREATE INDEX jobs_by_state ON jobs (state, number);
+CREATE INDEX dependencies_by_after ON dependencies (after);
+"""
+"""The table as hwpool made it at schema 1 (before holds and dependency kinds), verbatim."""
+
+
+def _table_of_schema_1(state_dir: Path) -> Path:
+    """A table as hwpool 0.1 left it: j1, and j2 after j1."""
+    state_dir.mkdir(mode=0o700)
+    connection = sqlite3.connect(state_dir / "jobs.db", isolation_level=None)
+    for statement in _SCHEMA_1.split(";\n"):
+        if statement.strip():
+            connection.execute(statement)
+    connection.execute("PRAGMA user_version=1")
+    row = ("train", '["python"]', "/srv", "{}", "1/2", 0, "queued", 1.0)
+    for _ in range(2):
+        connection.execute(
+            "INSERT INTO jobs (name, argv, cwd, environment, gpus, priority, state, queued_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row,
+        )  # fmt: skip
+    connection.execute("INSERT INTO dependencies (job, after, position) VALUES (2, 1, 0)")
+    connection.close()
+    os.chmod(state_dir / "jobs.db", 0o600)
+    return state_dir / "jobs.db"
+
+
+def test_a_table_of_schema_1_is_read_read_only_as_it_is(state_dir: Path) -> None:
+    """Root's ``jobs --all-users`` reads a user's table its owner has not opened since the
+    upgrade: through temporary views, writing nothing."""
+    path = _table_of_schema_1(state_dir)
+    before = dump(path)
+    connection = sqlite3.connect(f"file:{path}?immutable=1", uri=True, isolation_level=None)
+    connection.row_factory = sqlite3.Row
+    try:
+        read_as_current(connection, path)
+        jobs = JobStore(connection, path).list(include_finished=True)
+    finally:
+        connection.close()
+    assert [(job.id, job.after, job.held_by) for job in jobs] == [("j2", ("j1",), None),
+                                                                   ("j1", (), None)]  # fmt: skip
+    assert dump(path) == before
+
+
+def test_a_table_of_schema_1_is_brought_up_to_date_keeping_every_job(state_dir: Path) -> None:
+    _table_of_schema_1(state_dir)
+    with JobStore.open(state_dir) as store:
+        second = store.get("j2")
+        assert (second.after, second.after_any, second.held_by) == (("j1",), (), None)
+        third = store.add(["true"], cwd="/srv", environment={}, after_any=["j2"])
+        assert third.after_any == ("j2",) and third.state is JobState.WAITING
+        assert store.hold("j1", "alice").held_by == "alice"
+    connection = sqlite3.connect(state_dir / "jobs.db")
+    try:
+        assert connection.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    finally:
+        connection.close()
 
 
 @pytest.mark.parametrize(

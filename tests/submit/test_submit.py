@@ -50,9 +50,10 @@ def _group_alive(pgid: int) -> bool:
 
 
 def test_the_job_sees_its_lease_its_cwd_and_the_submitting_environment(box: Box) -> None:
-    env = {**box.env, "MY_SETTING": "kept"}
+    env = {**box.env, "MY_SETTING": "kept", "MY_OTHER": "replaced"}
     done = box.hwpool(
-        "submit", "--gpus", "0.5", "--cwd", str(box.root), "--", sys.executable, "-c",
+        "submit", "--gpus", "0.5", "--cwd", str(box.root), "--env", "MY_OTHER=x=1",
+        "--env", "MY_ADDED=", "--", sys.executable, "-c",
         "import json, os; json.dump({'cwd': os.getcwd(), 'env': dict(os.environ), "
         "'stdin': os.read(0, 10).decode()}, open('seen.json', 'w'))", env=env,
     )  # fmt: skip
@@ -62,6 +63,7 @@ def test_the_job_sees_its_lease_its_cwd_and_the_submitting_environment(box: Box)
     seen = json.loads((box.root / "seen.json").read_text())
     assert seen["cwd"] == str(box.root)
     assert seen["env"]["MY_SETTING"] == "kept"
+    assert (seen["env"]["MY_OTHER"], seen["env"]["MY_ADDED"]) == ("x=1", "")  # --env over it
     assert seen["env"]["HWPOOL_JOB_ID"] == job.id
     assert json.loads(seen["env"]["HWPOOL_LEASE"])["fraction"] == 0.5
     assert seen["env"]["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.5"  # lease.env()'s knobs

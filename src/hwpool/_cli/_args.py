@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from fractions import Fraction
 
 from .._check import check_int, duration_from_text, int_from_text
 from .._core._memory import parse_memory
-from .._jobs._model import JOB_ID_PREFIX, check_job_id
+from .._jobs._model import JOB_ID_PREFIX, JobState, check_job_id
 from .._sim._names import POLICIES as SIMULATED_POLICIES
 from .._wire._bounds import MAX_PRIORITY
 from ._env import seconds_from_text
@@ -26,10 +27,12 @@ __all__ = [
     "cancel_id",
     "count",
     "demand_from_text",
+    "env_assignment",
     "gpu_count",
     "gpu_memory_list",
     "job_id_argument",
     "job_ids_argument",
+    "job_states",
     "limit_from_text",
     "memory_from_text",
     "policies",
@@ -108,6 +111,21 @@ def limit_from_text(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def env_assignment(text: str) -> tuple[str, str]:
+    """``submit --env KEY=VALUE``: a variable name as a shell writes one, and its value (which
+    may hold ``=``; not NUL, which no environment can carry)."""
+    key, sep, value = text.partition("=")
+    if not sep or _ENV_NAME.fullmatch(key) is None or "\0" in value:
+        raise argparse.ArgumentTypeError(
+            f"must be KEY=VALUE with KEY a variable name (letters, digits, _; not first a "
+            f"digit), got {text[:60]!r}"
+        )
+    return key, value
+
+
 def job_id_argument(text: str) -> str:
     """A job id (``j12``), refused with the value named otherwise."""
     try:
@@ -118,14 +136,38 @@ def job_id_argument(text: str) -> str:
 
 
 def job_ids_argument(text: str) -> list[str]:
-    """``--after j1,j2``: job ids, comma-separated."""
+    """``--after j1,j2`` (and ``--after-any``, ``--after-notok``): job ids, comma-separated."""
     ids = [word.strip() for word in text.split(",")]
     for word in ids:
         try:
-            check_job_id("--after", word)
+            check_job_id("ID", word)
         except (TypeError, ValueError) as exc:
-            raise argparse.ArgumentTypeError(str(exc).removeprefix("--after ")) from None
+            raise argparse.ArgumentTypeError(str(exc).removeprefix("ID ")) from None
     return ids
+
+
+JOB_STATE_NAMES = (
+    JobState.QUEUED.value,
+    "held",
+    *(state.value for state in JobState if state is not JobState.QUEUED),
+)
+"""What ``jobs --state`` takes: every state a job's record can have, and ``held``."""
+
+
+def job_states(text: str) -> frozenset[str]:
+    """``jobs --state queued,running``: states, comma-separated; ``queued`` also takes
+    ``waiting-on-dependency`` (Slurm's PENDING is both; a held job is ``held``)."""
+    states: set[str] = set()
+    for word in (word.strip() for word in text.split(",")):
+        if word not in JOB_STATE_NAMES:
+            raise argparse.ArgumentTypeError(
+                f"must be states, comma-separated, of {', '.join(JOB_STATE_NAMES)}; "
+                f"got {word[:40]!r}"
+            )
+        states.add(word)
+    if JobState.QUEUED.value in states:
+        states.add(JobState.WAITING.value)
+    return frozenset(states)
 
 
 def count(text: str) -> int:

@@ -88,7 +88,7 @@ def _cancel_as(user: pwd.struct_passwd, job_ids: list[str]) -> int:
     from ._jobs_cmds import CancelRefused, cancel_jobs  # noqa: PLC0415 (after the change)
 
     try:
-        unconfirmed = cancel_jobs(job_ids, reason="cancelled by root")
+        unconfirmed = cancel_jobs(job_ids, reason="cancelled by root", by="root")
     except CancelRefused as exc:
         print(f"hwpool: error: {user.pw_name}'s {one_line(str(exc))}", file=sys.stderr)
         return exc.status

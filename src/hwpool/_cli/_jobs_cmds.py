@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import pwd
 import sys
@@ -45,12 +46,14 @@ from .._jobs._others import default_state_directory, read_user_jobs
 from .._jobs._schema import JobTableError
 from .._jobs._state import state_directory
 from .._jobs._store import JobStateError, JobStore, UnknownJobError
+from .._jobs._submit import user_name
 from .._wire._safety import UnsafePathError
 from ._parser import JOB_ID_NOTE, WAIT_TIMED_OUT
 from ._text import one_line, plural, printable
 
-__all__ = ["RECENT_S", "WAIT_TIMED_OUT", "CancelRefused", "cancel_jobs", "cmd_cancel", "cmd_jobs",
-           "cmd_logs", "cmd_retry", "cmd_wait", "duration", "format_jobs", "job_json"]  # fmt: skip
+__all__ = ["RECENT_S", "WAIT_TIMED_OUT", "CancelRefused", "cancel_jobs", "cmd_cancel",
+           "cmd_hold", "cmd_jobs", "cmd_logs", "cmd_release", "cmd_retry", "cmd_update",
+           "cmd_wait", "duration", "format_jobs", "job_json"]  # fmt: skip
 
 RECENT_S = 24 * 3600.0
 """``hwpool jobs`` without ``--all`` shows the jobs that finished within this many seconds."""
@@ -128,20 +131,23 @@ def _table(job_ids: Sequence[str] = ()) -> Iterator[JobStore]:
 def _cmd_jobs(args: argparse.Namespace) -> int:
     now = time.time()
     rows, problems = _gather(args)
-    if not args.all:
-        rows = [(user, job) for user, job in rows if _recent(job, now)]
+    window = None if args.all else RECENT_S if args.since is None else args.since
+    if window is not None:
+        rows = [(user, job) for user, job in rows if _recent(job, now, window)]
+    if args.state is not None:
+        rows = [(user, job) for user, job in rows if job.shown_state in args.state]
     if args.json:
         print(json.dumps([job_json(job, user, now) for user, job in rows], indent=1))
     else:
         admin = args.user is not None or args.all_users
-        print(format_jobs(rows, now, with_user=admin, all_shown=args.all))
+        print(format_jobs(rows, now, with_user=admin, window=window))
     for problem in problems:
         print(f"hwpool: error: {one_line(problem)}", file=sys.stderr)
     return 1 if problems else 0
 
 
-def _recent(job: JobRecord, now: float) -> bool:
-    return job.state not in FINISHED or (job.ended_at or now) >= now - RECENT_S
+def _recent(job: JobRecord, now: float, window: float) -> bool:
+    return job.state not in FINISHED or (job.ended_at or now) >= now - window
 
 
 def _gather(args: argparse.Namespace) -> tuple[list[tuple[str, JobRecord]], list[str]]:
@@ -225,7 +231,7 @@ def job_json(job: JobRecord, user: str, now: float) -> dict[str, Any]:
     environment is left out: it holds secrets."""
     return {
         "id": job.id, "user": user, "name": job.name, "argv": list(job.argv), "cwd": job.cwd,
-        "state": job.state.value, "finished": job.state.finished,
+        "state": job.shown_state, "finished": job.state.finished, "held_by": job.held_by,
         "exit_code": job.exit_code, "signal": job.signal,
         "signal_name": None if job.signal is None else signal_name(job.signal),
         "exit": _exit_text(job) or None,
@@ -233,14 +239,32 @@ def job_json(job: JobRecord, user: str, now: float) -> dict[str, Any]:
         "gpus_exact": None if job.gpus is None else str(job.gpus),
         "memory_mib": job.memory_mib, "priority": job.priority,
         "time_limit_s": job.time_limit, "after": list(job.after),
+        "after_any": list(job.after_any), "after_notok": list(job.after_notok),
         "gpu_ids": list(job.gpu_ids), "lease": job.lease, "pid": job.pid,
         "queued_at": job.queued_at, "queued_at_iso": _iso(job.queued_at),
         "started_at": job.started_at, "started_at_iso": _iso(job.started_at),
         "ended_at": job.ended_at, "ended_at_iso": _iso(job.ended_at),
         "waited_s": _waited(job, now), "ran_s": _ran(job, now),
         "reason": job.reason, "stdout_log": job.stdout_log, "stderr_log": job.stderr_log,
-        "retry_of": job.retry_of,
+        "retry_of": job.retry_of, **_accounting(job, now),
     }  # fmt: skip
+
+
+def _accounting(job: JobRecord, now: float) -> dict[str, Any]:
+    """What the job used (docs/jobs.md, Accounting): GPU-seconds are the GPUs it held times
+    its run time; CPU time and peak RSS are its launcher's ``getrusage`` of the job's
+    process tree, known once it ended. The watcher's peak GPU memory is not recorded yet."""
+    ran = _ran(job, now)
+    usage = job.usage
+    return {
+        "gpu_share": job.gpu_share,
+        "gpu_seconds": None if job.gpu_share is None or ran is None else job.gpu_share * ran,
+        "cpu_user_s": None if usage is None else usage.cpu_user_s,
+        "cpu_system_s": None if usage is None else usage.cpu_system_s,
+        "max_rss_kib": None if usage is None else usage.max_rss_kib,
+        "peak_gpu_memory_mib": None,
+        "ended_by": job.ended_by,
+    }
 
 
 def _iso(stamp: float | None) -> str | None:
@@ -273,13 +297,19 @@ _HEADINGS = ("ID", "NAME", "STATE", "EXIT", "GPUS", "QUEUED", "STARTED", "ENDED"
 
 
 def format_jobs(
-    rows: Sequence[tuple[str, JobRecord]], now: float, *, with_user: bool, all_shown: bool
+    rows: Sequence[tuple[str, JobRecord]],
+    now: float,
+    *,
+    with_user: bool,
+    window: float | None = RECENT_S,
 ) -> str:
     """The jobs as a table (newest first), every text another user chose escaped, with the
-    note on ids under it."""
+    note on ids under it; ``window``: how long ago the finished jobs shown may have ended
+    (None: every job kept is shown)."""
+    within = "24 h" if window == RECENT_S else duration(window or 0)
     if not rows:
-        table = ["no jobs" + ("" if all_shown else " (queued, running or finished in the last "
-                 "24 h; --all: every job kept)")]  # fmt: skip
+        table = ["no jobs" + ("" if window is None else " (queued, running or finished in the "
+                 f"last {within}; --all: every job kept)")]  # fmt: skip
     else:
         cells = [_cells(job, user, now, with_user) for user, job in rows]
         headings = (("USER",) if with_user else ()) + _HEADINGS
@@ -288,7 +318,7 @@ def format_jobs(
             "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
             for row in [headings, *cells]
         ]
-    shown = "" if all_shown else "; finished jobs older than 24 h: hwpool jobs --all"
+    shown = "" if window is None else f"; finished jobs older than {within}: hwpool jobs --all"
     return "\n".join([*table, f"({ID_NOTE}{shown})"])
 
 
@@ -298,11 +328,11 @@ def _cells(job: JobRecord, user: str, now: float, with_user: bool) -> tuple[str,
         name = name[: NAME_WIDTH - 1] + "~"
     ran = _ran(job, now)
     cells = (
-        job.id, name, job.state.value, _exit_text(job) or "-",
+        job.id, name, job.shown_state, _exit_text(job) or "-",
         ",".join(_short_gpu(g) for g in job.gpu_ids) or "-", _clock(job.queued_at, now),
         _clock(job.started_at, now), _clock(job.ended_at, now),
         duration(_waited(job, now)), "-" if ran is None else duration(ran),
-        printable(job.reason or ""),
+        printable(job.reason or (f"held by {job.held_by}" if job.held_by else "")),
     )  # fmt: skip
     return ((printable(user),) if with_user else ()) + cells
 
@@ -464,8 +494,76 @@ def _cmd_retry(args: argparse.Namespace) -> int:
     return 0
 
 
+# ----------------------------------------------------------------- update
+_EDITS = {"name": "--name", "priority": "--priority", "time": "--time", "gpus": "--gpus",
+          "mem": "--mem"}  # fmt: skip
+
+
+def _cmd_update(args: argparse.Namespace) -> int:
+    """``hwpool update ID [--priority P] [--time LIMIT] [--gpus G | --mem SIZE] [--name N]``:
+    a queued (or waiting) job edited in place; its supervisor asks for its share again."""
+    given = [option for field, option in _EDITS.items() if getattr(args, field) is not None]
+    if not given:
+        raise _Usage("give what to change: --priority, --time, --gpus, --mem or --name")
+    if args.gpus is not None and args.mem is not None:
+        raise _Usage(f"give --gpus or --mem, not both (--gpus {args.gpus}, --mem {args.mem} MiB)")
+    with _table([args.id]) as store:
+        record = store.get(args.id)
+        if record.state is JobState.RUNNING:
+            raise JobStateError(
+                f"{args.id} is running: its {', '.join(given)} cannot change now (a running "
+                "job's time limit cannot change yet either: cancel and resubmit it)"
+            )
+        time_limit = None if args.time is None else math.ceil(args.time)
+        edited = store.update(
+            args.id, name=args.name, priority=args.priority, time_limit=time_limit,
+            gpus=args.gpus, memory_mib=args.mem,
+        )  # fmt: skip
+    start_supervisor(_directory())
+    print(f"{edited.id}: updated {', '.join(given)}")
+    return 0
+
+
+# ----------------------------------------------------------------- hold, release
+def _cmd_hold(args: argparse.Namespace) -> int:
+    """``hwpool hold ID...``: every id must name a queued or waiting job (checked for all
+    before any is held); each is held, one line each."""
+    job_ids = list(dict.fromkeys(args.ids))
+    with _table(job_ids) as store:
+        for job_id in job_ids:
+            record = store.get(job_id)
+            if record.state not in (JobState.QUEUED, JobState.WAITING):
+                raise JobStateError(
+                    f"{job_id} is {record.state.value}: only a queued job (or one waiting on "
+                    "a dependency) can be held; nothing was held"
+                )
+        held = [store.hold(job_id, user_name()) for job_id in job_ids]
+    wake_supervisor(_directory())  # it withdraws their requests at once
+    for record in held:
+        print(f"{record.id}: held (hwpool release {record.id} lets it run)")
+    return 0
+
+
+def _cmd_release(args: argparse.Namespace) -> int:
+    """``hwpool release ID...``: the holds on queued or waiting jobs released, one line each."""
+    job_ids = list(dict.fromkeys(args.ids))
+    with _table(job_ids) as store:
+        before = {job_id: store.get(job_id) for job_id in job_ids}
+        for job_id, record in before.items():
+            if record.state not in (JobState.QUEUED, JobState.WAITING):
+                raise JobStateError(
+                    f"{job_id} is {record.state.value}: only a queued job (or one waiting on "
+                    "a dependency) is held or released; nothing was released"
+                )
+        released = [store.release_hold(job_id) for job_id in job_ids]
+    start_supervisor(_directory())
+    for record in released:
+        print(f"{record.id}: " + ("released" if before[record.id].held else "was not held"))
+    return 0
+
+
 # ----------------------------------------------------------------- cancel (jN)
-def cancel_jobs(job_ids: Sequence[str], reason: str | None = None) -> int:
+def cancel_jobs(job_ids: Sequence[str], reason: str | None = None, by: str | None = None) -> int:
     """``hwpool cancel jN...``: cancel each job, one line each on what happened; the number
     not cancelled (not confirmed within the wait). Exit-2 errors (an unknown id: then none is
     cancelled) are raised as :class:`_Usage` for ``hwpool cancel`` to report. ``reason``:
@@ -474,7 +572,8 @@ def cancel_jobs(job_ids: Sequence[str], reason: str | None = None) -> int:
         with _table(job_ids) as store:
             for job_id in job_ids:  # every id known before anything is cancelled
                 store.get(job_id)
-            outcomes = [cancel_job(store, job_id, reason=reason) for job_id in job_ids]
+            who = user_name() if by is None else by
+            outcomes = [cancel_job(store, job_id, reason=reason, by=who) for job_id in job_ids]
     except (UnknownJobError, JobStateError) as exc:
         raise CancelRefused(_message(exc), 2) from None
     except (UnsafePathError, JobTableError) as exc:
@@ -516,6 +615,9 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
     return 1 if unfinished else 0
 
 
+cmd_update = _guarded(_cmd_update)
+cmd_hold = _guarded(_cmd_hold)
+cmd_release = _guarded(_cmd_release)
 cmd_jobs = _guarded(_cmd_jobs)
 cmd_logs = _guarded(_cmd_logs)
 cmd_wait = _guarded(_cmd_wait, broken=_exits.HWPOOL_FAILED)

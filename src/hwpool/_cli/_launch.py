@@ -46,7 +46,7 @@ from .. import _exits
 from .._gpu._lease import GPULease
 from .._gpu._pool import GPUPool
 from .._jobs._capped import LogCopy
-from .._jobs._model import JobRecord
+from .._jobs._model import JobRecord, Usage
 from .._jobs._procs import CANCEL_SIGNAL, process_start
 from .._jobs._state import log_cap_from_env
 from .._jobs._store import JobStateError, JobStore
@@ -125,6 +125,7 @@ def _run(store: JobStore, directory: Path, job: JobRecord, pool: GPUPool, lease:
             store.mark_running(
                 job.id, pid=os.getpid(), pid_start=process_start(os.getpid()) or 0,
                 gpu_ids=lease.devices, lease=lease.id, stdout_log=str(out), stderr_log=str(err),
+                gpu_share=lease.fraction * len(lease.gpus) or None,
             )  # fmt: skip
         except JobStateError:
             return 0  # cancelled meanwhile, or another launcher runs it: the lease goes back
@@ -138,11 +139,23 @@ def _run(store: JobStore, directory: Path, job: JobRecord, pool: GPUPool, lease:
             end = _execute(job, lease, list(copy.job_fds), pool)
         finally:
             copy.finish()
-        outcome = outcome_of(end, _Cancel.requested, lease)
+        outcome = outcome_of(end, _Cancel.requested, lease, _usage_of_the_job())
         return record(store, job, outcome, lambda: lease.__exit__(None, None, None))
     finally:
         for fd in fds:
             os.close(fd)
+
+
+def _usage_of_the_job() -> Usage | None:
+    """What the job's process tree used: the launcher's waited-for children are the job and
+    what it waited for (Linux counts ``ru_maxrss`` in KiB); None where there is no
+    ``getrusage``."""
+    try:
+        import resource  # noqa: PLC0415  (Unix only)
+    except ImportError:
+        return None
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return Usage(usage.ru_utime, usage.ru_stime, int(usage.ru_maxrss))
 
 
 def _execute(job: JobRecord, lease: GPULease, fds: list[int], pool: GPUPool) -> _child.JobEnd:

@@ -24,7 +24,7 @@ from typing import Any
 
 from .._gpu._lease import GPULease
 from .._jobs._faults import TABLE_FAULT
-from .._jobs._model import JobRecord, JobState
+from .._jobs._model import JobRecord, JobState, Usage
 from .._jobs._store import JobStateError, JobStore
 from . import _child
 
@@ -43,14 +43,18 @@ class Outcome:
     arguments: dict[str, Any] = field(default_factory=dict)
 
 
-def outcome_of(end: _child.JobEnd, cancelled: bool, lease: GPULease) -> Outcome:
+def outcome_of(
+    end: _child.JobEnd, cancelled: bool, lease: GPULease, usage: Usage | None = None
+) -> Outcome:
     """How the job ended, as the table is to record it (``cancelled``: ``hwpool cancel``
-    asked for it; ``lease``: still held, to ask whether the server ended it for overuse)."""
+    asked for it; ``lease``: still held, to ask whether the server ended it for overuse;
+    ``usage``: what its process tree used, recorded with its end)."""
     code: dict[str, Any] = (
         {"signal": -end.returncode} if end.returncode < 0 else {"exit_code": end.returncode}
     )
+    code["usage"] = usage
     if end.timed_out:
-        return Outcome("mark_timed_out", {"signal": code.get("signal")})
+        return Outcome("mark_timed_out", {"signal": code.get("signal"), "usage": usage})
     if end.ended and cancelled:
         return Outcome("mark_cancelled", code)
     if _child.ended_for_overuse(lease, sync=end.ended or end.returncode < 0):
@@ -103,7 +107,7 @@ def _write(store: JobStore, job_id: str, outcome: Outcome) -> None:
 
 def _end_words(outcome: Outcome) -> str:
     """``mark_finished exit_code=0``: the record that waits, for the launcher's message."""
-    words = " ".join(f"{key}={value}" for key, value in outcome.arguments.items())
+    words = " ".join(f"{key}={value}" for key, value in outcome.arguments.items() if key != "usage")
     return f"{outcome.method} {words}".strip()
 
 

@@ -366,7 +366,8 @@ def _add_submit(commands: Subcommands) -> None:
     submit = commands.add_parser(
         "submit", help="queue a command to run on a share of the GPUs, after you log out too",
         usage="hwpool submit [-h] [--gpus G | --mem SIZE] [--name NAME] [--priority P] "
-        "[--time LIMIT] [--after ID[,ID...]] [--cwd DIR] [--socket PATH] [--json] "
+        "[--time LIMIT] [--after ID[,ID...]] [--after-any ID[,ID...]] [--after-notok ID[,ID...]] "
+        "[--hold] [--cwd DIR] [--env KEY=VALUE] [--socket PATH] [--json] "
         "(-- CMD [ARGS...] | --from FILE)",
         description="Queue CMD as a job of yours and print its id (j1, j2, ...) at once. Your "
         "supervisor (started if none runs, detached from the terminal) runs it when the jobs "
@@ -397,7 +398,24 @@ def _add_submit(commands: Subcommands) -> None:
         help="run only after these jobs of yours have succeeded (if one does not, this one is "
         "cancelled, never run)",
     )  # fmt: skip
+    submit.add_argument(
+        "--after-any", type=_args.job_ids_argument, action="extend", default=[],
+        metavar="ID[,ID...]", help="run only after these jobs of yours have ended, however",
+    )  # fmt: skip
+    submit.add_argument(
+        "--after-notok", type=_args.job_ids_argument, action="extend", default=[],
+        metavar="ID[,ID...]", help="run only if one of these jobs of yours fails, times out, "
+        "is cancelled or lost (clean-up, alerts); cancelled once they all succeeded",
+    )  # fmt: skip
+    submit.add_argument(
+        "--hold", action="store_true",
+        help="queue it held: it is not started until `hwpool release ID`",
+    )  # fmt: skip
     submit.add_argument("--cwd", metavar="DIR", help="the working directory (default: this one)")
+    submit.add_argument(
+        "--env", type=_args.env_assignment, action="append", default=[], metavar="KEY=VALUE",
+        help="set KEY to VALUE in the job's environment, over this shell's (repeatable)",
+    )  # fmt: skip
     submit.add_argument(
         "--socket", metavar="PATH",
         help="the server the job waits on (default: as hwpool run chooses it); refused if "
@@ -421,7 +439,17 @@ def _add_jobs(commands: Subcommands) -> None:
         description="Your jobs: queued, waiting on a dependency, running, and those that "
         f"finished in the last 24 hours (--all: every job kept). {JOB_ID_NOTE}.",
     )  # fmt: skip
-    jobs.add_argument("--all", action="store_true", help="every job kept, however old")
+    window = jobs.add_mutually_exclusive_group()
+    window.add_argument("--all", action="store_true", help="every job kept, however old")
+    window.add_argument(
+        "--since", type=_args.limit_from_text, metavar="DURATION",
+        help="the jobs that finished within DURATION (1h, 7d, 2-00:00), instead of 24 hours",
+    )  # fmt: skip
+    jobs.add_argument(
+        "--state", type=_args.job_states, metavar="STATE[,STATE...]",
+        help=f"only jobs in these states: {', '.join(_args.JOB_STATE_NAMES)} (queued also "
+        "takes the jobs waiting on a dependency)",
+    )  # fmt: skip
     jobs.add_argument("--json", action="store_true", help="print a JSON list instead of text")
     whose = jobs.add_mutually_exclusive_group()
     whose.add_argument(
@@ -465,6 +493,47 @@ def _add_jobs(commands: Subcommands) -> None:
     wait.add_argument("ids", type=_args.job_id_argument, nargs="+", metavar="ID",
                       help="job ids, such as j12")  # fmt: skip
     wait.set_defaults(run=_wait)
+
+    update = commands.add_parser(
+        "update", help="change a queued job in place: priority, time limit, share, name",
+        usage="hwpool update [-h] ID [--priority P] [--time LIMIT] [--gpus G | --mem SIZE] "
+        "[--name NAME]",
+        description="Change what is given of the queued job ID (or one waiting on a "
+        "dependency), keeping its id and its place; its request is asked for again. A job "
+        "that runs or has finished cannot be changed (exit 2).",
+    )  # fmt: skip
+    update.add_argument(
+        "id", type=_args.job_id_argument, metavar="ID", help="a job id, such as j12"
+    )
+    update.add_argument("--priority", type=_args.priority_from_text, metavar="P",
+                        help=f"an int in -{MAX_PRIORITY}..{MAX_PRIORITY}")  # fmt: skip
+    update.add_argument("--time", type=_args.limit_from_text, metavar="LIMIT",
+                        help="its time limit once it runs (90s, 30m, 2h, 1:30:00)")  # fmt: skip
+    update.add_argument("--gpus", type=_args.demand_from_text, metavar="G",
+                        help="a fraction in (0, 1] of one GPU, or an integer >= 2")  # fmt: skip
+    update.add_argument("--mem", type=_args.memory_from_text, metavar="SIZE",
+                        help="SIZE of one GPU's memory instead (6GiB)")  # fmt: skip
+    update.add_argument("--name", metavar="NAME", help="its name")
+    update.set_defaults(run=_update)
+
+    hold = commands.add_parser(
+        "hold", help="keep queued jobs from starting until released",
+        description="Hold each queued job ID (or one waiting on a dependency): it keeps its "
+        "place among your jobs but is not started until `hwpool release ID`. A job that "
+        "runs or has finished cannot be held: then nothing is held (exit 2).",
+    )  # fmt: skip
+    hold.add_argument("ids", type=_args.job_id_argument, nargs="+", metavar="ID",
+                      help="job ids, such as j12")  # fmt: skip
+    hold.set_defaults(run=_hold)
+
+    release = commands.add_parser(
+        "release", help="let held jobs start again",
+        description="Release the hold on each job ID (hwpool hold, submit --hold): it starts "
+        "in its place among your jobs once its share is granted.",
+    )  # fmt: skip
+    release.add_argument("ids", type=_args.job_id_argument, nargs="+", metavar="ID",
+                         help="job ids, such as j12")  # fmt: skip
+    release.set_defaults(run=_release)
 
     retry = commands.add_parser(
         "retry", help="queue a finished job again, as a new job",
@@ -522,3 +591,6 @@ _jobs = _lazy("._jobs_cmds", "cmd_jobs")
 _logs = _lazy("._jobs_cmds", "cmd_logs")
 _wait = _lazy("._jobs_cmds", "cmd_wait")
 _retry = _lazy("._jobs_cmds", "cmd_retry")
+_hold = _lazy("._jobs_cmds", "cmd_hold")
+_update = _lazy("._jobs_cmds", "cmd_update")
+_release = _lazy("._jobs_cmds", "cmd_release")

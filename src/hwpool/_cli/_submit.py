@@ -52,8 +52,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
         check_request(server, args.gpus, args.mem)
         jobs = submit_jobs(
             commands, gpus=args.gpus, memory=args.mem, names=[args.name] * len(commands),
-            priority=args.priority, time=args.time, after=args.after, cwd=args.cwd,
-            env=os.environ, server=server,
+            priority=args.priority, time=args.time, after=args.after,
+            after_any=args.after_any, after_notok=args.after_notok, hold=args.hold, cwd=args.cwd,
+            env={**os.environ, **dict(args.env)}, server=server,
         )  # fmt: skip
     except ServerRefusal as exc:
         return _error(exc.status, str(exc))

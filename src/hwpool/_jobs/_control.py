@@ -18,6 +18,7 @@ until the row says the job finished.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -167,8 +168,10 @@ def cancel_job(
     wait_s: float = CANCEL_WAIT_S,
     poll: float = POLL_S,
     reason: str | None = None,
+    by: str | None = None,
 ) -> CancelOutcome:
     """Cancel the job ``job_id`` (see the module); UnknownJobError for an unknown id.
+    ``by``: who cancels it (a user's name, recorded as ``ended_by``).
 
     A finished job is left as it is (``done``, the note says so). A running job's launcher
     is signalled and the end awaited for up to ``wait_s`` seconds (not ``done`` if it was
@@ -179,13 +182,16 @@ def cancel_job(
         if record.state.finished:
             return CancelOutcome(record, True, f"already {_ended(record)}: nothing to cancel")
         if record.state is JobState.RUNNING:
+            if by is not None:
+                with contextlib.suppress(JobStateError):  # it ended meanwhile
+                    store.note_cancel(job_id, by)
             return _cancel_running(store, record, wait_s, poll)
         try:
             was = record.state.value
             if reason is None:
-                cancelled = store.mark_cancelled(job_id)
+                cancelled = store.mark_cancelled(job_id, by=by)
             else:
-                cancelled = store.mark_cancelled(job_id, reason=reason)
+                cancelled = store.mark_cancelled(job_id, reason=reason, by=by)
         except JobStateError:
             continue
         return CancelOutcome(cancelled, True, f"cancelled (it was {was})", _settle(store, job_id))

@@ -23,7 +23,7 @@ from ._start import ensure_supervisor
 from ._start import wake_supervisor as poke_supervisor
 from ._state import TABLE_NAME, prepare_state_directory, state_directory
 from ._store import JobStore, UnknownJobError
-from ._submit import submit_job
+from ._submit import submit_job, user_name
 
 __all__ = ["Job", "open_table", "start_supervisor", "submit", "wake_supervisor"]
 
@@ -145,9 +145,26 @@ class Job:
         grace), awaited for a bounded time. A finished job is left as it is. The record
         after."""
         with _table(self._directory, self._id) as store:
-            outcome = cancel_job(store, self._id)
+            outcome = cancel_job(store, self._id, by=user_name())
         wake_supervisor(self._directory)
         return outcome.record
+
+    def hold(self) -> JobRecord:
+        """Hold the queued or waiting job: it keeps its place among this user's jobs but is
+        never started until :meth:`release`. ``ValueError`` (``JobStateError``) for a job
+        that runs or has finished. The record after."""
+        with _table(self._directory, self._id) as store:
+            record = store.hold(self._id, user_name())
+        wake_supervisor(self._directory)  # so that it withdraws the job's request at once
+        return record
+
+    def release(self) -> JobRecord:
+        """Release the job's hold (a job nobody holds is left as it is); ``ValueError``
+        (``JobStateError``) for a job that runs or has finished. The record after."""
+        with _table(self._directory, self._id) as store:
+            record = store.release_hold(self._id)
+        start_supervisor(self._directory)
+        return record
 
     def retry(self) -> Job:
         """Queue the finished job again as a new job (same command, environment, request,
@@ -179,6 +196,9 @@ def submit(
     priority: int = 0,
     time: float | str | None = None,
     after: Iterable[str | Job] = (),
+    after_any: Iterable[str | Job] = (),
+    after_notok: Iterable[str | Job] = (),
+    hold: bool = False,
     cwd: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
     state_dir: str | os.PathLike[str] | None = None,
@@ -188,14 +208,20 @@ def submit(
     ``gpus``: a fraction in (0, 1] of one GPU or an int >= 2 of whole GPUs (default: one
     GPU); or ``memory`` (MiB, or a size such as ``"20GiB"``) of one GPU instead. ``time``: a
     limit (seconds, or ``"90s"``, ``"30m"``, ``"2h"``): past it the job is ended and recorded
-    timed-out. ``after``: jobs (ids or handles) that must succeed first. ``cwd`` and ``env``:
+    timed-out. ``after``: jobs (ids or handles) that must succeed first; ``after_any``: that
+    must have ended, however; ``after_notok``: of which one must end without success (for
+    clean-up and alerts). ``hold``: held until :meth:`Job.release`. ``cwd`` and ``env``:
     default this process's. The user's supervisor is started if none runs. Bad values raise
     TypeError or ValueError naming the argument, and queue nothing."""
     directory = state_directory() if state_dir is None else Path(state_dir)
-    dependencies = [job.id if isinstance(job, Job) else job for job in _listed(after)]
+    of_ok, of_any, of_notok = (
+        [job.id if isinstance(job, Job) else job for job in _listed(ids)]
+        for ids in (after, after_any, after_notok)
+    )
     record = submit_job(
         argv, gpus=gpus, memory=memory, name=name, priority=priority, time=time,
-        after=dependencies, cwd=cwd, env=env, state_dir=directory,
+        after=of_ok, after_any=of_any, after_notok=of_notok, hold=hold, cwd=cwd, env=env,
+        state_dir=directory,
     )  # fmt: skip
     return Job(record.id, state_dir=directory)
 

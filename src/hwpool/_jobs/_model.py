@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from fractions import Fraction
+from typing import NamedTuple
 
 from .._check import check_int
 from .._wire._bounds import MAX_ID, MAX_PRIORITY
@@ -34,6 +35,7 @@ __all__ = [
     "UNFINISHED",
     "JobRecord",
     "JobState",
+    "Usage",
     "check_after",
     "check_argv",
     "check_cwd",
@@ -48,6 +50,7 @@ __all__ = [
     "check_request",
     "check_state",
     "check_time",
+    "check_usage",
     "format_job_id",
     "how_ended",
     "signal_name",
@@ -99,6 +102,15 @@ FINISHED = frozenset(
 UNFINISHED = frozenset({JobState.QUEUED, JobState.WAITING, JobState.RUNNING})
 
 
+class Usage(NamedTuple):
+    """What a finished job's process tree used, as ``getrusage(RUSAGE_CHILDREN)`` tells its
+    launcher: CPU seconds in user and system mode, and its largest process's peak RSS (KiB)."""
+
+    cpu_user_s: float
+    cpu_system_s: float
+    max_rss_kib: int
+
+
 @dataclass(frozen=True, slots=True)
 class JobRecord:
     """One job as the table holds it (a snapshot: the table is the truth).
@@ -109,7 +121,11 @@ class JobRecord:
     ``lease`` the host server's request id for its share; ``pid`` and ``pid_start`` (the
     process's start time in clock ticks after boot, ``/proc/PID/stat`` field 22) tell the
     job's process from a later one that reuses its pid. ``retry_of`` is the job this one
-    re-runs.
+    re-runs. ``after``, ``after_any`` and ``after_notok`` are its dependencies of each kind
+    (see ``_depends``); ``held_by``: who holds it (``hwpool hold``), None when nobody does.
+    Accounting: ``gpu_share`` (the GPUs it held, 0.5 or 2: its GPU-seconds per second, from
+    its start), ``usage`` (its process tree's CPU time and peak RSS, once it ended; None
+    where its launcher could not tell) and ``ended_by`` (who cancelled it).
     """
 
     id: str
@@ -136,6 +152,22 @@ class JobRecord:
     stdout_log: str | None
     stderr_log: str | None
     retry_of: str | None
+    after_any: tuple[str, ...] = ()
+    after_notok: tuple[str, ...] = ()
+    held_by: str | None = None
+    gpu_share: float | None = None
+    usage: Usage | None = None
+    ended_by: str | None = None
+
+    @property
+    def held(self) -> bool:
+        """Whether it is held: queued or waiting, and never started until released."""
+        return self.held_by is not None
+
+    @property
+    def shown_state(self) -> str:
+        """Its state as ``hwpool jobs`` shows it: ``held`` for a held job, else ``state``."""
+        return "held" if self.held else self.state.value
 
     @property
     def number(self) -> int:
@@ -310,13 +342,32 @@ def check_state(name: str, value: object) -> str:
         raise ValueError(f"{name} must be a job state ({known}), got {value!r}") from None
 
 
-def check_after(after: Iterable[str]) -> list[int]:
-    """The numbers of the job ids in ``after``, in order, each once."""
+def check_usage(value: object) -> Usage | None:
+    """``value`` as a job's :class:`Usage` (None: unknown); CPU seconds finite and >= 0, the
+    peak RSS an int >= 0."""
+    if value is None:
+        return None
+    if not isinstance(value, Usage):
+        raise TypeError(f"usage must be a Usage or None, got {value!r}")
+    for name in ("cpu_user_s", "cpu_system_s"):
+        seconds = getattr(value, name)
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+            raise TypeError(f"usage.{name} must be a number of seconds, got {seconds!r}")
+        if not (math.isfinite(seconds) and seconds >= 0):
+            raise ValueError(f"usage.{name} must be a number of seconds >= 0, got {seconds!r}")
+    rss = value.max_rss_kib
+    if isinstance(rss, bool) or not isinstance(rss, int) or rss < 0:
+        raise ValueError(f"usage.max_rss_kib must be an int >= 0, got {rss!r}")
+    return value
+
+
+def check_after(after: Iterable[str], name: str = "after") -> list[int]:
+    """The numbers of the job ids in ``after`` (the argument ``name``), in order, each once."""
     if isinstance(after, str):
-        raise TypeError(f"after must be a list of job ids, got the string {after!r}")
+        raise TypeError(f"{name} must be a list of job ids, got the string {after!r}")
     numbers: list[int] = []
     for index, job_id in enumerate(after):
-        number = check_job_id(f"after[{index}]", job_id)
+        number = check_job_id(f"{name}[{index}]", job_id)
         if number not in numbers:
             numbers.append(number)
     return numbers

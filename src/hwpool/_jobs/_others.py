@@ -28,7 +28,7 @@ from urllib.parse import quote
 
 from .._wire._safety import UnsafePathError, check_directory, open_side_file
 from ._model import JobRecord
-from ._schema import SCHEMA_VERSION, JobTableError
+from ._schema import JobTableError, read_as_current
 from ._state import TABLE_NAME
 from ._store import JobStore
 
@@ -109,7 +109,7 @@ def _read_once(
     )
     try:
         connection.row_factory = sqlite3.Row
-        _check_version(connection, table)
+        read_as_current(connection, table)
         jobs = JobStore(connection, table).list(include_finished=include_finished)
     except sqlite3.DatabaseError as exc:
         raise JobTableError(f"the job table {str(table)!r} cannot be read: {exc}") from None
@@ -127,11 +127,3 @@ def _read_once(
     if not in_use and (not same or os.path.lexists(wal)):
         return None
     return jobs if after.st_ino == before.st_ino else None
-
-
-def _check_version(connection: sqlite3.Connection, table: Path) -> None:
-    version = connection.execute("PRAGMA user_version").fetchone()[0]
-    if version != SCHEMA_VERSION:
-        raise JobTableError(
-            f"the job table {str(table)!r} has schema {version}; this hwpool reads {SCHEMA_VERSION}"
-        )

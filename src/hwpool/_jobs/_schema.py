@@ -10,17 +10,23 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Sequence
 from fractions import Fraction
 from pathlib import Path
 
-from ._model import JobRecord, JobState, format_job_id
+from ._depends import DependencyKind
+from ._model import JobRecord, JobState, Usage, format_job_id
 
-__all__ = ["BUSY_TIMEOUT_S", "SCHEMA_VERSION", "JobTableError", "connect", "job_from_row"]
+__all__ = [
+    "BUSY_TIMEOUT_S", "SCHEMA_VERSION", "JobTableError", "connect", "job_from_row",
+    "read_as_current",
+]  # fmt: skip
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT_S = 30.0  # how long a write waits for another process's transaction
 
 _STATES = ", ".join(f"'{state.value}'" for state in JobState)
+_KINDS = ", ".join(f"'{kind.value}'" for kind in DependencyKind)
 _SCHEMA = f"""
 CREATE TABLE jobs (
     number      INTEGER PRIMARY KEY AUTOINCREMENT,  -- the id's number: never reused
@@ -46,17 +52,38 @@ CREATE TABLE jobs (
     stdout_log  TEXT,
     stderr_log  TEXT,
     retry_of    INTEGER,
+    held_by     TEXT,                               -- who holds it (hwpool hold); NULL: none
+    gpu_share   REAL,                               -- GPUs it held (0.5, 2): its GPU-seconds' rate
+    cpu_user_s  REAL,                               -- its process tree's CPU time (getrusage)
+    cpu_system_s REAL,
+    max_rss_kib INTEGER,                            -- its largest process's peak RSS
+    ended_by    TEXT,                               -- who cancelled it
     CHECK ((gpus IS NULL) <> (memory_mib IS NULL))
 );
 CREATE TABLE dependencies (
     job      INTEGER NOT NULL REFERENCES jobs (number) ON DELETE CASCADE,
     after    INTEGER NOT NULL,  -- no foreign key: a record outlives its pruned dependency
     position INTEGER NOT NULL,
+    kind     TEXT NOT NULL DEFAULT 'ok' CHECK (kind IN ({_KINDS})),
     PRIMARY KEY (job, after)
 ) WITHOUT ROWID;
 CREATE INDEX jobs_by_state ON jobs (state, number);
 CREATE INDEX dependencies_by_after ON dependencies (after);
 """
+
+_MIGRATIONS = {
+    1: [  # to 2 (issue 38): holds, dependency kinds (--after-any, --after-notok), accounting
+        "ALTER TABLE jobs ADD COLUMN held_by TEXT",
+        "ALTER TABLE jobs ADD COLUMN gpu_share REAL",
+        "ALTER TABLE jobs ADD COLUMN cpu_user_s REAL",
+        "ALTER TABLE jobs ADD COLUMN cpu_system_s REAL",
+        "ALTER TABLE jobs ADD COLUMN max_rss_kib INTEGER",
+        "ALTER TABLE jobs ADD COLUMN ended_by TEXT",
+        f"ALTER TABLE dependencies ADD COLUMN kind TEXT NOT NULL DEFAULT 'ok' "
+        f"CHECK (kind IN ({_KINDS}))",
+    ],
+}
+"""Per version, the statements that bring a table of it to the next one."""
 
 
 class JobTableError(RuntimeError):
@@ -107,6 +134,12 @@ def _create_or_check_schema(connection: sqlite3.Connection, path: Path) -> None:
             f"the job table {str(path)!r} was made by a newer hwpool (schema {version}; this "
             f"one knows {SCHEMA_VERSION}): upgrade hwpool"
         )
+    if version in _MIGRATIONS and _is_job_table(connection):
+        for old in range(version, SCHEMA_VERSION):
+            for statement in _MIGRATIONS[old]:
+                connection.execute(statement)
+        connection.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        return
     if connection.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
         raise JobTableError(
             f"{str(path)!r} is a database but not hwpool's job table (move it away)"
@@ -118,8 +151,41 @@ def _create_or_check_schema(connection: sqlite3.Connection, path: Path) -> None:
     connection.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
 
-def job_from_row(row: sqlite3.Row, after: tuple[str, ...]) -> JobRecord:
-    """The :class:`JobRecord` of one row of ``jobs``."""
+_READ_AS_CURRENT = {
+    1: [
+        "CREATE TEMP VIEW jobs AS SELECT *, NULL AS held_by, NULL AS gpu_share, NULL AS "
+        "cpu_user_s, NULL AS cpu_system_s, NULL AS max_rss_kib, NULL AS ended_by FROM main.jobs",
+        "CREATE TEMP VIEW dependencies AS SELECT *, 'ok' AS kind FROM main.dependencies",
+    ],
+}
+"""Per older version, temporary views that let a read-only connection read a table of it as
+one of this version (its owner's next command brings the file itself up to date)."""
+
+
+def read_as_current(connection: sqlite3.Connection, path: Path) -> None:
+    """Let the read-only ``connection`` to the job table ``path`` be read as this version's
+    (temporary views over an older one: they shadow its tables, and write nothing to the
+    file); JobTableError naming both versions for one it cannot read."""
+    version = connection.execute("PRAGMA user_version").fetchone()[0]
+    if version == SCHEMA_VERSION:
+        return
+    if version not in _READ_AS_CURRENT:
+        raise JobTableError(
+            f"the job table {str(path)!r} has schema {version}; this hwpool reads "
+            f"{', '.join(map(str, [*_READ_AS_CURRENT, SCHEMA_VERSION]))}"
+        )
+    for statement in _READ_AS_CURRENT[version]:
+        connection.execute(statement)
+
+
+def _is_job_table(connection: sqlite3.Connection) -> bool:
+    names = {row[0] for row in connection.execute("SELECT name FROM sqlite_master")}
+    return {"jobs", "dependencies"} <= names
+
+
+def job_from_row(row: sqlite3.Row, dependencies: Sequence[tuple[str, str]] = ()) -> JobRecord:
+    """The :class:`JobRecord` of one row of ``jobs``; ``dependencies``: its ``(id, kind)``
+    pairs in order."""
     gpus = row["gpus"]
     share = None if gpus is None else Fraction(gpus)
     return JobRecord(
@@ -132,7 +198,7 @@ def job_from_row(row: sqlite3.Row, after: tuple[str, ...]) -> JobRecord:
         memory_mib=row["memory_mib"],
         priority=row["priority"],
         time_limit=row["time_limit"],
-        after=after,
+        after=_of_kind(dependencies, DependencyKind.OK),
         state=JobState(row["state"]),
         exit_code=row["exit_code"],
         signal=row["signal"],
@@ -147,4 +213,16 @@ def job_from_row(row: sqlite3.Row, after: tuple[str, ...]) -> JobRecord:
         stdout_log=row["stdout_log"],
         stderr_log=row["stderr_log"],
         retry_of=None if row["retry_of"] is None else format_job_id(row["retry_of"]),
+        after_any=_of_kind(dependencies, DependencyKind.ANY),
+        after_notok=_of_kind(dependencies, DependencyKind.NOTOK),
+        held_by=row["held_by"],
+        gpu_share=row["gpu_share"],
+        usage=None
+        if row["cpu_user_s"] is None
+        else Usage(row["cpu_user_s"], row["cpu_system_s"], row["max_rss_kib"]),
+        ended_by=row["ended_by"],
     )
+
+
+def _of_kind(dependencies: Sequence[tuple[str, str]], kind: DependencyKind) -> tuple[str, ...]:
+    return tuple(job_id for job_id, of in dependencies if of == kind)

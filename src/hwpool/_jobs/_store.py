@@ -14,7 +14,8 @@ The transitions (see docs/jobs.md for the table)::
                                              ──> timed-out | lost     (mark_timed_out, mark_lost)
     add ──> waiting-on-dependency ──ready──> queued
     queued, waiting-on-dependency, running ──> cancelled   (mark_cancelled; ready, when a
-                                                            dependency did not succeed)
+                                                            dependency can never be met)
+    queued, waiting-on-dependency ──hold / release_hold──> the same, held or not
     a finished job ──retry──> a new job (queued or waiting) with a new id
 
 A transition asked of a job in another state raises :class:`JobStateError` and changes
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import builtins
 import json
+import math
 import os
 import sqlite3
 import time
@@ -41,11 +43,13 @@ from types import TracebackType
 from typing import Any
 
 from .._check import check_bool, check_int
+from ._depends import DEPENDENCY_ENDS, Dependency, DependencyKind, verdict
 from ._model import (
     FINISHED,
     MAX_SIGNAL,
     JobRecord,
     JobState,
+    Usage,
     check_after,
     check_argv,
     check_cwd,
@@ -60,6 +64,7 @@ from ._model import (
     check_request,
     check_state,
     check_time,
+    check_usage,
     format_job_id,
     how_ended,
 )
@@ -78,12 +83,8 @@ __all__ = ["DEFAULT_KEEP_COUNT", "DEFAULT_KEEP_SECONDS", "SCHEMA_VERSION", "JobS
 
 _MAX_PID_START = 2**63 - 1
 
-_DEPENDENCY_ENDS = {
-    JobState.FAILED: "failed",
-    JobState.CANCELLED: "was cancelled",
-    JobState.TIMED_OUT: "timed out",
-    JobState.LOST: "was lost",
-}
+_DEPENDENCY_ENDS = DEPENDENCY_ENDS
+_WAITING_OR_QUEUED = frozenset({JobState.QUEUED, JobState.WAITING})
 
 
 class JobStateError(ValueError):
@@ -201,17 +202,24 @@ class JobStore:
         priority: int = 0,
         time_limit: int | None = None,
         after: Iterable[str] = (),
+        after_any: Iterable[str] = (),
+        after_notok: Iterable[str] = (),
+        held_by: str | None = None,
         now: float | None = None,
     ) -> JobRecord:
-        """Queue a job; the job as recorded. It is ``queued`` when every job in ``after``
-        has succeeded (or there are none), else ``waiting-on-dependency``.
+        """Queue a job; the job as recorded. It is ``queued`` when its dependencies are met
+        (every job in ``after`` succeeded, every one in ``after_any`` ended, one in
+        ``after_notok`` ended without success; see ``_depends``), else
+        ``waiting-on-dependency``; ``held_by`` (a user's name) holds it from the start.
 
-        ``after`` may name only jobs of this table (so never a later job: no cycle can
-        form) that may still succeed; ValueError otherwise. See :class:`~._model.JobRecord`
-        for the fields; bad values raise TypeError or ValueError and add nothing."""
+        Dependencies may name only jobs of this table (so never a later job: no cycle can
+        form), each once, and only such that the job may still run; ValueError otherwise.
+        See :class:`~._model.JobRecord` for the fields; bad values raise TypeError or
+        ValueError and add nothing."""
         return self.add_all([(argv, name)], cwd=cwd, environment=environment, gpus=gpus,
                             memory_mib=memory_mib, priority=priority, time_limit=time_limit,
-                            after=after, now=now)[0]  # fmt: skip
+                            after=after, after_any=after_any, after_notok=after_notok,
+                            held_by=held_by, now=now)[0]  # fmt: skip
 
     def add_all(
         self,
@@ -224,6 +232,9 @@ class JobStore:
         priority: int = 0,
         time_limit: int | None = None,
         after: Iterable[str] = (),
+        after_any: Iterable[str] = (),
+        after_notok: Iterable[str] = (),
+        held_by: str | None = None,
         now: float | None = None,
     ) -> builtins.list[JobRecord]:
         """Queue one job per ``(argv, name)`` of ``commands``, in that order, with the same
@@ -235,11 +246,12 @@ class JobStore:
             "priority": check_priority(priority),
             "time_limit": check_optional_int("time_limit", time_limit, 1, 2**53),
             "queued_at": _now(now),
+            "held_by": _check_holder(held_by),
         }
         share, memory = check_request(gpus, memory_mib)
         shared["gpus"] = None if share is None else str(share)
         shared["memory_mib"] = memory
-        dependencies = check_after(after)
+        dependencies = _kinds(after, after_any, after_notok)
         rows = []
         for argv, name in commands:
             command = check_argv(argv)
@@ -248,12 +260,18 @@ class JobStore:
         with self._write():
             return [self._insert(dict(fields), dependencies) for fields in rows]
 
-    def _insert(self, fields: dict[str, Any], dependencies: Sequence[int]) -> JobRecord:
+    def _insert(
+        self, fields: dict[str, Any], dependencies: Sequence[tuple[int, DependencyKind]]
+    ) -> JobRecord:
         """Insert one job (inside a write transaction) after checking its dependencies."""
-        states = [self._dependency_state(number) for number in dependencies]
-        fields["state"] = (
-            JobState.QUEUED if all(s is JobState.SUCCEEDED for s in states) else JobState.WAITING
-        ).value
+        found = [self._dependency(number, kind) for number, kind in dependencies]
+        outcome = verdict(found)
+        if outcome.never is not None:
+            raise ValueError(
+                f"after_notok: {outcome.never}, so this job could never run (give one that "
+                "may still fail)"
+            )
+        fields["state"] = (JobState.QUEUED if outcome.ready else JobState.WAITING).value
         names = ", ".join(fields)
         marks = ", ".join(f":{key}" for key in fields)
         cursor = self._db.execute(f"INSERT INTO jobs ({names}) VALUES ({marks})", fields)
@@ -262,28 +280,36 @@ class JobStore:
         self._insert_dependencies(number, dependencies)
         return self._get(number)
 
-    def _dependency_state(self, number: int) -> JobState:
-        """The state of the dependency ``number``; ValueError if it is unknown or can no
-        longer succeed."""
-        row = self._db.execute("SELECT state FROM jobs WHERE number = ?", (number,)).fetchone()
+    def _dependency(self, number: int, kind: DependencyKind) -> Dependency:
+        """The dependency ``number`` of ``kind`` as it stands; ValueError if it is unknown,
+        or (``after``) can no longer succeed."""
+        row = self._db.execute(
+            "SELECT state, exit_code, signal FROM jobs WHERE number = ?", (number,)
+        ).fetchone()
         job_id = format_job_id(number)
+        option = _OPTION[kind]
         if row is None:
             raise ValueError(
-                f"after: no job {job_id!r} in your job table {str(self.path)!r} (a job can "
+                f"{option}: no job {job_id!r} in your job table {str(self.path)!r} (a job can "
                 "depend only on one of your own jobs that exists)"
             )
         state = JobState(row[0])
-        if state in _DEPENDENCY_ENDS:
+        if kind is DependencyKind.OK and state in _DEPENDENCY_ENDS:
             raise ValueError(
                 f"after: dependency {job_id!r} {_DEPENDENCY_ENDS[state]}, so this job could "
                 f"never run (retry {job_id} and depend on the new job)"
             )
-        return state
+        return Dependency(number, kind, state, row[1], row[2])
 
-    def _insert_dependencies(self, number: int, dependencies: Sequence[int]) -> None:
+    def _insert_dependencies(
+        self, number: int, dependencies: Sequence[tuple[int, DependencyKind]]
+    ) -> None:
         self._db.executemany(
-            "INSERT INTO dependencies (job, after, position) VALUES (?, ?, ?)",
-            [(number, after, position) for position, after in enumerate(dependencies)],
+            "INSERT INTO dependencies (job, after, position, kind) VALUES (?, ?, ?, ?)",
+            [
+                (number, after, position, kind.value)
+                for position, (after, kind) in enumerate(dependencies)
+            ],
         )
 
     # --------------------------------------------------------------- reading
@@ -324,16 +350,20 @@ class JobStore:
         after = self._dependencies_of("SELECT ?", [number])
         return job_from_row(row, after.get(number, ()))
 
-    def _dependencies_of(self, jobs: str, parameters: Sequence[Any]) -> dict[int, tuple[str, ...]]:
-        """The dependencies of the jobs the query ``jobs`` selects, as ids in given order."""
-        found: dict[int, list[str]] = {}
+    def _dependencies_of(
+        self, jobs: str, parameters: Sequence[Any]
+    ) -> dict[int, builtins.list[tuple[str, str]]]:
+        """The dependencies of the jobs the query ``jobs`` selects, as ``(id, kind)`` pairs in
+        given order."""
+        found: dict[int, builtins.list[tuple[str, str]]] = {}
         rows = self._db.execute(
-            f"SELECT job, after FROM dependencies WHERE job IN ({jobs}) ORDER BY job, position",
+            f"SELECT job, after, kind FROM dependencies WHERE job IN ({jobs}) "
+            "ORDER BY job, position",
             parameters,
         )
-        for job, after in rows:
-            found.setdefault(job, []).append(format_job_id(after))
-        return {job: tuple(ids) for job, ids in found.items()}
+        for job, after, kind in rows:
+            found.setdefault(job, []).append((format_job_id(after), kind))
+        return found
 
     # --------------------------------------------------------------- transitions
     def _transition(
@@ -366,10 +396,11 @@ class JobStore:
         lease: int | None = None,
         stdout_log: str | None = None,
         stderr_log: str | None = None,
+        gpu_share: float | None = None,
         now: float | None = None,
     ) -> JobRecord:
         """A queued job was started: its process, its start time, the GPUs it sees, its
-        lease and logs."""
+        lease and logs, and the GPUs its lease holds (``gpu_share``: 0.5, 2; None unknown)."""
         changes = {
             "state": JobState.RUNNING.value,
             "pid": check_int("pid", pid, minimum=1),
@@ -380,6 +411,7 @@ class JobStore:
             "stderr_log": _optional_path("stderr_log", stderr_log),
             "started_at": _now(now),
             "reason": None,  # a note of why it was queued again (note_queued) is past
+            "gpu_share": _optional_share(gpu_share),
         }
         return self._transition(job_id, "mark_running", {JobState.QUEUED}, changes)
 
@@ -389,13 +421,15 @@ class JobStore:
         *,
         exit_code: int | None = None,
         signal: int | None = None,
+        usage: Usage | None = None,
         now: float | None = None,
     ) -> JobRecord:
         """A running job ended by itself: ``succeeded`` for exit code 0, else ``failed``
-        (another code, or the ``signal`` that killed it)."""
+        (another code, or the ``signal`` that killed it); ``usage``: what it used."""
         code, number = check_exit(exit_code, signal)
         state = JobState.SUCCEEDED if code == 0 else JobState.FAILED
-        changes = {"state": state.value, "exit_code": code, "signal": number, "ended_at": _now(now)}
+        changes = {"state": state.value, "exit_code": code, "signal": number, "ended_at": _now(now),
+                   "ended_by": None, **_usage_columns(usage)}  # fmt: skip
         return self._transition(job_id, "mark_finished", {JobState.RUNNING}, changes)
 
     def mark_cancelled(
@@ -405,10 +439,13 @@ class JobStore:
         reason: str = "cancelled by its user",
         exit_code: int | None = None,
         signal: int | None = None,
+        usage: Usage | None = None,
+        by: str | None = None,
         now: float | None = None,
     ) -> JobRecord:
         """A queued, waiting or running job was cancelled (a running one after it was
-        ended: how it ended, if known, in ``exit_code`` or ``signal``)."""
+        ended: how it ended, if known, in ``exit_code`` or ``signal``, and what it used);
+        ``by``: who cancelled it (a user's name), where the caller knows."""
         if exit_code is None and signal is None:
             code, number = None, None
         else:
@@ -419,12 +456,26 @@ class JobStore:
             "exit_code": code,
             "signal": number,
             "ended_at": _now(now),
+            **_usage_columns(usage),
         }
+        if by is not None:
+            changes["ended_by"] = _check_holder(by, "by")
         allowed = {JobState.QUEUED, JobState.WAITING, JobState.RUNNING}
         return self._transition(job_id, "mark_cancelled", allowed, changes)
 
+    def note_cancel(self, job_id: str, by: str) -> JobRecord:
+        """Say who is cancelling the running job ``job_id`` before its launcher is told (the
+        launcher records the end; one that ends by itself first clears it)."""
+        return self._transition(job_id, "note_cancel", {JobState.RUNNING},
+                                {"ended_by": _check_holder(by, "by")})  # fmt: skip
+
     def mark_timed_out(
-        self, job_id: str, *, signal: int | None = None, now: float | None = None
+        self,
+        job_id: str,
+        *,
+        signal: int | None = None,
+        usage: Usage | None = None,
+        now: float | None = None,
     ) -> JobRecord:
         """A running job was ended for running past its time limit (by ``signal``)."""
         changes = {
@@ -432,6 +483,8 @@ class JobStore:
             "signal": check_optional_int("signal", signal, 1, MAX_SIGNAL),
             "reason": "ran past its time limit",
             "ended_at": _now(now),
+            "ended_by": None,
+            **_usage_columns(usage),
         }
         return self._transition(job_id, "mark_timed_out", {JobState.RUNNING}, changes)
 
@@ -472,7 +525,12 @@ class JobStore:
             fields = self._copy_fields(number)
             fields.update(queued_at=queued_at, retry_of=number)
             after = [self._standing_for(job_id, int(a.removeprefix("j"))) for a in old.after]
-            return self._insert(fields, list(dict.fromkeys(after)))
+            others = [(old.after_any, DependencyKind.ANY), (old.after_notok, DependencyKind.NOTOK)]
+            kept = {number: DependencyKind.OK for number in after}
+            for ids, kind in others:
+                for other in ids:
+                    kept.setdefault(int(other.removeprefix("j")), kind)
+            return self._insert(fields, list(kept.items()))
 
     def _standing_for(self, job_id: str, number: int) -> int:
         """The dependency a retry of ``job_id`` waits for in place of its dependency
@@ -516,14 +574,60 @@ class JobStore:
         ).fetchone()
         return dict(zip(columns, row, strict=True))
 
+    # --------------------------------------------------------------- edits
+    def update(
+        self,
+        job_id: str,
+        *,
+        name: str | None = None,
+        priority: int | None = None,
+        time_limit: int | None = None,
+        gpus: Fraction | int | float | None = None,
+        memory_mib: int | None = None,
+    ) -> JobRecord:
+        """Change what is given (None: left as it is) of the queued or waiting job
+        ``job_id``, in place (same id); ``gpus`` or ``memory_mib`` replaces the request
+        whole. Bad values raise TypeError or ValueError, a job in another state
+        JobStateError; either changes nothing."""
+        changes: dict[str, Any] = {}
+        if name is not None:
+            changes["name"] = check_name(name, ["-"])
+        if priority is not None:
+            changes["priority"] = check_priority(priority)
+        if time_limit is not None:
+            changes["time_limit"] = check_optional_int("time_limit", time_limit, 1, 2**53)
+        if gpus is not None or memory_mib is not None:
+            share, memory = check_request(gpus, memory_mib)
+            changes["gpus"] = None if share is None else str(share)
+            changes["memory_mib"] = memory
+        if not changes:
+            raise ValueError("update: give at least one of name, priority, time_limit, gpus, "
+                             "memory_mib")  # fmt: skip
+        return self._transition(job_id, "update", _WAITING_OR_QUEUED, changes)
+
+    # --------------------------------------------------------------- holds
+    def hold(self, job_id: str, by: str) -> JobRecord:
+        """Hold the queued or waiting job ``job_id`` (``by``: who holds it, a user's name):
+        it keeps its place but is never started until :meth:`release_hold`. JobStateError,
+        changing nothing, for a job in another state (a running job cannot be held)."""
+        changes = {"held_by": _check_holder(by)}
+        return self._transition(job_id, "hold", _WAITING_OR_QUEUED, changes)
+
+    def release_hold(self, job_id: str) -> JobRecord:
+        """Release the hold on ``job_id`` (a job nobody holds is left as it is); JobStateError,
+        changing nothing, for a job that is not queued or waiting."""
+        return self._transition(job_id, "release", _WAITING_OR_QUEUED, {"held_by": None})
+
     # --------------------------------------------------------------- dependencies
     def ready(self, *, now: float | None = None) -> builtins.list[JobRecord]:
-        """Resolve dependencies, then the queued jobs in submit order (what may start).
+        """Resolve dependencies, then the queued jobs nobody holds, in submit order (what
+        may start).
 
-        A waiting job whose dependencies all succeeded becomes queued; one with a
-        dependency that failed, was cancelled, timed out or was lost is cancelled with the
-        reason ``dependency jN failed`` (or ``was cancelled``, ...), and so are the jobs
-        waiting on it, in the same transaction."""
+        A waiting job whose dependencies are met becomes queued (held or not); one with a
+        dependency that can never be met (an ``after`` one that failed, was cancelled, timed
+        out or was lost; ``after_notok`` ones that all succeeded) is cancelled with the
+        reason (``dependency jN failed (exit 1)``, ...), and so are the jobs waiting on it,
+        in the same transaction."""
         ended_at = _now(now)
         with self._read():  # most calls have nothing to resolve: no write lock for them
             if not self._has_waiting():
@@ -546,34 +650,37 @@ class JobStore:
         ).fetchall()
         for (number,) in waiting:
             rows = self._db.execute(
-                "SELECT d.after, j.state, j.exit_code, j.signal FROM dependencies d LEFT JOIN "
-                "jobs j ON j.number = d.after WHERE d.job = ? ORDER BY d.position",
+                "SELECT d.after, d.kind, j.state, j.exit_code, j.signal FROM dependencies d "
+                "LEFT JOIN jobs j ON j.number = d.after WHERE d.job = ? ORDER BY d.position",
                 (number,),
             ).fetchall()
-            self._settle(number, rows, ended_at)
+            found = [
+                Dependency(after, DependencyKind(kind), None if state is None else JobState(state),
+                           exit_code, signum)
+                for after, kind, state, exit_code, signum in rows
+            ]  # fmt: skip
+            self._settle(number, found, ended_at)
 
-    def _settle(self, number: int, dependencies: Sequence[Any], ended_at: float) -> None:
-        """Queue or cancel the waiting job ``number`` given its dependencies' states."""
-        for after, state, exit_code, signum in dependencies:
-            end = _DEPENDENCY_ENDS.get(JobState(state)) if state is not None else "was pruned"
-            if end is not None:
-                how = how_ended(exit_code, signum) if state == JobState.FAILED.value else ""
-                reason = f"dependency {format_job_id(after)} {end}{how}"
-                self._db.execute(
-                    "UPDATE jobs SET state = ?, reason = ?, ended_at = ? WHERE number = ?",
-                    (JobState.CANCELLED.value, reason, ended_at, number),
-                )
-                return
-        if all(row[1] == JobState.SUCCEEDED.value for row in dependencies):
+    def _settle(self, number: int, dependencies: Sequence[Dependency], ended_at: float) -> None:
+        """Queue or cancel the waiting job ``number`` given its dependencies."""
+        outcome = verdict(dependencies)
+        if outcome.never is not None:
+            self._db.execute(
+                "UPDATE jobs SET state = ?, reason = ?, ended_at = ? WHERE number = ?",
+                (JobState.CANCELLED.value, outcome.never, ended_at, number),
+            )
+        elif outcome.ready:
             self._db.execute(
                 "UPDATE jobs SET state = ? WHERE number = ?", (JobState.QUEUED.value, number)
             )
 
     def _queued(self) -> builtins.list[JobRecord]:
+        """The queued jobs nobody holds, in submit order."""
         rows = self._db.execute(
-            "SELECT * FROM jobs WHERE state = ? ORDER BY number", (JobState.QUEUED.value,)
+            "SELECT * FROM jobs WHERE state = ? AND held_by IS NULL ORDER BY number",
+            (JobState.QUEUED.value,),
         ).fetchall()
-        query = "SELECT number FROM jobs WHERE state = ?"
+        query = "SELECT number FROM jobs WHERE state = ? AND held_by IS NULL"
         after = self._dependencies_of(query, [JobState.QUEUED.value])
         return [job_from_row(row, after.get(row["number"], ())) for row in rows]
 
@@ -606,6 +713,57 @@ class JobStore:
                 "DELETE FROM jobs WHERE number = ?", [(job.number,) for job in gone]
             )
         return gone
+
+
+_OPTION = {DependencyKind.OK: "after", DependencyKind.ANY: "after_any",
+           DependencyKind.NOTOK: "after_notok"}  # fmt: skip
+
+
+def _kinds(
+    after: Iterable[str], after_any: Iterable[str], after_notok: Iterable[str]
+) -> builtins.list[tuple[int, DependencyKind]]:
+    """The dependencies of every kind, in order (``after``, then ``after_any``, then
+    ``after_notok``); ValueError naming both options for a job given in two."""
+    found: dict[int, DependencyKind] = {}
+    for ids, kind in ((after, DependencyKind.OK), (after_any, DependencyKind.ANY),
+                      (after_notok, DependencyKind.NOTOK)):  # fmt: skip
+        for number in check_after(ids, _OPTION[kind]):
+            if number in found:
+                raise ValueError(
+                    f"{_OPTION[kind]}: {format_job_id(number)!r} is already a dependency "
+                    f"({_OPTION[found[number]]}): give each job once"
+                )
+            found[number] = kind
+    return list(found.items())
+
+
+def _check_holder(value: object, name: str = "held_by") -> str | None:
+    """Who holds (or cancelled) a job: None, or a user's name (printable, not empty, at most
+    64 characters)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a user's name, got {value!r}")
+    if not value or len(value) > 64 or not value.isprintable():
+        raise ValueError(f"{name} must be a user's name, got {value!r}")
+    return value
+
+
+def _usage_columns(usage: object) -> dict[str, Any]:
+    """The table's columns of a job's :class:`Usage` (none when it is None: left unknown)."""
+    checked = check_usage(usage)
+    return {} if checked is None else checked._asdict()
+
+
+def _optional_share(value: object) -> float | None:
+    """The GPUs a lease holds: None, or a finite number > 0."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"gpu_share must be a number of GPUs, got {value!r}")
+    if not (math.isfinite(value) and 0 < value <= 2**31):
+        raise ValueError(f"gpu_share must be a number of GPUs > 0, got {value!r}")
+    return float(value)
 
 
 def _now(now: float | None) -> float:

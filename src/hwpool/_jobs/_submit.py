@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 import os
+import pwd
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from fractions import Fraction
 from pathlib import Path
 
-from .._check import check_real, duration_from_text
+from .._check import check_bool, check_real, duration_from_text
 from .._core._memory import parse_memory
 from .._wire._paths import ClientSocket, client_socket
 from ._model import JobRecord, check_argv
@@ -20,6 +21,7 @@ from ._store import JobStore
 
 __all__ = [
     "CommandNotFoundError", "NotExecutableError", "default_name", "submit_job", "submit_jobs",
+    "user_name",
 ]  # fmt: skip
 
 MAX_TIME_S = 2**53
@@ -45,6 +47,9 @@ def submit_job(
     priority: int = 0,
     time: float | str | None = None,
     after: Iterable[str] = (),
+    after_any: Iterable[str] = (),
+    after_notok: Iterable[str] = (),
+    hold: bool = False,
     cwd: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
     state_dir: str | os.PathLike[str] | None = None,
@@ -54,13 +59,16 @@ def submit_job(
     ``gpus``: a fraction in (0, 1] of one GPU or an int >= 2 of whole GPUs (default: one
     GPU); or ``memory`` (MiB, or a size such as ``"20GiB"``) of one GPU instead.
     ``time``: a limit (seconds, or ``"90s"``, ``"30m"``, ``"2h"``): past it the job is ended
-    and recorded as timed-out. ``after``: job ids that must succeed first. ``cwd`` and
-    ``env``: default this process's. Bad values raise TypeError or ValueError naming the
-    argument, and queue nothing.
+    and recorded as timed-out. ``after``: job ids that must succeed first; ``after_any``:
+    that must have ended, however; ``after_notok``: of which one must end without success
+    (see ``_depends``). ``hold``: held from the start (``hwpool release`` lets it run).
+    ``cwd`` and ``env``: default this process's. Bad values raise TypeError or ValueError
+    naming the argument, and queue nothing.
     """
     return submit_jobs(
         [check_argv(argv)], gpus=gpus, memory=memory, names=[name], priority=priority,
-        time=time, after=after, cwd=cwd, env=env, state_dir=state_dir,
+        time=time, after=after, after_any=after_any, after_notok=after_notok, hold=hold,
+        cwd=cwd, env=env, state_dir=state_dir,
     )[0]  # fmt: skip
 
 
@@ -73,6 +81,9 @@ def submit_jobs(
     priority: int = 0,
     time: float | str | None = None,
     after: Iterable[str] = (),
+    after_any: Iterable[str] = (),
+    after_notok: Iterable[str] = (),
+    hold: bool = False,
     cwd: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
     state_dir: str | os.PathLike[str] | None = None,
@@ -92,7 +103,10 @@ def submit_jobs(
     folder = os.path.abspath(os.getcwd() if cwd is None else os.fspath(cwd))
     if not os.path.isdir(folder):
         raise ValueError(f"cwd must be a directory, got {str(folder)!r}")
-    dependencies = list(after) if not isinstance(after, str) else [after]
+    dependencies, of_any, of_notok = (
+        [ids] if isinstance(ids, str) else list(ids) for ids in (after, after_any, after_notok)
+    )
+    check_bool("hold", hold)
     chosen = [None] * len(commands) if names is None else list(names)
     if len(chosen) != len(commands):
         raise ValueError(f"names must name each of the {len(commands)} commands, got {names!r}")
@@ -101,7 +115,7 @@ def submit_jobs(
         where = "" if len(commands) == 1 else f"command {index + 1}: "
         try:
             command = check_argv(argv)
-            if not dependencies:  # a dependency may be what makes the program (a build)
+            if not (dependencies or of_any or of_notok):  # a dependency may build the program
                 _check_program(command[0], folder, environment)
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"{where}{exc}") from None
@@ -113,9 +127,19 @@ def submit_jobs(
         jobs = store.add_all(
             batch, cwd=folder, environment=environment, gpus=gpus, memory_mib=memory_mib,
             priority=priority, time_limit=_time_limit(time), after=dependencies,
+            after_any=of_any, after_notok=of_notok, held_by=user_name() if hold else None,
         )  # fmt: skip
     ensure_supervisor(directory, target)
     return jobs
+
+
+def user_name() -> str:
+    """This process's user's name (its uid as text where the user database has none): who
+    holds a job it holds."""
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
 
 
 def default_name(argv: Sequence[str]) -> str:

@@ -135,6 +135,7 @@ class Supervisor:
         self._backend: UnixBackend | None = None
         self._pool: GPUPool | None = None
         self._requests: dict[str, asyncio.Task[None]] = {}  # queued job -> its request
+        self._asked: dict[str, tuple[object, ...]] = {}  # queued job -> what it asked for
         self._launchers: dict[int, _Launcher] = {}  # pid -> launcher
         self._failures: dict[str, int] = {}  # job -> launchers that did not start it
         self._wake = asyncio.Event()
@@ -224,11 +225,11 @@ class Supervisor:
         for job in running:
             if job.id not in watched:
                 self._adopt(job)
-        wanted = {job.id for job in queued}
+        wanted = {job.id: _asked(job) for job in queued}
         self._refusals.keep(wanted)
         for job_id in list(self._requests):
-            if job_id not in wanted and not self._requests[job_id].done():
-                self._requests[job_id].cancel()  # cancelled in the table: withdraw it
+            if wanted.get(job_id) != self._asked.get(job_id) and not self._requests[job_id].done():
+                self._requests[job_id].cancel()  # cancelled, held or edited: withdraw it
         launching = {launcher.job_id for launcher in self._launchers.values()}
         # The first MAX_REQUESTS in the order the server would serve them (priority, then
         # submit order) wait in its queue; the server refuses more from one connection.
@@ -237,10 +238,29 @@ class Supervisor:
         new = sorted(new, key=lambda job: (-job.priority, job.number))[: max(room, 0)]
         if new and not self._reachable(any(job.memory_mib is not None for job in new)):
             new = []
+        self._withdraw_behind(new, queued)
         for job in new:
+            self._asked[job.id] = _asked(job)
             self._requests[job.id] = asyncio.create_task(self._serve(job))
         waiting = self._store.list(states=[JobState.WAITING])
         return bool(queued or running or waiting or self._launchers or self._requests)
+
+    def _withdraw_behind(self, new: Sequence[JobRecord], queued: Sequence[JobRecord]) -> None:
+        """Withdraw the waiting requests that ``new`` ones must precede: the server serves one
+        user's requests of one priority in the order they arrive, so a job asked for late (a
+        hold released, a dependency met) keeps its place only if those submitted after it
+        are asked for again behind it (they are, at the next look: their tasks wake it)."""
+        first: dict[int, int] = {}
+        for job in new:
+            first.setdefault(job.priority, job.number)
+        for job in queued:
+            task = self._requests.get(job.id)
+            if (
+                task is not None
+                and not task.done()
+                and job.number > first.get(job.priority, job.number)
+            ):
+                task.cancel()
 
     # ------------------------------------------------------------------ requests
     async def _serve(self, job: JobRecord) -> None:
@@ -270,6 +290,7 @@ class Supervisor:
             return
         finally:
             self._requests.pop(job.id, None)
+            self._asked.pop(job.id, None)
             self._wake.set()
         self._refusals.forget(job.id)
         self._start(job, backend, grant)
@@ -461,6 +482,12 @@ class Supervisor:
             if _peer_uid(sock) == os.geteuid():
                 self._wake.set()
         writer.close()
+
+
+def _asked(job: JobRecord) -> tuple[object, ...]:
+    """What a job's server request is made of: an edit of any of it (``hwpool update``) asks
+    again."""
+    return (job.gpus, job.memory_mib, job.priority, job.time_limit, job.name)
 
 
 def _how_ended(code: int | None) -> str:
