@@ -60,7 +60,7 @@ def test_the_first_in_line_waits_for_resources_and_those_behind_it_for_priority(
     second, _ = core.submit(Demand(2, U, limit=4.0), now=1.0)
     found = _by_ticket(explain(core, runs, now=2.0))
     assert found[first].reason is Reason.RESOURCES
-    assert "needs 1 GPU on one GPU" in found[first].detail
+    assert "needs a whole GPU; 0 free now" in found[first].detail
     assert found[second].reason is Reason.PRIORITY
     assert f"first: ticket {first}" in found[second].detail
     assert "needs 2 whole GPUs; 0 free now" in found[second].detail
@@ -78,6 +78,7 @@ def test_a_waiter_that_fits_in_the_room_kept_for_the_head_waits_reserved() -> No
     found = _by_ticket(explain(core, runs))
     assert found[head].reason is Reason.RESOURCES
     assert found[small].reason is Reason.RESERVED
+    assert found[small].detail.startswith("needs 0.5 GPU on one GPU, most free now 0.5 GPU (GPU 1)")
     assert found[small].detail.endswith(f"room on GPU 1 is kept for ticket {head}")
     # At 10 GPU 0 frees (the head takes it), then GPU 1's 50 free room takes the small one.
     assert found[head].start == 10.0

@@ -34,6 +34,7 @@ from .._wire._protocol import (
     encode,
 )
 from ._text import one_line, printable
+from ._waitwhy import wait_words
 
 __all__ = [
     "ID_NOTE",
@@ -235,7 +236,8 @@ def _report(wire: Wire, reply: StatusReply) -> dict[str, Any]:
              "count": w.count, "fraction": None if w.unit == "mib" else w.units / full,
              "memory_mib": w.units if w.unit == "mib" else None, "reserved": list(w.reserved),
              "waited_s": w.age_s, "name": w.name, "command": w.command, "held": w.held,
-             "account": w.account}
+             "account": w.account, "reason": w.reason, "reason_detail": w.reason_detail,
+             "estimated_start": w.estimated_start}
             for n, w in enumerate(reply.waiting, 1)
         ],
         "owners": _owners(reply),
@@ -395,7 +397,7 @@ def _format(report: dict[str, Any]) -> str:
         lines.append(
             f"  {w['position']}. #{w['id']} {printable(w['user'])}{_in_account(w)} pid "
             f"{w['pid']}: {what}"
-            f"{reserve}{held}, waiting {w['waited_s']:.1f} s" + _label(w)
+            f"{reserve}{held}, waiting {w['waited_s']:.1f} s" + _label(w) + _why(w)
         )
     lines += _outside_lines(report)
     lines += _owner_lines(report["owners"], report["owners_left_out"])
@@ -408,6 +410,12 @@ def _format(report: dict[str, Any]) -> str:
     if report["leases"] or report["waiting"]:
         lines.append(ID_NOTE)
     return "\n".join(lines)
+
+
+def _why(waiter: dict[str, Any]) -> str:
+    """`` -- priority: 1 waiting ahead ...; start unknown``: why it waits, from the server."""
+    words = wait_words(waiter)
+    return f" -- {words}" if words else ""
 
 
 def _use(lease: dict[str, Any], watched: bool) -> str:

@@ -326,10 +326,12 @@ def _need_on(demand: Demand, total: int) -> int:
 def _needs(plan: Scheduler, demand: Demand, units: Callable[[int], str]) -> str:
     """What ``demand`` needs against what is free now, in words."""
     free, totals = plan.free, plan.totals
-    if demand.count > 1 or demand.whole:
+    whole_one = not demand.relative and demand.units >= max(totals)
+    if demand.count > 1 or demand.whole or whole_one:
         idle = sum(1 for gpu, left in enumerate(free) if left >= totals[gpu])
-        plural = "s" if demand.count > 1 else ""
-        return f"needs {demand.count} whole GPU{plural}; {idle} free now"
+        if demand.count == 1:
+            return f"needs a whole GPU; {idle} free now"
+        return f"needs {demand.count} whole GPUs; {idle} free now"
     best = max(range(len(free)), key=lambda gpu: (free[gpu] - _need_on(demand, totals[gpu]), -gpu))
     size = units(_need_on(demand, totals[best]))
     return f"needs {size} on one GPU, most free now {units(max(0, free[best]))} (GPU {best})"

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar, overload
 
 from .._core._capacity import UNITS_PER_GPU
+from .._core._explain import Explanation, Reason
 from .._core._fairshare import DEFAULT_HALF_LIFE
 from .._core._limits import LimitExceeded, LimitHold, OwnerLimits, describe_limit
 from .._core._scheduler import Demand, Grant, Scheduler
@@ -85,6 +86,7 @@ from ._defaults import (
     REVOKED_RECHECK_S,
 )
 from ._journal import Counters, Journal, JournalEntry
+from ._waits import HeldLease, describe_units, explain_waiters
 
 __all__ = [
     "ID_BLOCK",
@@ -1085,7 +1087,13 @@ class HostState:
 
     # ----------------------------------------------------------------- views
     def status(
-        self, req: int, now: float, started: float, viewer: int | None = None
+        self,
+        req: int,
+        now: float,
+        started: float,
+        viewer: int | None = None,
+        *,
+        wall_offset: float = 0.0,
     ) -> StatusReply:
         """The whole host as uid ``viewer`` may see it: free units, leases by id, the queue in
         order (held-back ones last). Command lines may hold secrets: ``viewer`` sees those of
@@ -1095,6 +1103,9 @@ class HostState:
         What changes (held amounts, ages, reservations) is taken now, in one step; the records
         are built as they are read (:class:`Built`), so a long answer sent a line at a time
         costs the loop one line's records per turn.
+
+        Each waiter says why it waits and when it should start (:mod:`._waits`), the start on
+        this state's clock plus ``wall_offset`` (the server's: the wall clock's lead on it).
         """
         admin = viewer is None or viewer in self.admins
 
@@ -1109,10 +1120,15 @@ class HostState:
             e, reserved, age, held = item
             count, units, unit = self._wire_demand(e.demand)
             account = self.account_of.get(e.client.uid)
+            why = waits.get(e.ticket) if e.ticket is not None else None
+            reason, detail, start = (
+                (why.reason.value, why.detail, why.start) if why is not None
+                else (Reason.HELD.value, "held back until the server's recovery ends", None)
+            )  # fmt: skip
             return WaiterRecord(
                 e.id, e.client.uid, e.client.pid, count, units, reserved, age, e.name,
                 command(e), unit, None if held is None else _held_text(e.client, account, held),
-                account,
+                account, reason, detail, None if start is None else start + wall_offset,
             )  # fmt: skip
 
         leases = [
@@ -1125,6 +1141,7 @@ class HostState:
             for w in self.core.waiters()
             for entry in [self._by_ticket[w.ticket]]
         ]
+        waits = self._explained(waiting, now)
         waiting += [
             (e, (), now - e.since, None) for e in sorted(self._held_back, key=lambda e: e.id)
         ]
@@ -1138,6 +1155,22 @@ class HostState:
             owners=tuple(r for r in shown if isinstance(r, OwnerRecord)), owners_left_out=left_out,
             accounts=tuple(r for r in shown if isinstance(r, AccountRecord)),
         )  # fmt: skip
+
+    def _explained(
+        self, waiting: list[tuple[Entry, tuple[int, ...], float, LimitHold | None]], now: float
+    ) -> dict[int, Explanation]:
+        """The core's explanation of each waiter in it, by ticket (none while nobody waits)."""
+        if not waiting:
+            return {}
+        held = {e.granted_as: e for e in (*self.held_leases(), *self.revoked_leases())}
+        leases = [
+            HeldLease(ticket, e.held, e.since, e.demand, e.expected_s, e.revoked_until)
+            for ticket, e in held.items()
+            if ticket is not None and e.held
+        ]
+        hints = {e.ticket: e.expected_s for e, *_ in waiting if e.ticket and e.expected_s}
+        describe = describe_units(self.totals is not None, self.units_per_gpu)
+        return explain_waiters(self.core, leases, hints, now, describe)
 
     def _owners(self, waiting: list[Hashable], now: float) -> list[OwnerRecord | AccountRecord]:
         """Every owner with a lease, a waiter or a share of its own, as the core counts it (its
