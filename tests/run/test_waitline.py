@@ -14,6 +14,8 @@ from pathlib import Path
 
 import hwpool
 from hostserver import BOUND, ENV, Server
+from hwpool._cli._waitline import where_in_queue
+from hwpool._wire._protocol import StatusReply, WaiterRecord
 from interactive import interactive
 from runproc import eventually, waiting_pids
 
@@ -71,9 +73,6 @@ def test_a_terminal_shows_the_queue_position_in_place(
 
 
 def test_the_line_says_why_it_waits_and_when_it_should_start() -> None:
-    from hwpool._cli._waitline import where_in_queue
-    from hwpool._wire._protocol import StatusReply, WaiterRecord
-
     soon = time.time() + 125
     waiters = (
         WaiterRecord(1, 0, 11, 1, 5, (0,), 1.0, reason="resources", estimated_start=soon),
