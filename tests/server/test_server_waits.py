@@ -4,14 +4,22 @@ shows them, and the metrics count the waiters per reason."""
 
 from __future__ import annotations
 
+import os
+import pwd
 import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from hostserver import BOUND, Server, run_cli, status_of
+from hwpool._cli import _jobs_cmds
+from hwpool._cli._jobs_waits import job_waits
 from hwpool._core._capacity import UNITS_PER_GPU
+from hwpool._jobs._store import JobStore
 from rawpeers import Peer, acquire, hello
+from runproc import eventually
 
 StartServer = Callable[..., Server]
 FULL = UNITS_PER_GPU
@@ -71,3 +79,32 @@ def test_a_wait_nothing_bounds_has_no_estimate(
     code, out, err = run_cli("status", "--socket", str(path))
     assert code == 0, err
     assert "-- resources: needs a whole GPU; 0 free now; reserves GPU 0; start unknown" in out
+
+
+def test_a_queued_job_shows_why_its_request_waits_at_the_server(
+    start_server: StartServer,
+    sockdir: Path,
+    peers: list[Peer],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    path = sockdir / "s.sock"
+    start_server("--gpus", "1", socket=path)
+    peer = _peer(path)
+    peers.append(peer)
+    with JobStore.open(tmp_path / "state") as store:
+        job = store.add(["python", "train.py"], environment={}, cwd="/srv")
+    # The supervisor labels a queued job's request "jN NAME"; a lease of 300 s holds the GPU.
+    peer.send(hello(), {**acquire(1), "limit_s": 300.0}, {**acquire(2), "name": f"{job.id} train"})
+    assert peer.answer(1)["op"] == "granted"
+    monkeypatch.setenv("HWPOOL_SOCKET", str(path))
+    monkeypatch.delenv("HWPOOL_SYSTEM_SOCKET", raising=False)
+    eventually(lambda: len(status_of(path)["waiting"]) == 1, "the job's request waits")
+    me = pwd.getpwuid(os.getuid()).pw_name
+    wait = job_waits([(me, job)])[me, job.id]
+    assert wait.reason == "resources"
+    assert wait.estimated_start is not None
+    assert 290 < wait.estimated_start - time.time() <= 300
+    assert _jobs_cmds.job_json(job, me, time.time(), {(me, job.id): wait})["wait_reason"] == (
+        "resources"
+    )

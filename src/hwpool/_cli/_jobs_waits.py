@@ -1,0 +1,79 @@
+"""Why each unfinished job of ``hwpool jobs`` waits, and when it should start (issue 37).
+
+A held job waits ``held``, one whose dependencies have not succeeded ``dependency`` (the jobs
+layer knows both); a queued job's request waits at the host server, which says why and when
+(its waiter labelled with the job's id). The server is asked once, and only when some job is
+queued; a server that cannot be reached leaves those unknown.
+"""
+
+from __future__ import annotations
+
+import pwd
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from .._core._explain import Reason
+from .._jobs._model import JobRecord, JobState
+from .._wire._connection import Wire
+from .._wire._paths import client_socket
+from .._wire._protocol import WaiterRecord
+
+__all__ = ["JobWait", "job_waits"]
+
+
+class JobWait(NamedTuple):
+    """Why a job waits (a :class:`~hwpool._core._explain.Reason` value), in words, and its
+    estimated start (wall clock; None: unknown)."""
+
+    reason: str
+    detail: str
+    estimated_start: float | None
+
+
+def job_waits(rows: Sequence[tuple[str, JobRecord]]) -> dict[tuple[str, str], JobWait]:
+    """By (user, job id), why each held, waiting or queued job of ``rows`` waits."""
+    found: dict[tuple[str, str], JobWait] = {}
+    queued: list[tuple[str, JobRecord]] = []
+    for user, job in rows:
+        if job.held:
+            found[user, job.id] = JobWait(Reason.HELD.value, f"held by {job.held_by}", None)
+        elif job.state is JobState.WAITING:
+            after = ", ".join((*job.after, *job.after_any, *job.after_notok))
+            found[user, job.id] = JobWait(Reason.DEPENDENCY.value, f"after {after}", None)
+        elif job.state is JobState.QUEUED:
+            queued.append((user, job))
+    if queued:
+        waiters = _server_waiters()
+        for user, job in queued:
+            record = waiters.get((user, job.id))
+            if record is not None and record.reason is not None:
+                found[user, job.id] = JobWait(
+                    record.reason, record.reason_detail or "", record.estimated_start
+                )
+    return found
+
+
+def _server_waiters() -> dict[tuple[str, str], WaiterRecord]:
+    """The host server's waiters labelled with a job id, by (user, job id); none if no
+    server answers."""
+    try:
+        path = client_socket().path
+        if not path.exists():
+            return {}
+        wire = Wire(path, role="control")
+    except (OSError, ValueError, ConnectionError):
+        return {}
+    try:
+        reply = wire.status()
+    except (OSError, ConnectionError):
+        return {}
+    finally:
+        wire.shutdown()
+    return {(_user(w.uid), (w.name or "").split(" ", 1)[0]): w for w in reply.waiting if w.name}
+
+
+def _user(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
