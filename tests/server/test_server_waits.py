@@ -17,7 +17,9 @@ from hostserver import BOUND, Server, run_cli, status_of
 from hwpool._cli import _jobs_cmds
 from hwpool._cli._jobs_waits import job_waits
 from hwpool._core._capacity import UNITS_PER_GPU
+from hwpool._core._explain import Explanation, Reason
 from hwpool._jobs._store import JobStore
+from hwpool._server._waits import KEEP_S, Kept
 from rawpeers import Peer, acquire, hello
 from runproc import eventually
 
@@ -108,3 +110,20 @@ def test_a_queued_job_shows_why_its_request_waits_at_the_server(
     assert _jobs_cmds.job_json(job, me, time.time(), {(me, job.id): wait})["wait_reason"] == (
         "resources"
     )
+
+
+def test_an_explanation_is_reused_while_nothing_changed_for_at_most_keep_s() -> None:
+    made: list[float] = []
+
+    def explain_now() -> dict[int, Explanation]:
+        made.append(0.0)
+        return {len(made): Explanation(len(made), Reason.PRIORITY, "", None)}
+
+    kept = Kept()
+    first = kept.get(5, 10.0, explain_now)
+    assert kept.get(5, 10.0 + KEEP_S / 2, explain_now) is first  # unchanged, young: reused
+    assert kept.get(6, 10.0 + KEEP_S / 2, explain_now) is not first  # a change: made anew
+    assert len(made) == 2
+    kept.get(6, 10.0 + KEEP_S * 2, explain_now)  # too old: made anew
+    kept.get(6, 5.0, explain_now)  # a clock gone back: made anew
+    assert len(made) == 4

@@ -86,7 +86,7 @@ from ._defaults import (
     REVOKED_RECHECK_S,
 )
 from ._journal import Counters, Journal, JournalEntry
-from ._waits import HeldLease, describe_units, explain_waiters
+from ._waits import HeldLease, Kept, describe_units, explain_waiters
 
 __all__ = [
     "ID_BLOCK",
@@ -286,6 +286,7 @@ class HostState:
         self._by_id: dict[int, Entry] = {}
         self._by_ticket: dict[int, Entry] = {}
         self._held_back: list[Entry] = []
+        self._kept_waits = Kept()  # the queue's last explanation (status), while unchanged
         self.max_per_connection = max_per_connection
         self.max_per_user = max_per_user
         self._per_uid: dict[int, int] = {}  # requests (leases and waiters) per uid
@@ -1162,6 +1163,11 @@ class HostState:
         """The core's explanation of each waiter in it, by ticket (none while nobody waits)."""
         if not waiting:
             return {}
+        return self._kept_waits.get(self.changes, now, lambda: self._explain_now(waiting, now))
+
+    def _explain_now(
+        self, waiting: list[tuple[Entry, tuple[int, ...], float, LimitHold | None]], now: float
+    ) -> dict[int, Explanation]:
         held = {e.granted_as: e for e in (*self.held_leases(), *self.revoked_leases())}
         leases = [
             HeldLease(ticket, e.held, e.since, e.demand, e.expected_s, e.revoked_until)

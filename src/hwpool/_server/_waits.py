@@ -9,6 +9,7 @@ recovers) are the status's own business: they are not in the core.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import NamedTuple
 
@@ -16,7 +17,12 @@ from .._core._explain import Explanation, Running, explain
 from .._core._memory import format_mib
 from .._core._scheduler import Demand, Grant, Scheduler
 
-__all__ = ["HeldLease", "describe_units", "explain_waiters"]
+__all__ = ["KEEP_S", "HeldLease", "Kept", "describe_units", "explain_waiters"]
+
+KEEP_S = 1.0
+"""Seconds an explanation of the queue is reused while nothing in the queue or the leases
+changed: every ``hwpool run`` that waits asks for the status about once a second, and one
+explanation copies the scheduler and replays its queue."""
 
 
 class HeldLease(NamedTuple):
@@ -70,6 +76,29 @@ def explain_waiters(
             expected[lease.ticket] = hold
     found = explain(core, running, now=now, hints=expected, describe=describe)
     return {e.ticket: e for e in found}
+
+
+class Kept:
+    """The last explanation, reused while the state's change count is the same and it is
+    younger than :data:`KEEP_S` (planned ends move with the clock only for work past its
+    expected end)."""
+
+    __slots__ = ("_at", "_changes", "_found")
+
+    def __init__(self) -> None:
+        self._changes = -1
+        self._at = -math.inf
+        self._found: dict[int, Explanation] = {}
+
+    def get(
+        self, changes: int, now: float, explain_now: Callable[[], dict[int, Explanation]]
+    ) -> dict[int, Explanation]:
+        """The explanation at ``changes`` (the state's count of changes), made anew by
+        ``explain_now`` unless one was made at that count less than KEEP_S ago."""
+        if changes != self._changes or not 0.0 <= now - self._at < KEEP_S:
+            self._found = explain_now()
+            self._changes, self._at = changes, now
+        return self._found
 
 
 def _grant_of(lease: HeldLease, totals: tuple[int, ...]) -> Grant | None:
