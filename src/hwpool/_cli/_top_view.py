@@ -20,6 +20,7 @@ from typing import Any
 
 from .._core._memory import format_mib
 from ._text import printable
+from ._waitwhy import span as _duration
 from ._waitwhy import wait_words
 
 __all__ = ["bar", "render", "why_waiting"]
@@ -241,15 +242,6 @@ def _by_gpu(items: object, key: str) -> dict[int, Mapping[str, Any]]:
 def _label(item: Mapping[str, Any]) -> str:
     name = item.get("name")
     return f" [{printable(name)}]" if name else ""
-
-
-def _duration(seconds: float) -> str:
-    """``4.2 s``, ``12 min``, ``3.5 h``: short and about right."""
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    if seconds < 3600:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 def _clip(line: str, width: int) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 
 from .._printable import printable
 
-__all__ = ["estimate_words", "wait_words"]
+__all__ = ["estimate_words", "span", "wait_words"]
 
 
 def estimate_words(start: float | None, now: float | None = None) -> str:
@@ -26,7 +26,7 @@ def estimate_words(start: float | None, now: float | None = None) -> str:
     if left < 1:
         return "should start now"
     clock = time.strftime("%H:%M:%S", time.localtime(start))
-    return f"starts in about {_span(left)} ({clock})"
+    return f"starts in about {span(left)} ({clock})"
 
 
 def wait_words(waiter: Mapping[str, Any], now: float | None = None, *, detail: bool = True) -> str:
@@ -42,12 +42,10 @@ def wait_words(waiter: Mapping[str, Any], now: float | None = None, *, detail: b
     return f"{said}; {estimate_words(waiter.get('estimated_start'), now)}"
 
 
-def _span(seconds: float) -> str:
-    """``40 s``, ``12 min``, ``3.5 h``, ``2.0 days``: about right."""
+def span(seconds: float) -> str:
+    """``4.2 s``, ``12 min``, ``3.5 h``: short and about right."""
     if seconds < 60:
-        return f"{seconds:.0f} s"
+        return f"{seconds:.1f} s"
     if seconds < 3600:
         return f"{seconds / 60:.0f} min"
-    if seconds < 86400:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} days"
+    return f"{seconds / 3600:.1f} h"
