@@ -115,7 +115,8 @@ JSON_FIELDS = {
     "started_at_iso", "ended_at", "ended_at_iso", "waited_s", "ran_s", "reason",
     "stdout_log", "stderr_log", "retry_of", "after_any", "after_notok", "held_by",
     "gpu_share", "gpu_seconds", "cpu_user_s", "cpu_system_s", "max_rss_kib",
-    "peak_gpu_memory_mib", "ended_by", "wait_reason", "wait_detail", "estimated_start",
+    "peak_gpu_memory_mib", "ended_by", "notify", "array_id", "array_index",
+    "wait_reason", "wait_detail", "estimated_start",
 }  # fmt: skip
 
 
@@ -140,7 +141,8 @@ def test_jobs_json_has_every_field_and_never_the_environment(
         "stdout_log": None, "stderr_log": None, "retry_of": None, "after_any": [],
         "after_notok": [], "held_by": None, "gpu_share": None, "gpu_seconds": None,
         "cpu_user_s": None, "cpu_system_s": None, "max_rss_kib": None,
-        "peak_gpu_memory_mib": None, "ended_by": None,
+        "peak_gpu_memory_mib": None, "ended_by": None, "notify": False, "array_id": None,
+        "array_index": None,
         "wait_reason": None, "wait_detail": None, "estimated_start": None,  # no server
     }  # fmt: skip
     old = jobs[1]

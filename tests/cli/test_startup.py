@@ -16,6 +16,7 @@ from hostserver import ENV
 from hwpool._cli import _env
 from hwpool._host._detect import NUM_GPUS_VAR
 from hwpool._host._sizing import SPIN_VAR, THREADS_VAR
+from hwpool._jobs._notify import NOTIFY_TIMEOUT_VAR
 from hwpool._jobs._state import KEEP_COUNT_VAR, KEEP_VAR, LOG_MAX_VAR
 from hwpool._numa._results import NUMA_VAR
 
@@ -137,7 +138,7 @@ def test_status_cancel_and_top_load_the_protocol_but_not_the_server(
 def test_the_environment_check_knows_each_variable_by_its_modules_name() -> None:
     assert set(_env.CHECKED) == {
         NUM_GPUS_VAR, THREADS_VAR, SPIN_VAR, NUMA_VAR, _env.AUTOSTART_VAR, _env.RECONNECT_VAR,
-        KEEP_VAR, KEEP_COUNT_VAR, LOG_MAX_VAR,
+        KEEP_VAR, KEEP_COUNT_VAR, LOG_MAX_VAR, NOTIFY_TIMEOUT_VAR,
     }  # fmt: skip
 
 
@@ -153,6 +154,7 @@ def test_the_environment_check_knows_each_variable_by_its_modules_name() -> None
         ("HWPOOL_JOBS_KEEP", "forever"),
         ("HWPOOL_JOBS_KEEP_COUNT", "-3"),
         ("HWPOOL_JOBS_LOG_MAX", "12"),
+        ("HWPOOL_NOTIFY_TIMEOUT", "0"),
     ],
 )
 def test_each_bad_variable_is_named(variable: str, value: str) -> None:

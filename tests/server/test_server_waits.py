@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from hostserver import BOUND, Server, run_cli, status_of
-from hwpool._cli import _jobs_cmds
-from hwpool._cli._jobs_waits import job_waits
+from hwpool._cli._jobs_waits import job_waits, wait_json
 from hwpool._core._capacity import UNITS_PER_GPU
 from hwpool._core._explain import Explanation, Reason
 from hwpool._jobs._store import JobStore
@@ -107,9 +106,10 @@ def test_a_queued_job_shows_why_its_request_waits_at_the_server(
     assert wait.reason == "resources"
     assert wait.estimated_start is not None
     assert 290 < wait.estimated_start - time.time() <= 300
-    assert _jobs_cmds.job_json(job, me, time.time(), {(me, job.id): wait})["wait_reason"] == (
-        "resources"
-    )
+    assert wait_json(wait) == {
+        "wait_reason": "resources", "wait_detail": wait.detail,
+        "estimated_start": wait.estimated_start,
+    }  # fmt: skip
 
 
 def test_an_explanation_is_reused_while_nothing_changed_for_at_most_keep_s() -> None:

@@ -15,7 +15,8 @@ from fractions import Fraction
 
 from .._check import check_int, duration_from_text, int_from_text
 from .._core._memory import parse_memory
-from .._jobs._model import JOB_ID_PREFIX, JobState, check_job_id
+from .._jobs._arrays import ArraySpec, parse_array_spec
+from .._jobs._model import JOB_ID_PREFIX, JobState, parse_job_ref
 from .._sim._names import POLICIES as SIMULATED_POLICIES
 from .._wire._bounds import MAX_PRIORITY
 from ._env import seconds_from_text
@@ -24,6 +25,7 @@ __all__ = [
     "MAX_DEMO_SECONDS",
     "MAX_GPUS",
     "UserError",
+    "array_spec",
     "cancel_id",
     "count",
     "demand_from_text",
@@ -126,10 +128,19 @@ def env_assignment(text: str) -> tuple[str, str]:
     return key, value
 
 
-def job_id_argument(text: str) -> str:
-    """A job id (``j12``), refused with the value named otherwise."""
+def array_spec(text: str) -> ArraySpec:
+    """``submit --array 0-99%4``: the members' indices and the limit (see ``_jobs._arrays``)."""
     try:
-        check_job_id("ID", text)
+        return parse_array_spec(text, "SPEC")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("SPEC ")) from None
+
+
+def job_id_argument(text: str) -> str:
+    """A job id (``j12``, or an array's member ``j12_3``), refused with the value named
+    otherwise."""
+    try:
+        parse_job_ref("ID", text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc).removeprefix("ID ")) from None
     return text
@@ -140,7 +151,7 @@ def job_ids_argument(text: str) -> list[str]:
     ids = [word.strip() for word in text.split(",")]
     for word in ids:
         try:
-            check_job_id("ID", word)
+            parse_job_ref("ID", word)
         except (TypeError, ValueError) as exc:
             raise argparse.ArgumentTypeError(str(exc).removeprefix("ID ")) from None
     return ids

@@ -2,7 +2,8 @@
 
 The library parts the command drives read six variables, ``hwpool run`` two of its own
 (``HWPOOL_AUTOSTART``, ``HWPOOL_RECONNECT_TIMEOUT``, parsed here), and the job commands two
-(``HWPOOL_JOBS_KEEP``, ``HWPOOL_JOBS_KEEP_COUNT``). Each is parsed by the library's own parser
+(``HWPOOL_JOBS_KEEP``, ``HWPOOL_JOBS_KEEP_COUNT``, ``HWPOOL_JOBS_LOG_MAX``,
+``HWPOOL_NOTIFY_TIMEOUT``). Each is parsed by the library's own parser
 (so the command and the library can never disagree) before anything runs: a malformed
 ``HWPOOL_SPIN`` must stop ``hwpool demo`` at once, not after its GPU stage, when the CPU pool
 first reads it. A parser's module is imported only when its variable is set: the check runs
@@ -91,6 +92,12 @@ def _keep(environ: Mapping[str, str]) -> None:
     keep_from_env(environ)
 
 
+def _notify_timeout(environ: Mapping[str, str]) -> None:
+    from .._jobs._notify import notify_timeout_from_env
+
+    notify_timeout_from_env(environ)
+
+
 def _log_max(environ: Mapping[str, str]) -> None:
     from .._jobs._state import log_cap_from_env
 
@@ -107,6 +114,7 @@ CHECKED: dict[str, Callable[[Mapping[str, str]], object]] = {
     "HWPOOL_JOBS_KEEP": _keep,
     "HWPOOL_JOBS_KEEP_COUNT": _keep,
     "HWPOOL_JOBS_LOG_MAX": _log_max,
+    "HWPOOL_NOTIFY_TIMEOUT": _notify_timeout,
 }
 """Each variable checked, and its parser (which reads it from the environment given); the
 names are the parsers' modules' own (``tests/cli/test_startup.py`` checks)."""

@@ -25,9 +25,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from .. import _exits
 from .._jobs._control import (
@@ -36,10 +34,10 @@ from .._jobs._control import (
     Watch,
     cancel_job,
     exit_status,
-    signal_name,
     wait_for,
 )
 from .._jobs._handle import open_table, start_supervisor, wake_supervisor
+from .._jobs._json import exit_text, job_json, ran_s, waited_s
 from .._jobs._logs import CHUNK, LogNotStartedError, log_path, open_log
 from .._jobs._model import FINISHED, JobRecord, JobState
 from .._jobs._others import default_state_directory, read_user_jobs
@@ -48,7 +46,7 @@ from .._jobs._state import state_directory
 from .._jobs._store import JobStateError, JobStore, UnknownJobError
 from .._jobs._submit import user_name
 from .._wire._safety import UnsafePathError
-from ._jobs_waits import JobWait, job_waits
+from ._jobs_waits import JobWait, job_waits, wait_json
 from ._parser import JOB_ID_NOTE, WAIT_TIMED_OUT
 from ._text import one_line, plural, printable
 from ._waitwhy import wait_words
@@ -129,24 +127,55 @@ def _table(job_ids: Sequence[str] = ()) -> Iterator[JobStore]:
         yield store
 
 
+def _expanded(store: JobStore, job_ids: Sequence[str]) -> dict[str, bool]:
+    """The jobs ``job_ids`` stand for, in order, each once (an array's id: its members),
+    each with whether it was named itself (not through its array); UnknownJobError for an
+    unknown one."""
+    found: dict[str, bool] = {}
+    for job_id in job_ids:
+        members = store.members(job_id)
+        for member in members:
+            found[member] = found.get(member, False) or members == [job_id]
+    return found
+
+
+def _one_job(store: JobStore, job_id: str) -> JobRecord:
+    """The one job ``job_id`` names; a usage error for an array of several."""
+    members = store.members(job_id)
+    if len(members) > 1:
+        raise _Usage(f"{job_id} is an array of {len(members)} jobs: give one of its members "
+                     f"({members[0]}, ...)")  # fmt: skip
+    return store.get(members[0])
+
+
 # ----------------------------------------------------------------- jobs
 def _cmd_jobs(args: argparse.Namespace) -> int:
     now = time.time()
     rows, problems = _gather(args)
-    window = None if args.all else RECENT_S if args.since is None else args.since
+    if args.ids:  # these jobs only, whenever they ended
+        wanted = set(args.ids)
+        rows = [(user, job) for user, job in rows if _named(job, wanted)]
+    window = None if args.all or args.ids else RECENT_S if args.since is None else args.since
     if window is not None:
         rows = [(user, job) for user, job in rows if _recent(job, now, window)]
     if args.state is not None:
         rows = [(user, job) for user, job in rows if job.shown_state in args.state]
     waits = job_waits(rows)
     if args.json:
-        print(json.dumps([job_json(job, user, now, waits) for user, job in rows], indent=1))
+        shown = [{**job_json(job, user, now), **wait_json(waits.get((user, job.id)))}
+                 for user, job in rows]  # fmt: skip
+        print(json.dumps(shown, indent=1))
     else:
         admin = args.user is not None or args.all_users
         print(format_jobs(rows, now, with_user=admin, window=window, waits=waits))
     for problem in problems:
         print(f"hwpool: error: {one_line(problem)}", file=sys.stderr)
     return 1 if problems else 0
+
+
+def _named(job: JobRecord, wanted: set[str]) -> bool:
+    """Whether ``job`` is one of ``wanted``: its id, its own number's, or its array's."""
+    return bool({job.id, f"j{job.number}", job.array_id} & wanted)
 
 
 def _recent(job: JobRecord, now: float, window: float) -> bool:
@@ -229,78 +258,6 @@ def _me() -> str:
         return str(os.geteuid())
 
 
-def job_json(
-    job: JobRecord, user: str, now: float, waits: Mapping[tuple[str, str], JobWait] | None = None
-) -> dict[str, Any]:
-    """One job as ``hwpool jobs --json`` prints it (see docs/jobs.md for the schema). The
-    environment is left out: it holds secrets. ``waits``: why unfinished jobs wait."""
-    wait = (waits or {}).get((user, job.id))
-    return {
-        "id": job.id, "user": user, "name": job.name, "argv": list(job.argv), "cwd": job.cwd,
-        "state": job.shown_state, "finished": job.state.finished, "held_by": job.held_by,
-        "exit_code": job.exit_code, "signal": job.signal,
-        "signal_name": None if job.signal is None else signal_name(job.signal),
-        "exit": _exit_text(job) or None,
-        "gpus": None if job.gpus is None else float(job.gpus),
-        "gpus_exact": None if job.gpus is None else str(job.gpus),
-        "memory_mib": job.memory_mib, "priority": job.priority,
-        "time_limit_s": job.time_limit, "after": list(job.after),
-        "after_any": list(job.after_any), "after_notok": list(job.after_notok),
-        "gpu_ids": list(job.gpu_ids), "lease": job.lease, "pid": job.pid,
-        "queued_at": job.queued_at, "queued_at_iso": _iso(job.queued_at),
-        "started_at": job.started_at, "started_at_iso": _iso(job.started_at),
-        "ended_at": job.ended_at, "ended_at_iso": _iso(job.ended_at),
-        "waited_s": _waited(job, now), "ran_s": _ran(job, now),
-        "reason": job.reason, "stdout_log": job.stdout_log, "stderr_log": job.stderr_log,
-        "retry_of": job.retry_of, **_accounting(job, now),
-        "wait_reason": None if wait is None else wait.reason,
-        "wait_detail": None if wait is None else wait.detail,
-        "estimated_start": None if wait is None else wait.estimated_start,
-    }  # fmt: skip
-
-
-def _accounting(job: JobRecord, now: float) -> dict[str, Any]:
-    """What the job used (docs/jobs.md, Accounting): GPU-seconds are the GPUs it held times
-    its run time; CPU time and peak RSS are its launcher's ``getrusage`` of the job's
-    process tree, known once it ended. The watcher's peak GPU memory is not recorded yet."""
-    ran = _ran(job, now)
-    usage = job.usage
-    return {
-        "gpu_share": job.gpu_share,
-        "gpu_seconds": None if job.gpu_share is None or ran is None else job.gpu_share * ran,
-        "cpu_user_s": None if usage is None else usage.cpu_user_s,
-        "cpu_system_s": None if usage is None else usage.cpu_system_s,
-        "max_rss_kib": None if usage is None else usage.max_rss_kib,
-        "peak_gpu_memory_mib": None,
-        "ended_by": job.ended_by,
-    }
-
-
-def _iso(stamp: float | None) -> str | None:
-    """``2026-12-04T17:03:12.250000+00:00``: the time in UTC, ISO 8601."""
-    return None if stamp is None else datetime.fromtimestamp(stamp, UTC).isoformat()
-
-
-def _waited(job: JobRecord, now: float) -> float:
-    """Seconds between queueing and starting (until now, or the end, if it has not started)."""
-    until = job.started_at if job.started_at is not None else (job.ended_at or now)
-    return max(0.0, until - job.queued_at)
-
-
-def _ran(job: JobRecord, now: float) -> float | None:
-    """Seconds it ran (so far, for a running job); None if it never started."""
-    if job.started_at is None:
-        return None
-    return max(0.0, (job.ended_at or now) - job.started_at)
-
-
-def _exit_text(job: JobRecord) -> str:
-    """``3``, ``SIGKILL``, or nothing (not finished, or no exit known)."""
-    if job.signal is not None:
-        return signal_name(job.signal)
-    return "" if job.exit_code is None else str(job.exit_code)
-
-
 _HEADINGS = ("ID", "NAME", "STATE", "EXIT", "GPUS", "QUEUED", "STARTED", "ENDED", "WAITED",
              "RAN", "REASON")  # fmt: skip
 
@@ -339,12 +296,12 @@ def _cells(
     name = printable(job.name)
     if len(name) > NAME_WIDTH:
         name = name[: NAME_WIDTH - 1] + "~"
-    ran = _ran(job, now)
+    ran = ran_s(job, now)
     cells = (
-        job.id, name, job.shown_state, _exit_text(job) or "-",
+        job.id, name, job.shown_state, exit_text(job) or "-",
         ",".join(_short_gpu(g) for g in job.gpu_ids) or "-", _clock(job.queued_at, now),
         _clock(job.started_at, now), _clock(job.ended_at, now),
-        duration(_waited(job, now)), "-" if ran is None else duration(ran),
+        duration(waited_s(job, now)), "-" if ran is None else duration(ran),
         printable(job.reason or (f"held by {job.held_by}" if job.held_by else "")
                   or _waiting(wait, now)),
     )  # fmt: skip
@@ -390,7 +347,7 @@ def duration(seconds: float) -> str:
 # ----------------------------------------------------------------- logs
 def _cmd_logs(args: argparse.Namespace) -> int:
     with _table([args.id]) as store:
-        record = store.get(args.id)
+        record = _one_job(store, args.id)
         try:
             if args.follow:
                 return _follow(store, record, args.stderr)
@@ -473,10 +430,8 @@ def _finished(watch: Watch) -> bool:
 
 # ----------------------------------------------------------------- wait
 def _cmd_wait(args: argparse.Namespace) -> int:
-    ids = list(dict.fromkeys(args.ids))
-    with _table(ids) as store:
-        for job_id in ids:  # every id known before any wait
-            store.get(job_id)
+    with _table(args.ids) as store:
+        ids = list(_expanded(store, args.ids))  # every id known before any wait
         try:
             records = wait_for(store, ids, args.timeout)
         except TimeoutError as exc:
@@ -495,7 +450,7 @@ def _cmd_wait(args: argparse.Namespace) -> int:
 
 def _outcome(record: JobRecord) -> str:
     """``succeeded``, ``failed (exit 3)``, ``cancelled (SIGTERM)``, ``lost: why``."""
-    shown = _exit_text(record)
+    shown = exit_text(record)
     if record.state is JobState.FAILED:
         return f"failed ({'exit ' if record.signal is None else ''}{shown})"
     if record.state is JobState.SUCCEEDED:
@@ -508,7 +463,7 @@ def _outcome(record: JobRecord) -> str:
 # ----------------------------------------------------------------- retry
 def _cmd_retry(args: argparse.Namespace) -> int:
     with _table([args.id]) as store:
-        again = store.retry(args.id)
+        again = store.retry(_one_job(store, args.id).id)
     start_supervisor(_directory())
     if args.json:
         print(json.dumps({"id": again.id, "retry_of": args.id, "state": again.state.value}))
@@ -531,19 +486,23 @@ def _cmd_update(args: argparse.Namespace) -> int:
     if args.gpus is not None and args.mem is not None:
         raise _Usage(f"give --gpus or --mem, not both (--gpus {args.gpus}, --mem {args.mem} MiB)")
     with _table([args.id]) as store:
-        record = store.get(args.id)
-        if record.state is JobState.RUNNING:
+        targets = list(_expanded(store, [args.id]))
+        if len(targets) == 1 and store.get(targets[0]).state is JobState.RUNNING:
             raise JobStateError(
                 f"{args.id} is running: its {', '.join(given)} cannot change now (a running "
                 "job's time limit cannot change yet either: cancel and resubmit it)"
             )
+        if len(targets) > 1:  # an array: its members that still wait
+            targets = _waiting_ones(store, [args.id], "can be changed")
         time_limit = None if args.time is None else math.ceil(args.time)
-        edited = store.update(
-            args.id, name=args.name, priority=args.priority, time_limit=time_limit,
-            gpus=args.gpus, memory_mib=args.mem,
-        )  # fmt: skip
+        edited = [
+            store.update(job_id, name=args.name, priority=args.priority, time_limit=time_limit,
+                         gpus=args.gpus, memory_mib=args.mem)
+            for job_id in targets
+        ]  # fmt: skip
     start_supervisor(_directory())
-    print(f"{edited.id}: updated {', '.join(given)}")
+    for record in edited:
+        print(f"{record.id}: updated {', '.join(given)}")
     return 0
 
 
@@ -551,15 +510,8 @@ def _cmd_update(args: argparse.Namespace) -> int:
 def _cmd_hold(args: argparse.Namespace) -> int:
     """``hwpool hold ID...``: every id must name a queued or waiting job (checked for all
     before any is held); each is held, one line each."""
-    job_ids = list(dict.fromkeys(args.ids))
-    with _table(job_ids) as store:
-        for job_id in job_ids:
-            record = store.get(job_id)
-            if record.state not in (JobState.QUEUED, JobState.WAITING):
-                raise JobStateError(
-                    f"{job_id} is {record.state.value}: only a queued job (or one waiting on "
-                    "a dependency) can be held; nothing was held"
-                )
+    with _table(args.ids) as store:
+        job_ids = _waiting_ones(store, args.ids, "can be held; nothing was held")
         held = [store.hold(job_id, user_name()) for job_id in job_ids]
     wake_supervisor(_directory())  # it withdraws their requests at once
     for record in held:
@@ -569,20 +521,28 @@ def _cmd_hold(args: argparse.Namespace) -> int:
 
 def _cmd_release(args: argparse.Namespace) -> int:
     """``hwpool release ID...``: the holds on queued or waiting jobs released, one line each."""
-    job_ids = list(dict.fromkeys(args.ids))
-    with _table(job_ids) as store:
+    with _table(args.ids) as store:
+        job_ids = _waiting_ones(store, args.ids, "is held or released; nothing was released")
         before = {job_id: store.get(job_id) for job_id in job_ids}
-        for job_id, record in before.items():
-            if record.state not in (JobState.QUEUED, JobState.WAITING):
-                raise JobStateError(
-                    f"{job_id} is {record.state.value}: only a queued job (or one waiting on "
-                    "a dependency) is held or released; nothing was released"
-                )
         released = [store.release_hold(job_id) for job_id in job_ids]
     start_supervisor(_directory())
     for record in released:
         print(f"{record.id}: " + ("released" if before[record.id].held else "was not held"))
     return 0
+
+
+def _waiting_ones(store: JobStore, job_ids: Sequence[str], refusal: str) -> list[str]:
+    """The queued or waiting jobs ``job_ids`` stand for (an array's: its members that are);
+    JobStateError ending in ``refusal`` for a job named itself in another state."""
+    kept = []
+    for job_id, named in _expanded(store, job_ids).items():
+        record = store.get(job_id)
+        if record.state in (JobState.QUEUED, JobState.WAITING):
+            kept.append(job_id)
+        elif named:
+            raise JobStateError(f"{job_id} is {record.state.value}: only a queued job (or one "
+                                f"waiting on a dependency) {refusal}")  # fmt: skip
+    return kept
 
 
 # ----------------------------------------------------------------- cancel (jN)
@@ -593,8 +553,7 @@ def cancel_jobs(job_ids: Sequence[str], reason: str | None = None, by: str | Non
     a queued job's (root's ``cancel --user``: ``cancelled by root``)."""
     try:
         with _table(job_ids) as store:
-            for job_id in job_ids:  # every id known before anything is cancelled
-                store.get(job_id)
+            job_ids = list(_expanded(store, job_ids))  # every id known before any is cancelled
             who = user_name() if by is None else by
             outcomes = [cancel_job(store, job_id, reason=reason, by=who) for job_id in job_ids]
     except (UnknownJobError, JobStateError) as exc:

@@ -18,7 +18,7 @@ from .._wire._connection import Wire
 from .._wire._paths import client_socket
 from .._wire._protocol import WaiterRecord
 
-__all__ = ["JobWait", "job_waits"]
+__all__ = ["JobWait", "job_waits", "wait_json"]
 
 
 class JobWait(NamedTuple):
@@ -51,6 +51,16 @@ def job_waits(rows: Sequence[tuple[str, JobRecord]]) -> dict[tuple[str, str], Jo
                     record.reason, record.reason_detail or "", record.estimated_start
                 )
     return found
+
+
+def wait_json(wait: JobWait | None) -> dict[str, object]:
+    """The fields ``hwpool jobs --json`` adds to a job's record: why it waits, in words, and
+    its estimated start (all None for a job that does not wait, or where nobody says)."""
+    return {
+        "wait_reason": None if wait is None else wait.reason,
+        "wait_detail": None if wait is None else wait.detail,
+        "estimated_start": None if wait is None else wait.estimated_start,
+    }
 
 
 def _server_waiters() -> dict[tuple[str, str], WaiterRecord]:

@@ -59,6 +59,8 @@ __all__ = ["main"]
 
 LOGS = "logs"
 JOB_ID_VAR = "HWPOOL_JOB_ID"
+ARRAY_ID_VAR = "HWPOOL_ARRAY_ID"
+ARRAY_INDEX_VAR = "HWPOOL_ARRAY_INDEX"
 
 
 class _Cancel:
@@ -164,6 +166,8 @@ def _execute(job: JobRecord, lease: GPULease, fds: list[int], pool: GPUPool) -> 
         return _child.JobEnd(0, False, True)
     env = lease.env(dict(job.environment))
     env[JOB_ID_VAR] = job.id
+    if job.array_id is not None:
+        env[ARRAY_ID_VAR], env[ARRAY_INDEX_VAR] = job.array_id, str(job.array_index)
     limit = job.time_limit
     deadline = None if limit is None else _granted_at(pool, lease) + limit
     if deadline is not None and time.monotonic() >= deadline:

@@ -367,7 +367,8 @@ def _add_submit(commands: Subcommands) -> None:
         "submit", help="queue a command to run on a share of the GPUs, after you log out too",
         usage="hwpool submit [-h] [--gpus G | --mem SIZE] [--name NAME] [--priority P] "
         "[--time LIMIT] [--after ID[,ID...]] [--after-any ID[,ID...]] [--after-notok ID[,ID...]] "
-        "[--hold] [--cwd DIR] [--env KEY=VALUE] [--socket PATH] [--json] "
+        "[--array SPEC] [--hold] [--notify CMD] [--cwd DIR] [--env KEY=VALUE] [--socket PATH] "
+        "[--json] "
         "(-- CMD [ARGS...] | --from FILE)",
         description="Queue CMD as a job of yours and print its id (j1, j2, ...) at once. Your "
         "supervisor (started if none runs, detached from the terminal) runs it when the jobs "
@@ -406,6 +407,18 @@ def _add_submit(commands: Subcommands) -> None:
         "--after-notok", type=_args.job_ids_argument, action="extend", default=[],
         metavar="ID[,ID...]", help="run only if one of these jobs of yours fails, times out, "
         "is cancelled or lost (clean-up, alerts); cancelled once they all succeeded",
+    )  # fmt: skip
+    submit.add_argument(
+        "--notify", metavar="CMD",
+        help="when the job ends, run CMD (a shell command, as you) with HWPOOL_JOB_ID, "
+        "HWPOOL_JOB_NAME, HWPOOL_JOB_STATE, HWPOOL_JOB_EXIT set and the job's JSON on its "
+        "stdin (default: notify in ~/.config/hwpool/config.toml; '' for none)",
+    )  # fmt: skip
+    submit.add_argument(
+        "--array", type=_args.array_spec, metavar="SPEC",
+        help="queue one job per index of SPEC, as Slurm's --array: 0-99, 1,3,7, 0-99:10, and "
+        "%%K for at most K running at once (0-99%%4); prints the array's id, j12; its members "
+        "are j12_0, j12_1, ..., each with HWPOOL_ARRAY_INDEX and HWPOOL_ARRAY_ID set",
     )  # fmt: skip
     submit.add_argument(
         "--hold", action="store_true",
@@ -451,6 +464,10 @@ def _add_jobs(commands: Subcommands) -> None:
         "takes the jobs waiting on a dependency)",
     )  # fmt: skip
     jobs.add_argument("--json", action="store_true", help="print a JSON list instead of text")
+    jobs.add_argument(
+        "ids", type=_args.job_id_argument, nargs="*", metavar="ID",
+        help="only these jobs (an array's id: its members)",
+    )  # fmt: skip
     whose = jobs.add_mutually_exclusive_group()
     whose.add_argument(
         "--user", metavar="NAME", help="root only: NAME's jobs (read-only, from their "

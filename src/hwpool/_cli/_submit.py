@@ -53,7 +53,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
         jobs = submit_jobs(
             commands, gpus=args.gpus, memory=args.mem, names=[args.name] * len(commands),
             priority=args.priority, time=args.time, after=args.after,
-            after_any=args.after_any, after_notok=args.after_notok, hold=args.hold, cwd=args.cwd,
+            after_any=args.after_any, after_notok=args.after_notok, hold=args.hold,
+            notify=args.notify, array=args.array, cwd=args.cwd,
             env={**os.environ, **dict(args.env)}, server=server,
         )  # fmt: skip
     except ServerRefusal as exc:
@@ -67,7 +68,11 @@ def cmd_submit(args: argparse.Namespace) -> int:
     warning = logout_warning(getpass.getuser())
     if warning is not None:
         say(f"hwpool submit: warning: {warning}")
-    for job in jobs:
+    if args.array is not None:  # one line: the array's id
+        array_id = jobs[0].array_id
+        members = [job.id for job in jobs]
+        print(json.dumps({"id": array_id, "members": members}) if args.json else array_id)
+    for job in jobs if args.array is None else ():
         if args.json:
             print(json.dumps({"id": job.id, "state": job.state.value, "name": job.name}))
         else:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from .._backends._unix import UnixBackend
 from .._jobs._model import JobRecord
+from .._jobs._notify import notify_timeout_from_env
 from .._jobs._servers import lock_text
 from .._jobs._state import keep_from_env, prepare_state_directory
 from .._jobs._store import JobStore
@@ -87,6 +88,7 @@ def _locked(path: Path, socket: Path) -> Iterator[bool]:
 
 def _supervise(directory: Path, server: ClientSocket) -> int:
     keep_seconds, keep_count = keep_from_env(os.environ)
+    notify_timeout = notify_timeout_from_env(os.environ)
     with JobStore.open(directory) as store:
         _prune(store, directory, keep_seconds, keep_count)
         _log(f"supervising the jobs of {str(directory)!r} on the server at "
@@ -94,6 +96,7 @@ def _supervise(directory: Path, server: ClientSocket) -> int:
         supervisor = Supervisor(
             store, directory, lambda memory: _connect(server, memory), LAUNCHER, log=_log,
             prune=lambda: _prune(store, directory, keep_seconds, keep_count),
+            notify_timeout=notify_timeout,
         )  # fmt: skip
         asyncio.run(supervisor.run())
     return 0

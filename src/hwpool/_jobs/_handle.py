@@ -199,6 +199,7 @@ def submit(
     after_any: Iterable[str | Job] = (),
     after_notok: Iterable[str | Job] = (),
     hold: bool = False,
+    notify: str | None = None,
     cwd: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
     state_dir: str | os.PathLike[str] | None = None,
@@ -210,9 +211,10 @@ def submit(
     limit (seconds, or ``"90s"``, ``"30m"``, ``"2h"``): past it the job is ended and recorded
     timed-out. ``after``: jobs (ids or handles) that must succeed first; ``after_any``: that
     must have ended, however; ``after_notok``: of which one must end without success (for
-    clean-up and alerts). ``hold``: held until :meth:`Job.release`. ``cwd`` and ``env``:
-    default this process's. The user's supervisor is started if none runs. Bad values raise
-    TypeError or ValueError naming the argument, and queue nothing."""
+    clean-up and alerts). ``hold``: held until :meth:`Job.release`. ``notify``: a shell
+    command run once it has ended (default: the user's ``notify`` setting; ``""``: none).
+    ``cwd`` and ``env``: default this process's. The user's supervisor is started if none
+    runs. Bad values raise TypeError or ValueError naming the argument, and queue nothing."""
     directory = state_directory() if state_dir is None else Path(state_dir)
     of_ok, of_any, of_notok = (
         [job.id if isinstance(job, Job) else job for job in _listed(ids)]
@@ -220,7 +222,8 @@ def submit(
     )
     record = submit_job(
         argv, gpus=gpus, memory=memory, name=name, priority=priority, time=time,
-        after=of_ok, after_any=of_any, after_notok=of_notok, hold=hold, cwd=cwd, env=env,
+        after=of_ok, after_any=of_any, after_notok=of_notok, hold=hold, notify=notify,
+        cwd=cwd, env=env,
         state_dir=directory,
     )  # fmt: skip
     return Job(record.id, state_dir=directory)

@@ -34,6 +34,7 @@ __all__ = [
     "MAX_SIGNAL",
     "UNFINISHED",
     "JobRecord",
+    "JobRef",
     "JobState",
     "Usage",
     "check_after",
@@ -53,6 +54,7 @@ __all__ = [
     "check_usage",
     "format_job_id",
     "how_ended",
+    "parse_job_ref",
     "signal_name",
 ]
 
@@ -61,6 +63,19 @@ MAX_NAME = 256
 MAX_REASON = 1000
 MAX_SIGNAL = signal.NSIG - 1
 _JOB_ID = re.compile(r"j([1-9][0-9]{0,15})")
+_JOB_REF = re.compile(r"j([1-9][0-9]{0,15})(?:_(0|[1-9][0-9]{0,6}))?")
+
+
+class JobRef(NamedTuple):
+    """A job id as a user writes it: ``j12`` (``member`` None: the job, or the whole array
+    numbered 12) or ``j12_3`` (``member`` 3 of the array ``j12``)."""
+
+    number: int
+    member: int | None
+
+    def __str__(self) -> str:
+        base = format_job_id(self.number)
+        return base if self.member is None else f"{base}_{self.member}"
 
 
 def signal_name(number: int) -> str:
@@ -125,7 +140,11 @@ class JobRecord:
     (see ``_depends``); ``held_by``: who holds it (``hwpool hold``), None when nobody does.
     Accounting: ``gpu_share`` (the GPUs it held, 0.5 or 2: its GPU-seconds per second, from
     its start), ``usage`` (its process tree's CPU time and peak RSS, once it ended; None
-    where its launcher could not tell) and ``ended_by`` (who cancelled it).
+    where its launcher could not tell) and ``ended_by`` (who cancelled it). ``notify``: the
+    shell command run once it has ended (``submit --notify``). ``number``: its own row's
+    number (``j12`` -> 12; an array's member has one too, as a Slurm array task has its job
+    id); an array's member has ``array_id`` (``j12``), ``array_index`` and ``array_limit``
+    (at most that many members running at once), and ``id`` ``j12_3``.
     """
 
     id: str
@@ -158,6 +177,11 @@ class JobRecord:
     gpu_share: float | None = None
     usage: Usage | None = None
     ended_by: str | None = None
+    notify: str | None = None
+    number: int = 0
+    array_id: str | None = None
+    array_index: int | None = None
+    array_limit: int | None = None
 
     @property
     def held(self) -> bool:
@@ -169,15 +193,26 @@ class JobRecord:
         """Its state as ``hwpool jobs`` shows it: ``held`` for a held job, else ``state``."""
         return "held" if self.held else self.state.value
 
-    @property
-    def number(self) -> int:
-        """The number in the job's id (``j12`` -> 12)."""
-        return int(self.id.removeprefix(JOB_ID_PREFIX))
-
 
 def format_job_id(number: int) -> str:
     """The id of the job numbered ``number`` (``12`` -> ``"j12"``)."""
     return f"{JOB_ID_PREFIX}{number}"
+
+
+def parse_job_ref(name: str, value: object) -> JobRef:
+    """The :class:`JobRef` ``value`` names (``"j12"``, ``"j12_3"``); TypeError or ValueError
+    naming ``name`` otherwise (a bare number with the hint of :func:`check_job_id`)."""
+    if not isinstance(value, str):
+        check_job_id(name, value)  # its TypeError
+    assert isinstance(value, str)
+    found = _JOB_REF.fullmatch(value)
+    if found is None or int(found[1]) > MAX_ID:
+        check_job_id(name, value)  # its message, with its hint
+        raise ValueError(
+            f"{name} must be a job id such as 'j12', or an array's member such as 'j12_3', "
+            f"got {value!r}"
+        )
+    return JobRef(int(found[1]), None if found[2] is None else int(found[2]))
 
 
 def check_job_id(name: str, value: object) -> int:
@@ -361,13 +396,14 @@ def check_usage(value: object) -> Usage | None:
     return value
 
 
-def check_after(after: Iterable[str], name: str = "after") -> list[int]:
-    """The numbers of the job ids in ``after`` (the argument ``name``), in order, each once."""
+def check_after(after: Iterable[str], name: str = "after") -> list[JobRef]:
+    """The job ids in ``after`` (the argument ``name``; jobs, arrays or members), in order,
+    each once."""
     if isinstance(after, str):
         raise TypeError(f"{name} must be a list of job ids, got the string {after!r}")
-    numbers: list[int] = []
+    refs: list[JobRef] = []
     for index, job_id in enumerate(after):
-        number = check_job_id(f"{name}[{index}]", job_id)
-        if number not in numbers:
-            numbers.append(number)
-    return numbers
+        ref = parse_job_ref(f"{name}[{index}]", job_id)
+        if ref not in refs:
+            refs.append(ref)
+    return refs

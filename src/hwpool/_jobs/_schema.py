@@ -18,7 +18,7 @@ from ._depends import DependencyKind
 from ._model import JobRecord, JobState, Usage, format_job_id
 
 __all__ = [
-    "BUSY_TIMEOUT_S", "SCHEMA_VERSION", "JobTableError", "connect", "job_from_row",
+    "BUSY_TIMEOUT_S", "SCHEMA_VERSION", "JobTableError", "connect", "display_id", "job_from_row",
     "read_as_current",
 ]  # fmt: skip
 
@@ -58,6 +58,11 @@ CREATE TABLE jobs (
     cpu_system_s REAL,
     max_rss_kib INTEGER,                            -- its largest process's peak RSS
     ended_by    TEXT,                               -- who cancelled it
+    notify      TEXT,                               -- run when it ends (submit --notify)
+    notified_at REAL,                               -- when that was started
+    array_of    INTEGER,                            -- its array's number (submit --array)
+    array_index INTEGER,                            -- its index in the array
+    array_limit INTEGER,                            -- at most that many members running
     CHECK ((gpus IS NULL) <> (memory_mib IS NULL))
 );
 CREATE TABLE dependencies (
@@ -69,6 +74,7 @@ CREATE TABLE dependencies (
 ) WITHOUT ROWID;
 CREATE INDEX jobs_by_state ON jobs (state, number);
 CREATE INDEX dependencies_by_after ON dependencies (after);
+CREATE INDEX jobs_by_array ON jobs (array_of, array_index);
 """
 
 _MIGRATIONS = {
@@ -79,6 +85,12 @@ _MIGRATIONS = {
         "ALTER TABLE jobs ADD COLUMN cpu_system_s REAL",
         "ALTER TABLE jobs ADD COLUMN max_rss_kib INTEGER",
         "ALTER TABLE jobs ADD COLUMN ended_by TEXT",
+        "ALTER TABLE jobs ADD COLUMN notify TEXT",
+        "ALTER TABLE jobs ADD COLUMN notified_at REAL",
+        "ALTER TABLE jobs ADD COLUMN array_of INTEGER",
+        "ALTER TABLE jobs ADD COLUMN array_index INTEGER",
+        "ALTER TABLE jobs ADD COLUMN array_limit INTEGER",
+        "CREATE INDEX jobs_by_array ON jobs (array_of, array_index)",
         f"ALTER TABLE dependencies ADD COLUMN kind TEXT NOT NULL DEFAULT 'ok' "
         f"CHECK (kind IN ({_KINDS}))",
     ],
@@ -154,7 +166,9 @@ def _create_or_check_schema(connection: sqlite3.Connection, path: Path) -> None:
 _READ_AS_CURRENT = {
     1: [
         "CREATE TEMP VIEW jobs AS SELECT *, NULL AS held_by, NULL AS gpu_share, NULL AS "
-        "cpu_user_s, NULL AS cpu_system_s, NULL AS max_rss_kib, NULL AS ended_by FROM main.jobs",
+        "cpu_user_s, NULL AS cpu_system_s, NULL AS max_rss_kib, NULL AS ended_by, "
+        "NULL AS notify, NULL AS notified_at, NULL AS array_of, NULL AS array_index, "
+        "NULL AS array_limit FROM main.jobs",
         "CREATE TEMP VIEW dependencies AS SELECT *, 'ok' AS kind FROM main.dependencies",
     ],
 }
@@ -189,7 +203,7 @@ def job_from_row(row: sqlite3.Row, dependencies: Sequence[tuple[str, str]] = ())
     gpus = row["gpus"]
     share = None if gpus is None else Fraction(gpus)
     return JobRecord(
-        id=format_job_id(row["number"]),
+        id=display_id(row["number"], row["array_of"], row["array_index"]),
         name=row["name"],
         argv=tuple(json.loads(row["argv"])),
         cwd=row["cwd"],
@@ -221,7 +235,19 @@ def job_from_row(row: sqlite3.Row, dependencies: Sequence[tuple[str, str]] = ())
         if row["cpu_user_s"] is None
         else Usage(row["cpu_user_s"], row["cpu_system_s"], row["max_rss_kib"]),
         ended_by=row["ended_by"],
+        notify=row["notify"],
+        number=row["number"],
+        array_id=None if row["array_of"] is None else format_job_id(row["array_of"]),
+        array_index=row["array_index"],
+        array_limit=row["array_limit"],
     )
+
+
+def display_id(number: int, array_of: int | None, array_index: int | None) -> str:
+    """A job's id as users see it: ``j12``, or ``j12_3`` for an array's member."""
+    if array_of is None or array_index is None:
+        return format_job_id(number)
+    return f"{format_job_id(array_of)}_{array_index}"
 
 
 def _of_kind(dependencies: Sequence[tuple[str, str]], kind: DependencyKind) -> tuple[str, ...]:

@@ -43,11 +43,13 @@ from types import TracebackType
 from typing import Any
 
 from .._check import check_bool, check_int
+from ._arrays import ArraySpec
 from ._depends import DEPENDENCY_ENDS, Dependency, DependencyKind, verdict
 from ._model import (
     FINISHED,
     MAX_SIGNAL,
     JobRecord,
+    JobRef,
     JobState,
     Usage,
     check_after,
@@ -56,7 +58,6 @@ from ._model import (
     check_environment,
     check_exit,
     check_gpu_ids,
-    check_job_id,
     check_name,
     check_optional_int,
     check_priority,
@@ -67,8 +68,9 @@ from ._model import (
     check_usage,
     format_job_id,
     how_ended,
+    parse_job_ref,
 )
-from ._schema import SCHEMA_VERSION, JobTableError, connect, job_from_row
+from ._schema import SCHEMA_VERSION, JobTableError, connect, display_id, job_from_row
 from ._state import (
     DEFAULT_KEEP_COUNT,
     DEFAULT_KEEP_SECONDS,
@@ -77,6 +79,7 @@ from ._state import (
     prepare_state_directory,
     state_directory,
 )
+from ._userconfig import check_notify
 
 __all__ = ["DEFAULT_KEEP_COUNT", "DEFAULT_KEEP_SECONDS", "SCHEMA_VERSION", "JobStateError",
            "JobStore", "JobTableError", "UnknownJobError"]  # fmt: skip
@@ -205,12 +208,14 @@ class JobStore:
         after_any: Iterable[str] = (),
         after_notok: Iterable[str] = (),
         held_by: str | None = None,
+        notify: str | None = None,
         now: float | None = None,
     ) -> JobRecord:
         """Queue a job; the job as recorded. It is ``queued`` when its dependencies are met
         (every job in ``after`` succeeded, every one in ``after_any`` ended, one in
         ``after_notok`` ended without success; see ``_depends``), else
-        ``waiting-on-dependency``; ``held_by`` (a user's name) holds it from the start.
+        ``waiting-on-dependency``; ``held_by`` (a user's name) holds it from the start;
+        ``notify``: a shell command to run once it has ended.
 
         Dependencies may name only jobs of this table (so never a later job: no cycle can
         form), each once, and only such that the job may still run; ValueError otherwise.
@@ -219,7 +224,7 @@ class JobStore:
         return self.add_all([(argv, name)], cwd=cwd, environment=environment, gpus=gpus,
                             memory_mib=memory_mib, priority=priority, time_limit=time_limit,
                             after=after, after_any=after_any, after_notok=after_notok,
-                            held_by=held_by, now=now)[0]  # fmt: skip
+                            held_by=held_by, notify=notify, now=now)[0]  # fmt: skip
 
     def add_all(
         self,
@@ -235,11 +240,14 @@ class JobStore:
         after_any: Iterable[str] = (),
         after_notok: Iterable[str] = (),
         held_by: str | None = None,
+        notify: str | None = None,
+        array: ArraySpec | None = None,
         now: float | None = None,
     ) -> builtins.list[JobRecord]:
         """Queue one job per ``(argv, name)`` of ``commands``, in that order, with the same
         other fields (as :meth:`add`), in one transaction: all of them, or (on any bad
-        value) none; the jobs as recorded."""
+        value) none; the jobs as recorded. ``array`` (with one command): one member per
+        index, sharing the first member's number as the array's id (``_arrays``)."""
         shared = {
             "cwd": check_cwd(cwd),
             "environment": json.dumps(check_environment(environment)),
@@ -247,18 +255,63 @@ class JobStore:
             "time_limit": check_optional_int("time_limit", time_limit, 1, 2**53),
             "queued_at": _now(now),
             "held_by": _check_holder(held_by),
+            "notify": check_notify(notify),
         }
         share, memory = check_request(gpus, memory_mib)
         shared["gpus"] = None if share is None else str(share)
         shared["memory_mib"] = memory
-        dependencies = _kinds(after, after_any, after_notok)
+        refs = _kinds(after, after_any, after_notok)
         rows = []
         for argv, name in commands:
             command = check_argv(argv)
             rows.append({**shared, "name": check_name(name, command),
                          "argv": json.dumps(command)})  # fmt: skip
+        if array is not None:
+            if not isinstance(array, ArraySpec) or len(rows) != 1 or not array.indices:
+                raise ValueError(f"array: one command and an ArraySpec with indices, got {array!r}")
+            rows = [{**rows[0], "array_index": index, "array_limit": array.limit}
+                    for index in array.indices]  # fmt: skip
         with self._write():
-            return [self._insert(dict(fields), dependencies) for fields in rows]
+            dependencies = self._resolved(refs)
+            added = [self._insert(dict(fields), dependencies) for fields in rows]
+            if array is None:
+                return added
+            self._db.execute(
+                "UPDATE jobs SET array_of = ? WHERE number BETWEEN ? AND ?",
+                (added[0].number, added[0].number, added[-1].number),
+            )
+            return [self._get(job.number) for job in added]
+
+    def _resolved(
+        self, refs: Sequence[tuple[JobRef, DependencyKind]]
+    ) -> builtins.list[tuple[int, DependencyKind]]:
+        """The rows the dependencies ``refs`` name (an array: each member's newest run), each
+        once; ValueError naming the option for an unknown one or one given twice."""
+        found: dict[int, DependencyKind] = {}
+        for ref, kind in refs:
+            try:
+                if ref.member is None:
+                    members = self._db.execute(
+                        "SELECT max(number) FROM jobs WHERE array_of = ? GROUP BY array_index "
+                        "ORDER BY array_index", (ref.number,),
+                    ).fetchall()  # fmt: skip
+                    numbers = [row[0] for row in members] or [ref.number]
+                else:
+                    numbers = [self._number(ref)]
+            except UnknownJobError:
+                raise ValueError(
+                    f"{_OPTION[kind]}: no job {str(ref)!r} in your job table "
+                    f"{str(self.path)!r} (a job can depend only on one of your own jobs that "
+                    "exists)"
+                ) from None
+            for number in numbers:
+                if number in found:
+                    raise ValueError(
+                        f"{_OPTION[kind]}: {str(ref)!r} is already a dependency "
+                        f"({_OPTION[found[number]]}): give each job once"
+                    )
+                found[number] = kind
+        return list(found.items())
 
     def _insert(
         self, fields: dict[str, Any], dependencies: Sequence[tuple[int, DependencyKind]]
@@ -314,10 +367,41 @@ class JobStore:
 
     # --------------------------------------------------------------- reading
     def get(self, job_id: str) -> JobRecord:
-        """The job ``job_id``; UnknownJobError if the table has none."""
-        number = check_job_id("job_id", job_id)
+        """The job ``job_id`` (``j12``, or an array's member ``j12_3``: its newest run);
+        UnknownJobError if the table has none."""
+        ref = parse_job_ref("job_id", job_id)
         with self._read():
-            return self._get(number)
+            return self._get(self._number(ref))
+
+    def members(self, job_id: str) -> builtins.list[str]:
+        """The ids ``job_id`` stands for: an array's members (``j12`` -> ``j12_0``,
+        ``j12_1``, ...), in index order, when it names an array; else itself (checked:
+        UnknownJobError if the table has no such job)."""
+        ref = parse_job_ref("job_id", job_id)
+        with self._read():
+            if ref.member is None:
+                rows = self._db.execute(
+                    "SELECT DISTINCT array_index FROM jobs WHERE array_of = ? "
+                    "ORDER BY array_index", (ref.number,),
+                ).fetchall()  # fmt: skip
+                if rows:
+                    return [f"{ref}_{index}" for (index,) in rows]
+            return [self._get(self._number(ref)).id]
+
+    def _number(self, ref: JobRef) -> int:
+        """The row ``ref`` names: a job's own number, or an array member's newest run."""
+        if ref.member is None:
+            return ref.number
+        row = self._db.execute(
+            "SELECT max(number) FROM jobs WHERE array_of = ? AND array_index = ?",
+            (ref.number, ref.member),
+        ).fetchone()
+        if row[0] is None:
+            raise UnknownJobError(
+                f"job_id: no job {str(ref)!r} in {str(self.path)!r} (no such array member, or "
+                "pruned after its retention)"
+            )
+        return int(row[0])
 
     def list(
         self, *, include_finished: bool = False, states: Iterable[str] | None = None
@@ -357,12 +441,13 @@ class JobStore:
         given order."""
         found: dict[int, builtins.list[tuple[str, str]]] = {}
         rows = self._db.execute(
-            f"SELECT job, after, kind FROM dependencies WHERE job IN ({jobs}) "
-            "ORDER BY job, position",
+            f"SELECT d.job, d.after, d.kind, j.array_of, j.array_index FROM dependencies d "
+            f"LEFT JOIN jobs j ON j.number = d.after WHERE d.job IN ({jobs}) "
+            "ORDER BY d.job, d.position",
             parameters,
         )
-        for job, after, kind in rows:
-            found.setdefault(job, []).append((format_job_id(after), kind))
+        for job, after, kind, array_of, array_index in rows:
+            found.setdefault(job, []).append((display_id(after, array_of, array_index), kind))
         return found
 
     # --------------------------------------------------------------- transitions
@@ -371,8 +456,9 @@ class JobStore:
     ) -> JobRecord:
         """Apply ``changes`` to the job ``job_id`` if it is in one of ``allowed`` states, in
         one transaction; JobStateError (and no change) otherwise."""
-        number = check_job_id("job_id", job_id)
+        ref = parse_job_ref("job_id", job_id)
         with self._write():
+            number = self._number(ref)
             state = self._get(number).state
             if state not in allowed:
                 wanted = " or ".join(sorted(s.value for s in allowed))
@@ -513,9 +599,10 @@ class JobStore:
     def retry(self, job_id: str, *, now: float | None = None) -> JobRecord:
         """Queue a finished job again, as a new job (``retry_of`` names this one) with the
         same command, environment, request and dependencies; the new job."""
-        number = check_job_id("job_id", job_id)
+        ref = parse_job_ref("job_id", job_id)
         queued_at = _now(now)
         with self._write():
+            number = self._number(ref)
             old = self._get(number)
             if not old.state.finished:
                 raise JobStateError(
@@ -568,7 +655,7 @@ class JobStore:
 
     def _copy_fields(self, number: int) -> dict[str, Any]:
         columns = ("name", "argv", "cwd", "environment", "gpus", "memory_mib", "priority",
-                   "time_limit")  # fmt: skip
+                   "time_limit", "notify", "array_of", "array_index", "array_limit")  # fmt: skip
         row = self._db.execute(
             f"SELECT {', '.join(columns)} FROM jobs WHERE number = ?", (number,)
         ).fetchone()
@@ -604,6 +691,29 @@ class JobStore:
             raise ValueError("update: give at least one of name, priority, time_limit, gpus, "
                              "memory_mib")  # fmt: skip
         return self._transition(job_id, "update", _WAITING_OR_QUEUED, changes)
+
+    # --------------------------------------------------------------- notifications
+    def to_notify(self) -> builtins.list[JobRecord]:
+        """The finished jobs with a notify command not yet started, oldest end first."""
+        finished = ", ".join(f"'{state.value}'" for state in FINISHED)
+        with self._read():
+            rows = self._db.execute(
+                f"SELECT * FROM jobs WHERE state IN ({finished}) AND notify IS NOT NULL "
+                "AND notified_at IS NULL ORDER BY ended_at, number"
+            ).fetchall()
+        return [job_from_row(row) for row in rows]
+
+    def mark_notified(self, job_id: str, *, now: float | None = None) -> bool:
+        """Record that ``job_id``'s notify command is started; False if it already was (by
+        another supervisor: it runs at most once)."""
+        ref = parse_job_ref("job_id", job_id)
+        with self._write():
+            number = self._number(ref)
+            cursor = self._db.execute(
+                "UPDATE jobs SET notified_at = ? WHERE number = ? AND notified_at IS NULL",
+                (_now(now), number),
+            )
+        return cursor.rowcount == 1
 
     # --------------------------------------------------------------- holds
     def hold(self, job_id: str, by: str) -> JobRecord:
@@ -721,19 +831,19 @@ _OPTION = {DependencyKind.OK: "after", DependencyKind.ANY: "after_any",
 
 def _kinds(
     after: Iterable[str], after_any: Iterable[str], after_notok: Iterable[str]
-) -> builtins.list[tuple[int, DependencyKind]]:
+) -> builtins.list[tuple[JobRef, DependencyKind]]:
     """The dependencies of every kind, in order (``after``, then ``after_any``, then
     ``after_notok``); ValueError naming both options for a job given in two."""
-    found: dict[int, DependencyKind] = {}
+    found: dict[JobRef, DependencyKind] = {}
     for ids, kind in ((after, DependencyKind.OK), (after_any, DependencyKind.ANY),
                       (after_notok, DependencyKind.NOTOK)):  # fmt: skip
-        for number in check_after(ids, _OPTION[kind]):
-            if number in found:
+        for ref in check_after(ids, _OPTION[kind]):
+            if ref in found:
                 raise ValueError(
-                    f"{_OPTION[kind]}: {format_job_id(number)!r} is already a dependency "
-                    f"({_OPTION[found[number]]}): give each job once"
+                    f"{_OPTION[kind]}: {str(ref)!r} is already a dependency "
+                    f"({_OPTION[found[ref]]}): give each job once"
                 )
-            found[number] = kind
+            found[ref] = kind
     return list(found.items())
 
 

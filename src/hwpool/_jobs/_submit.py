@@ -13,11 +13,13 @@ from pathlib import Path
 from .._check import check_bool, check_real, duration_from_text
 from .._core._memory import parse_memory
 from .._wire._paths import ClientSocket, client_socket
+from ._arrays import ArraySpec, parse_array_spec
 from ._model import JobRecord, check_argv
 from ._servers import check_server
 from ._start import ensure_supervisor
 from ._state import state_directory
 from ._store import JobStore
+from ._userconfig import check_notify, default_notify
 
 __all__ = [
     "CommandNotFoundError", "NotExecutableError", "default_name", "submit_job", "submit_jobs",
@@ -50,6 +52,7 @@ def submit_job(
     after_any: Iterable[str] = (),
     after_notok: Iterable[str] = (),
     hold: bool = False,
+    notify: str | None = None,
     cwd: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
     state_dir: str | os.PathLike[str] | None = None,
@@ -62,13 +65,15 @@ def submit_job(
     and recorded as timed-out. ``after``: job ids that must succeed first; ``after_any``:
     that must have ended, however; ``after_notok``: of which one must end without success
     (see ``_depends``). ``hold``: held from the start (``hwpool release`` lets it run).
+    ``notify``: a shell command run once the job has ended (see ``_notify``; default: the
+    user's ``notify`` setting, ``_userconfig``; ``""``: none).
     ``cwd`` and ``env``: default this process's. Bad values raise TypeError or ValueError
     naming the argument, and queue nothing.
     """
     return submit_jobs(
         [check_argv(argv)], gpus=gpus, memory=memory, names=[name], priority=priority,
         time=time, after=after, after_any=after_any, after_notok=after_notok, hold=hold,
-        cwd=cwd, env=env, state_dir=state_dir,
+        notify=notify, cwd=cwd, env=env, state_dir=state_dir,
     )[0]  # fmt: skip
 
 
@@ -84,6 +89,8 @@ def submit_jobs(
     after_any: Iterable[str] = (),
     after_notok: Iterable[str] = (),
     hold: bool = False,
+    notify: str | None = None,
+    array: str | ArraySpec | None = None,
     cwd: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
     state_dir: str | os.PathLike[str] | None = None,
@@ -95,7 +102,8 @@ def submit_jobs(
 
     The jobs wait on ``server`` (default: the server this process would use): a
     ``ServerConflictError`` (a ValueError naming both sockets) when the user's supervisor
-    serves another one (see ``_servers``)."""
+    serves another one (see ``_servers``). ``array`` (``"0-99%4"``, see ``_arrays``; with one
+    command): one job per index, the array's members."""
     if gpus is not None and memory is not None:
         raise ValueError(f"give gpus or memory, not both (gpus={gpus!r}, memory={memory!r})")
     memory_mib = None if memory is None else parse_memory(memory, "memory")
@@ -107,6 +115,10 @@ def submit_jobs(
         [ids] if isinstance(ids, str) else list(ids) for ids in (after, after_any, after_notok)
     )
     check_bool("hold", hold)
+    spec = parse_array_spec(array, "array") if isinstance(array, str) else array
+    if spec is not None and len(commands) != 1:
+        raise ValueError(f"array takes one command, got {len(commands)} (--from and --array)")
+    notifier = default_notify(os.environ) if notify is None else check_notify(notify)
     chosen = [None] * len(commands) if names is None else list(names)
     if len(chosen) != len(commands):
         raise ValueError(f"names must name each of the {len(commands)} commands, got {names!r}")
@@ -128,6 +140,7 @@ def submit_jobs(
             batch, cwd=folder, environment=environment, gpus=gpus, memory_mib=memory_mib,
             priority=priority, time_limit=_time_limit(time), after=dependencies,
             after_any=of_any, after_notok=of_notok, held_by=user_name() if hold else None,
+            notify=notifier, array=spec,
         )  # fmt: skip
     ensure_supervisor(directory, target)
     return jobs

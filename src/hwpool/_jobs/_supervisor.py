@@ -58,9 +58,11 @@ from .._wire._bounds import MAX_TEXT
 from ._backoff import Backoff
 from ._faults import TABLE_FAULT, TableFaults
 from ._model import JobRecord, JobState, signal_name
+from ._notify import NOTIFY_TIMEOUT_S, Notifiers
 from ._procs import is_running, process_start
 from ._state import LOCK_NAME, LOG_NAME, SOCKET_NAME
 from ._store import JobStateError, JobStore
+from ._submit import user_name
 
 __all__ = [
     "GRACE_S",
@@ -127,6 +129,7 @@ class Supervisor:
         grace_s: float = GRACE_S,
         log: Callable[[str], None] = print,
         prune: Callable[[], None] | None = None,
+        notify_timeout: float = NOTIFY_TIMEOUT_S,
     ) -> None:
         self._store, self._directory = store, directory
         self._prune, self._pruned_at = prune, time.monotonic()
@@ -144,6 +147,7 @@ class Supervisor:
         self._retry_at = 0.0  # when to try the server again after it could not be reached
         self._refusals = Backoff()  # refused requests: when to ask again, what was logged
         self._faults = TableFaults()  # the pause while the table cannot be written
+        self._notifiers = Notifiers(log, notify_timeout)  # notify commands of jobs that ended
 
     # ------------------------------------------------------------------ the loop
     async def run(self) -> None:
@@ -175,6 +179,7 @@ class Supervisor:
                         await self._wake.wait()
         finally:
             server.close()
+            self._notifiers.stop()
             for task in self._requests.values():
                 task.cancel()
             await asyncio.gather(*self._requests.values(), return_exceptions=True)
@@ -211,12 +216,21 @@ class Supervisor:
         """Bring the requests and launchers in line with the table (when it changed, or
         something woke the loop); whether anything is left to run or watch."""
         reaped = self._reap()
+        self._notifiers.reap()
         version = self._store.data_version()
         if not (woken or reaped or version != self._version or self._retry_at):
-            return self._busy
+            return self._busy or self._notifiers.busy
         self._version = version  # a change committed from now on is seen next time
         self._busy = self._align()
-        return self._busy
+        self._notify()
+        return self._busy or self._notifiers.busy
+
+    def _notify(self) -> None:
+        """Start the notify command of each job that ended since (at most once: the table
+        records it started before it is)."""
+        for job in self._store.to_notify():
+            if self._store.mark_notified(job.id):
+                self._notifiers.start(job, user_name())
 
     def _align(self) -> bool:
         queued = self._store.ready()  # in submit order: the server's order among our own
@@ -235,7 +249,9 @@ class Supervisor:
         # submit order) wait in its queue; the server refuses more from one connection.
         room = MAX_REQUESTS - len(self._requests)
         new = [job for job in queued if job.id not in self._requests and job.id not in launching]
-        new = sorted(new, key=lambda job: (-job.priority, job.number))[: max(room, 0)]
+        new = sorted(new, key=lambda job: (-job.priority, job.number))
+        new = _within_array_limits(new, [*running, *queued], {*self._requests, *launching})
+        new = new[: max(room, 0)]
         if new and not self._reachable(any(job.memory_mib is not None for job in new)):
             new = []
         self._withdraw_behind(new, queued)
@@ -482,6 +498,27 @@ class Supervisor:
             if _peer_uid(sock) == os.geteuid():
                 self._wake.set()
         writer.close()
+
+
+def _within_array_limits(
+    new: Sequence[JobRecord], known: Sequence[JobRecord], asked: set[str]
+) -> list[JobRecord]:
+    """``new`` less the array members that would make more of their array run or wait at
+    the server than its ``%K`` (``known``: every running and queued job; ``asked``: the ids
+    with a request or a launcher now)."""
+    active: dict[str, set[str]] = {}
+    for job in known:
+        if job.array_id is not None and (job.state is JobState.RUNNING or job.id in asked):
+            active.setdefault(job.array_id, set()).add(job.id)
+    kept = []
+    for job in new:
+        if job.array_id is not None and job.array_limit is not None:
+            members = active.setdefault(job.array_id, set())
+            if len(members) >= job.array_limit:
+                continue
+            members.add(job.id)
+        kept.append(job)
+    return kept
 
 
 def _asked(job: JobRecord) -> tuple[object, ...]:
