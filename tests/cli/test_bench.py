@@ -79,6 +79,7 @@ def test_main_taking_argv_gets_an_empty_one_and_its_print_is_not_doubled(
 SHIPPED = {
     "backfill": ("the liar", "head (estimates)", "3. throughput"),
     "cpu_pool": ("vs TPE", "ThreadPoolExecutor", "CPUPool.run_rows"),
+    "estimate": ("estimated start minus actual start", "mean|e|"),
     "fairness": ("one owner", "GPU-time per owner", "us per release"),
     "gpu_pool": ("uncontended acquire+release pair", "contended grants/s", "easy / reserve-all"),
     "jobs": ("hwpool jobs, 100 queued", "< 200 ms for 500", "supervisor RSS, 100 queued"),
@@ -113,6 +114,7 @@ def sections(out: str) -> dict[str, str]:
 # others run in the test below, through `hwpool bench`, which also checks the command's order.
 OWN_TEST = {
     "backfill": "cli/test_bench_backfill.py", "cpu_pool": "cli/test_bench_cpu_pool.py",
+    "estimate": "cli/test_bench_estimate.py",
     "fairness": "cli/test_bench_fairness.py", "jobs": "cli/test_bench_jobs.py",
     "policy": "cli/test_bench_policy.py", "policy_realtime": "cli/test_bench_policy.py",
     "queue": "cli/test_bench_queue.py", "ray": "ray_pool/test_bench_ray.py",

@@ -116,6 +116,7 @@ JSON_FIELDS = {
     "stdout_log", "stderr_log", "retry_of", "after_any", "after_notok", "held_by",
     "gpu_share", "gpu_seconds", "cpu_user_s", "cpu_system_s", "max_rss_kib",
     "peak_gpu_memory_mib", "ended_by", "notify", "array_id", "array_index",
+    "wait_reason", "wait_detail", "estimated_start",
 }  # fmt: skip
 
 
@@ -142,6 +143,7 @@ def test_jobs_json_has_every_field_and_never_the_environment(
         "cpu_user_s": None, "cpu_system_s": None, "max_rss_kib": None,
         "peak_gpu_memory_mib": None, "ended_by": None, "notify": False, "array_id": None,
         "array_index": None,
+        "wait_reason": None, "wait_detail": None, "estimated_start": None,  # no server
     }  # fmt: skip
     old = jobs[1]
     assert (old["state"], old["signal"], old["signal_name"], old["exit"]) == (
@@ -150,6 +152,24 @@ def test_jobs_json_has_every_field_and_never_the_environment(
     assert old["gpu_ids"] == ["GPU-8f2c1a3b-0000"]
     assert old["ended_at_iso"] == "2027-01-15T08:00:00+00:00"
     assert (old["waited_s"], old["ran_s"]) == (0.0, 0.0)
+
+
+def test_jobs_says_why_a_held_or_waiting_job_waits(store: JobStore, state_dir: Path) -> None:
+    first = add(store)
+    waiting = add(store, after=[first])
+    held = add(store)
+    store.hold(held, by="alice")
+    jobs = {job["id"]: job for job in listed(state_dir)}
+    assert (jobs[waiting]["wait_reason"], jobs[waiting]["wait_detail"]) == (
+        "dependency", f"after {first}",
+    )  # fmt: skip
+    assert (jobs[held]["wait_reason"], jobs[held]["wait_detail"]) == ("held", "held by alice")
+    assert jobs[first]["wait_reason"] is None  # queued: the server says why, and none runs
+    assert all(job["estimated_start"] is None for job in jobs.values())
+    text = hwpool(state_dir, "jobs").stdout.splitlines()
+    row = next(line for line in text if line.startswith(waiting))
+    assert row.endswith("dependency; start unknown")
+    assert next(line for line in text if line.startswith(held)).endswith("held by alice")
 
 
 def test_jobs_shows_recent_jobs_and_all_shows_every_one(store: JobStore, state_dir: Path) -> None:

@@ -93,6 +93,17 @@ def test_why_a_request_waits(server: dict[str, Any], waiter: dict[str, Any], why
     assert why_waiting(rep["waiting"][0], rep).startswith(why)
 
 
+def test_a_waiter_shows_the_servers_reason_and_estimated_start() -> None:
+    rep = report()
+    rep["waiting"][0].update(reason="priority", reason_detail="2 waiting ahead",
+                             estimated_start=None)  # fmt: skip
+    line = next(x for x in render(rep, 200, 40) if "#4" in x)
+    assert line.endswith("-- no room: 1 GPU with a whole GPU free [priority; start unknown]")
+    rep["waiting"][0]["estimated_start"] = time.time() + 185
+    line = next(x for x in render(rep, 200, 40) if "#4" in x)
+    assert "[priority; starts in about 3 min (" in line
+
+
 def test_a_small_window_gets_the_first_lines_and_how_many_more() -> None:
     full = render(report(), 30, None)
     lines = render(report(), 30, 4)
@@ -190,6 +201,7 @@ def test_top_once_prints_the_leases_and_the_waiter(
     waiter = next(line for line in out.splitlines() if "[waitjob]" in line)
     assert waiter.strip().startswith("1. #")
     assert "-- GPU 0 reserved for it, until the leases there end" in waiter
+    assert waiter.endswith("[resources; start unknown]")  # no lease has a limit
 
 
 def test_top_into_a_pipe_prints_one_snapshot_per_interval(busy_server: Server) -> None:

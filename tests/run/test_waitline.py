@@ -14,6 +14,8 @@ from pathlib import Path
 
 import hwpool
 from hostserver import BOUND, ENV, Server
+from hwpool._cli._waitline import where_in_queue
+from hwpool._wire._protocol import StatusReply, WaiterRecord
 from interactive import interactive
 from runproc import eventually, waiting_pids
 
@@ -65,5 +67,21 @@ def test_a_terminal_shows_the_queue_position_in_place(
         os.close(master)
     text = "".join(seen)
     line = r"\rhwpool run: waiting \d+ s for 0.5 of a GPU: 1st of 1 in the queue, reserves GPU 0"
-    assert re.search(line + r"\x1b\[K", text), text
+    # Why it waits, and when it should start: the lease has no limit, so nothing bounds it.
+    assert re.search(line + r" \(resources; start unknown\)\x1b\[K", text), text
     assert text.rstrip().endswith("withdrawn")
+
+
+def test_the_line_says_why_it_waits_and_when_it_should_start() -> None:
+    soon = time.time() + 125
+    waiters = (
+        WaiterRecord(1, 0, 11, 1, 5, (0,), 1.0, reason="resources", estimated_start=soon),
+        WaiterRecord(2, 0, 22, 1, 5, (), 1.0, reason="priority", reason_detail="1 ahead"),
+    )
+    reply = StatusReply(1, (0,), (), waiters, 0, 0, 0, 0, 0.0, 1.0)
+    assert where_in_queue(reply, 11).startswith(
+        ": 1st of 2 in the queue, reserves GPU 0 (resources; starts in about 2 min ("
+    )
+    assert where_in_queue(reply, 22) == ": 2nd of 2 in the queue (priority; start unknown)"
+    older = StatusReply(1, (0,), (), (WaiterRecord(1, 0, 11, 1, 5, (), 1.0),), 0, 0, 0, 0, 0, 1)
+    assert where_in_queue(older, 11) == ": 1st of 1 in the queue"  # a server without reasons

@@ -125,6 +125,10 @@ def test_the_metrics_say_what_status_says(
     assert value(found, "hwpool_leases") == len(report["leases"]) == 2
     assert value(found, "hwpool_queue_length") == len(report["waiting"]) == 1
     assert value(found, "hwpool_queue_requests", size="2gpus") == 1
+    # Per reason (issue 37): "both" is first in line, waiting for two whole GPUs.
+    assert report["waiting"][0]["reason"] == "resources"
+    assert value(found, "hwpool_queue_reason_requests", reason="resources") == 1
+    assert value(found, "hwpool_queue_reason_requests", reason="priority") == 0
     counters = report["counters"]
     assert value(found, "hwpool_grants_total") == counters["granted"] == 3
     assert value(found, "hwpool_releases_total") == counters["released"] == 1

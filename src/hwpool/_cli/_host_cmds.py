@@ -22,6 +22,7 @@ from .._wire._connection import Wire
 from ._host_access import Record, Usage, cancel_one, guarded, socket_of
 from ._status_report import status_report
 from ._text import one_line, printable
+from ._waitwhy import wait_words
 
 __all__ = ["ID_NOTE", "cmd_cancel", "cmd_status"]
 
@@ -197,7 +198,7 @@ def _format(report: dict[str, Any]) -> str:
         lines.append(
             f"  {w['position']}. #{w['id']} {printable(w['user'])}{_in_account(w)} pid "
             f"{w['pid']}: {what}"
-            f"{reserve}{held}, waiting {w['waited_s']:.1f} s" + _label(w)
+            f"{reserve}{held}, waiting {w['waited_s']:.1f} s" + _label(w) + _why(w)
         )
     lines += _outside_lines(report)
     lines += _owner_lines(report["owners"], report["owners_left_out"])
@@ -210,6 +211,12 @@ def _format(report: dict[str, Any]) -> str:
     if report["leases"] or report["waiting"]:
         lines.append(ID_NOTE)
     return "\n".join(lines)
+
+
+def _why(waiter: dict[str, Any]) -> str:
+    """`` -- priority: 1 waiting ahead ...; start unknown``: why it waits, from the server."""
+    words = wait_words(waiter)
+    return f" -- {words}" if words else ""
 
 
 def _use(lease: dict[str, Any], watched: bool) -> str:

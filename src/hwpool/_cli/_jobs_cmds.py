@@ -23,7 +23,7 @@ import os
 import pwd
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -44,7 +44,9 @@ from ._job_table import JobUsageError as _Usage
 from ._job_table import job_directory as _directory
 from ._job_table import job_table as _table
 from ._job_table import one_line_message as _message
+from ._jobs_waits import JobWait, job_waits, wait_json
 from ._text import one_line, printable
+from ._waitwhy import wait_words
 
 __all__ = ["RECENT_S", "WAIT_TIMED_OUT", "CancelRefused", "cancel_jobs", "cmd_cancel",
            "cmd_hold", "cmd_jobs", "cmd_logs", "cmd_release", "cmd_retry", "cmd_update",
@@ -107,11 +109,14 @@ def _cmd_jobs(args: argparse.Namespace) -> int:
         rows = [(user, job) for user, job in rows if _recent(job, now, window)]
     if args.state is not None:
         rows = [(user, job) for user, job in rows if job.shown_state in args.state]
+    waits = job_waits(rows)
     if args.json:
-        print(json.dumps([job_json(job, user, now) for user, job in rows], indent=1))
+        shown = [{**job_json(job, user, now), **wait_json(waits.get((user, job.id)))}
+                 for user, job in rows]  # fmt: skip
+        print(json.dumps(shown, indent=1))
     else:
         admin = args.user is not None or args.all_users
-        print(format_jobs(rows, now, with_user=admin, window=window))
+        print(format_jobs(rows, now, with_user=admin, window=window, waits=waits))
     for problem in problems:
         print(f"hwpool: error: {one_line(problem)}", file=sys.stderr)
     return 1 if problems else 0
@@ -212,6 +217,7 @@ def format_jobs(
     *,
     with_user: bool,
     window: float | None = RECENT_S,
+    waits: Mapping[tuple[str, str], JobWait] | None = None,
 ) -> str:
     """The jobs as a table (newest first), every text another user chose escaped, with the
     note on ids under it; ``window``: how long ago the finished jobs shown may have ended
@@ -221,7 +227,8 @@ def format_jobs(
         table = ["no jobs" + ("" if window is None else " (queued, running or finished in the "
                  f"last {within}; --all: every job kept)")]  # fmt: skip
     else:
-        cells = [_cells(job, user, now, with_user) for user, job in rows]
+        cells = [_cells(job, user, now, with_user, (waits or {}).get((user, job.id)))
+                 for user, job in rows]  # fmt: skip
         headings = (("USER",) if with_user else ()) + _HEADINGS
         widths = [max(len(row[i]) for row in [headings, *cells]) for i in range(len(headings))]
         table = [
@@ -232,7 +239,9 @@ def format_jobs(
     return "\n".join([*table, f"({ID_NOTE}{shown})"])
 
 
-def _cells(job: JobRecord, user: str, now: float, with_user: bool) -> tuple[str, ...]:
+def _cells(
+    job: JobRecord, user: str, now: float, with_user: bool, wait: JobWait | None = None
+) -> tuple[str, ...]:
     name = printable(job.name)
     if len(name) > NAME_WIDTH:
         name = name[: NAME_WIDTH - 1] + "~"
@@ -242,9 +251,19 @@ def _cells(job: JobRecord, user: str, now: float, with_user: bool) -> tuple[str,
         ",".join(_short_gpu(g) for g in job.gpu_ids) or "-", _clock(job.queued_at, now),
         _clock(job.started_at, now), _clock(job.ended_at, now),
         duration(waited_s(job, now)), "-" if ran is None else duration(ran),
-        printable(job.reason or (f"held by {job.held_by}" if job.held_by else "")),
+        printable(job.reason or (f"held by {job.held_by}" if job.held_by else "")
+                  or _waiting(wait, now)),
     )  # fmt: skip
     return ((printable(user),) if with_user else ()) + cells
+
+
+def _waiting(wait: JobWait | None, now: float) -> str:
+    """``priority; starts in about 3 min (14:03:12)``: why a queued job waits, as the server
+    says (a waiting job: ``dependency; start unknown``)."""
+    if wait is None:
+        return ""
+    return wait_words({"reason": wait.reason, "estimated_start": wait.estimated_start}, now,
+                      detail=False)  # fmt: skip
 
 
 def _short_gpu(gpu_id: str) -> str:

@@ -56,7 +56,8 @@ def status_report(wire: Wire, reply: StatusReply) -> dict[str, Any]:
              "count": w.count, "fraction": None if w.unit == "mib" else w.units / full,
              "memory_mib": w.units if w.unit == "mib" else None, "reserved": list(w.reserved),
              "waited_s": w.age_s, "name": w.name, "command": w.command, "held": w.held,
-             "account": w.account}
+             "account": w.account, "reason": w.reason, "reason_detail": w.reason_detail,
+             "estimated_start": w.estimated_start}
             for n, w in enumerate(reply.waiting, 1)
         ],
         "owners": _owners(reply),

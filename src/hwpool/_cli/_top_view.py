@@ -20,6 +20,8 @@ from typing import Any
 
 from .._core._memory import format_mib
 from ._text import printable
+from ._waitwhy import span as _duration
+from ._waitwhy import wait_words
 
 __all__ = ["bar", "render", "why_waiting"]
 
@@ -139,9 +141,16 @@ def _queue_lines(report: Report) -> list[str]:
         lines.append(
             f"  {waiter['position']}. #{waiter['id']} {_owner(waiter)} pid {waiter['pid']}"
             f"{_label(waiter)}: {_asked(waiter)}, waiting {_duration(waiter['waited_s'])}"
-            f" -- {why_waiting(waiter, report)}"
+            f" -- {why_waiting(waiter, report)}{_reason(waiter)}"
         )
     return lines
+
+
+def _reason(waiter: Mapping[str, Any]) -> str:
+    """`` [priority; starts in about 3 min (14:03:12)]``: the server's reason code and its
+    estimate of the start (none from an older server)."""
+    words = wait_words(waiter, detail=False)
+    return f" [{words}]" if words else ""
 
 
 def why_waiting(waiter: Mapping[str, Any], report: Report) -> str:
@@ -233,15 +242,6 @@ def _by_gpu(items: object, key: str) -> dict[int, Mapping[str, Any]]:
 def _label(item: Mapping[str, Any]) -> str:
     name = item.get("name")
     return f" [{printable(name)}]" if name else ""
-
-
-def _duration(seconds: float) -> str:
-    """``4.2 s``, ``12 min``, ``3.5 h``: short and about right."""
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    if seconds < 3600:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 def _clip(line: str, width: int) -> str:

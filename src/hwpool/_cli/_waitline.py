@@ -3,7 +3,8 @@
 A thread redraws it in place (carriage return, erase to the end of the line) a few times a
 second, and asks the server where this process's request stands about once a second, over the
 connection the request itself went through (a queued job needs one connection, not two): its
-position in the queue, how many wait, the GPUs it reserves.
+position in the queue, how many wait, the GPUs it reserves, and why it waits and when it
+should start, as the server says.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from typing import TextIO
 
 from .._wire._protocol import StatusReply
+from ._waitwhy import wait_words
 
 __all__ = ["WaitLine"]
 
@@ -69,15 +71,21 @@ class WaitLine:
 
 
 def where_in_queue(reply: StatusReply, pid: int) -> str:
-    """``: 2nd of 3 in the queue, reserves GPU 1`` for the first waiter of ``pid``."""
+    """``: 2nd of 3 in the queue, reserves GPU 1 (resources; starts in about 3 min
+    (14:03:12))`` for the first waiter of ``pid``."""
     for position, waiter in enumerate(reply.waiting, 1):
         if waiter.pid == pid:
             reserve = ""
             if waiter.reserved:
                 reserve = f", reserves GPU {','.join(map(str, waiter.reserved))}"
             recovering = ", server recovering" if reply.recovering_s else ""
+            why = wait_words(
+                {"reason": waiter.reason, "estimated_start": waiter.estimated_start},
+                detail=False,
+            )
             return (
                 f": {_ordinal(position)} of {len(reply.waiting)} in the queue{reserve}{recovering}"
+                + (f" ({why})" if why else "")
             )
     return ""
 

@@ -25,6 +25,7 @@ from ._defaults import (
 )
 from ._host_entries import ID_BLOCK, Client, Delivery, Entry, Recovery, _job, _journaled, _no_log
 from ._journal import Counters, Journal, JournalEntry
+from ._waits import Kept
 
 
 class _HostBooks:
@@ -91,6 +92,7 @@ class _HostBooks:
         self._by_id: dict[int, Entry] = {}
         self._by_ticket: dict[int, Entry] = {}
         self._held_back: list[Entry] = []
+        self._kept_waits = Kept()  # the queue's last explanation (status), while unchanged
         self.max_per_connection = max_per_connection
         self.max_per_user = max_per_user
         self._per_uid: dict[int, int] = {}  # requests (leases and waiters) per uid

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Any, TypeVar, overload
 
+from .._core._explain import Explanation, Reason
 from .._core._limits import LimitHold
 from .._wire._protocol import (
     MAX_OWNERS,
@@ -19,6 +20,7 @@ from .._wire._protocol import (
 from ._host_admission import _limit_words, _who
 from ._host_entries import Client, Entry
 from ._host_recovery import _HostRecovery
+from ._waits import HeldLease, describe_units, explain_waiters
 
 __all__ = ["Built"]
 
@@ -27,7 +29,13 @@ class _HostStatus(_HostRecovery):
     """The status answer (see the module)."""
 
     def status(
-        self, req: int, now: float, started: float, viewer: int | None = None
+        self,
+        req: int,
+        now: float,
+        started: float,
+        viewer: int | None = None,
+        *,
+        wall_offset: float = 0.0,
     ) -> StatusReply:
         """The whole host as uid ``viewer`` may see it: free units, leases by id, the queue in
         order (held-back ones last). Command lines may hold secrets: ``viewer`` sees those of
@@ -37,6 +45,9 @@ class _HostStatus(_HostRecovery):
         What changes (held amounts, ages, reservations) is taken now, in one step; the records
         are built as they are read (:class:`Built`), so a long answer sent a line at a time
         costs the loop one line's records per turn.
+
+        Each waiter says why it waits and when it should start (:mod:`._waits`), the start on
+        this state's clock plus ``wall_offset`` (the server's: the wall clock's lead on it).
         """
         admin = viewer is None or viewer in self.admins
 
@@ -51,10 +62,15 @@ class _HostStatus(_HostRecovery):
             e, reserved, age, held = item
             count, units, unit = self._wire_demand(e.demand)
             account = self.account_of.get(e.client.uid)
+            why = waits.get(e.ticket) if e.ticket is not None else None
+            reason, detail, start = (
+                (why.reason.value, why.detail, why.start) if why is not None
+                else (Reason.HELD.value, "held back until the server's recovery ends", None)
+            )  # fmt: skip
             return WaiterRecord(
                 e.id, e.client.uid, e.client.pid, count, units, reserved, age, e.name,
                 command(e), unit, None if held is None else _held_text(e.client, account, held),
-                account,
+                account, reason, detail, None if start is None else start + wall_offset,
             )  # fmt: skip
 
         leases = [
@@ -67,6 +83,7 @@ class _HostStatus(_HostRecovery):
             for w in self.core.waiters()
             for entry in [self._by_ticket[w.ticket]]
         ]
+        waits = self._explained(waiting, now)
         waiting += [
             (e, (), now - e.since, None) for e in sorted(self._held_back, key=lambda e: e.id)
         ]
@@ -80,6 +97,27 @@ class _HostStatus(_HostRecovery):
             owners=tuple(r for r in shown if isinstance(r, OwnerRecord)), owners_left_out=left_out,
             accounts=tuple(r for r in shown if isinstance(r, AccountRecord)),
         )  # fmt: skip
+
+    def _explained(
+        self, waiting: list[tuple[Entry, tuple[int, ...], float, LimitHold | None]], now: float
+    ) -> dict[int, Explanation]:
+        """The core's explanation of each waiter in it, by ticket (none while nobody waits)."""
+        if not waiting:
+            return {}
+        return self._kept_waits.get(self.changes, now, lambda: self._explain_now(waiting, now))
+
+    def _explain_now(
+        self, waiting: list[tuple[Entry, tuple[int, ...], float, LimitHold | None]], now: float
+    ) -> dict[int, Explanation]:
+        held = {e.granted_as: e for e in (*self.held_leases(), *self.revoked_leases())}
+        leases = [
+            HeldLease(ticket, e.held, e.since, e.demand, e.expected_s, e.revoked_until)
+            for ticket, e in held.items()
+            if ticket is not None and e.held
+        ]
+        hints = {e.ticket: e.expected_s for e, *_ in waiting if e.ticket and e.expected_s}
+        describe = describe_units(self.totals is not None, self.units_per_gpu)
+        return explain_waiters(self.core, leases, hints, now, describe)
 
     def _owners(self, waiting: list[Hashable], now: float) -> list[OwnerRecord | AccountRecord]:
         """Every owner with a lease, a waiter or a share of its own, as the core counts it (its

@@ -43,6 +43,7 @@ from prometheus_client.core import (
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from .._core._explain import Reason
 from .._host._detect import GPUInfo
 from .._wire._protocol import Revoked, ServerMessage, StatusReply
 from ._config import Owner
@@ -366,6 +367,7 @@ def _queue_families(snap: Snapshot) -> list[Metric]:
     return [
         _gauge("hwpool_queue_length", "Requests waiting now.", len(waiting)),
         queued,
+        _reason_gauge(waiting),
         _gauge(
             "hwpool_queue_oldest_wait_seconds",
             "How long the longest-waiting request has waited (0: none waits).",
@@ -373,6 +375,22 @@ def _queue_families(snap: Snapshot) -> list[Metric]:
         ),
         _wait_histogram(snap.waits),
     ]
+
+
+def _reason_gauge(waiting: Sequence[Mapping[str, Any]]) -> GaugeMetricFamily:
+    """Requests waiting now per reason (docs/scheduling.md): every reason the core knows,
+    0 where none waits for it, so that a series never vanishes."""
+    per = dict.fromkeys((reason.value for reason in Reason), 0)
+    for waiter in waiting:
+        reason = waiter.get("reason")
+        if isinstance(reason, str) and reason in per:
+            per[reason] += 1
+    family = GaugeMetricFamily(
+        "hwpool_queue_reason_requests", "Requests waiting now, per reason.", labels=["reason"]
+    )
+    for reason, n in per.items():
+        family.add_metric([reason], n)
+    return family
 
 
 def _wait_histogram(waits: Mapping[str, WaitCounts]) -> HistogramMetricFamily:

@@ -605,7 +605,7 @@ class _Server:
         health and, where the GPUs are watched, what they really do: what ``hwpool status``,
         ``hwpool top`` and the metrics all show."""
         now = time.monotonic()
-        reply = self.state.status(req, now, self.started, viewer)
+        reply = self.state.status(req, now, self.started, viewer, wall_offset=time.time() - now)
         reply = replace(reply, journal_error=self.journal_error)
         if self.watching is not None:
             reply = self.watching.decorate(reply, now)

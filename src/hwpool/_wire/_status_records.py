@@ -49,7 +49,9 @@ class WaiterRecord:
     """One waiting request in a status reply, in queue order, with its reservation;
     ``held``: why its owner's limits hold it (the server's ``[limits]``), if they do;
     ``account``: the account its uid is scheduled under (the server's ``[accounts]``), if
-    any."""
+    any. ``reason``: why it waits (one of ``hwpool._core._explain.Reason``'s values), with
+    ``reason_detail`` in words, and ``estimated_start``: when it is expected to start (wall
+    clock, seconds since the epoch; None: unknown); an older server sends none of them."""
 
     id: int
     uid: int
@@ -63,6 +65,9 @@ class WaiterRecord:
     unit: Unit = "gpu"
     held: str | None = None
     account: str | None = None
+    reason: str | None = None
+    reason_detail: str | None = None
+    estimated_start: float | None = None
 
     def wire(self) -> dict[str, object]:
         out: dict[str, object] = {
@@ -76,6 +81,11 @@ class WaiterRecord:
             out["held"] = self.held
         if self.account is not None:
             out["account"] = self.account
+        if self.reason is not None:
+            out["reason"] = self.reason
+            out["reason_detail"] = self.reason_detail or ""
+            start = self.estimated_start
+            out["estimated_start"] = None if start is None else round(start, 3)
         return out
 
 
@@ -309,7 +319,10 @@ def _waiter_record(f: _Fields) -> WaiterRecord:
     return WaiterRecord(
         f.num("id"), f.num("uid"), f.num("pid"), f.num("count", 1, MAX_GPUS), f.num("units", 1),
         f.ints("reserved"), f.age("age_s"), **_texts(f), unit=_unit(f),
-        held=f.opt_text("held"), account=_opt_account(f),
+        held=f.opt_text("held"), account=_opt_account(f), reason=f.opt_text("reason"),
+        reason_detail=f.opt_text("reason_detail"),
+        estimated_start=None if f.obj.get("estimated_start") is None
+        else f.age("estimated_start"),
     )  # fmt: skip
 
 
