@@ -124,6 +124,10 @@ CONFIGS: dict[str, dict[str, Any]] = {
 }
 
 
+CORE_POLICIES = (("easy", "limits"), ("easy", "estimates"), ("reserve-all", "limits"))
+STEPS = 200
+
+
 def _demand(rng: random.Random, core: Scheduler) -> Demand:
     owner = rng.choice((None, "a", "b", "c"))
     priority = rng.choice((0, 0, 0, 1, -1))
@@ -204,9 +208,10 @@ def scripts() -> dict[str, Any]:
     """Every core script's log by ``config/policy/backfill/seed``."""
     result: dict[str, Any] = {}
     for name in CONFIGS:
-        for policy, backfill in (("easy", "limits"), ("easy", "estimates"), ("reserve-all", "limits")):
+        for policy, backfill in CORE_POLICIES:
             for seed in SEEDS:
-                result[f"{name}/{policy}/{backfill}/{seed}"] = script(name, policy, backfill, seed, 200)
+                key = f"{name}/{policy}/{backfill}/{seed}"
+                result[key] = script(name, policy, backfill, seed, STEPS)
     return result
 
 
