@@ -198,9 +198,7 @@ def script(name: str, policy: str, backfill: str, seed: int, steps: int) -> list
             log.append(["error", str(exc)])
         reserved = sorted(core.reservations().items())
         waiting = [f"{w.ticket}{'' if w.held is None else w.held.limit[0]}" for w in core.waiters()]
-        log.append(
-            f"{core.free} r{' '.join(f'{t}:{g}' for t, g in reserved)} w{' '.join(waiting)}"
-        )
+        log.append(f"{core.free} r{' '.join(f'{t}:{g}' for t, g in reserved)} w{' '.join(waiting)}")
     return log
 
 
