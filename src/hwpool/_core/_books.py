@@ -17,7 +17,7 @@ from collections.abc import Hashable, Iterable, Sequence
 
 from .._check import check_int, check_real
 from ._requests import Demand, Grant, share
-from ._shared import SharedFree, check_memory_groups
+from ._shared import SharedFree, check_memory_groups, members_of
 
 __all__ = ["BookedGrant", "Books", "check_groups", "check_rebuilt_ticket", "check_totals"]
 
@@ -31,23 +31,7 @@ def check_groups(groups: object, num_gpus: int) -> tuple[tuple[int, ...], ...] |
     ``groups`` unless it is a sequence of ``num_gpus`` hashables."""
     if groups is None:
         return None
-    if isinstance(groups, (str, bytes)) or not isinstance(groups, Sequence):
-        raise TypeError(
-            f"groups must be a sequence with each GPU's group, got {groups!r} "
-            f"({type(groups).__name__})"
-        )
-    if len(groups) != num_gpus:
-        raise ValueError(
-            f"groups must name one group per GPU ({num_gpus}), got {len(groups)}: {groups!r}"
-        )
-    members: dict[Hashable, list[int]] = {}
-    for gpu, group in enumerate(groups):
-        try:
-            members.setdefault(group, []).append(gpu)
-        except TypeError:
-            raise TypeError(
-                f"groups[{gpu}] must be hashable, got {group!r} ({type(group).__name__})"
-            ) from None
+    members = members_of("groups", groups, num_gpus, "group", none_alone=False)
     if len(members) == 1:
         return None
     return tuple(tuple(gpus) for gpus in members.values())
