@@ -25,6 +25,24 @@ class Placement:
     def __init__(self, books: Books) -> None:
         self.books = books
 
+    def fitting(self, demand: Demand) -> list[int]:
+        """The GPUs with what ``demand`` needs there free, lowest index first (the
+        baselines' placement: no best fit, no groups)."""
+        books = self.books
+        free = books.free
+        if demand.whole or demand.relative or demand.count > 1:
+            need = books.need
+            return [gpu for gpu in range(books.num_gpus) if free[gpu] >= need(demand, gpu)]
+        units = demand.units
+        return [gpu for gpu, f in enumerate(free) if f >= units]
+
+    def take(self, demand: Demand, gpus: tuple[int, ...]) -> tuple[int, ...]:
+        """Take what ``demand`` needs on each of ``gpus``; return ``gpus``."""
+        free, need = self.books.free, self.books.need
+        for gpu in gpus:
+            free[gpu] -= need(demand, gpu)
+        return gpus
+
     def take_anywhere(self, demand: Demand) -> tuple[int, ...] | None:
         """Best fit over every GPU of one size, taken (nobody waits: the fast path)."""
         books = self.books

@@ -8,7 +8,8 @@ it sees, placement finds best fit, and the owner holds say whom a limit holds. T
 (:class:`~hwpool._core._scheduler.Scheduler`) checks the arguments, keeps the clock, and
 calls the policy; it has no branch per policy. A new policy is a new module with a class
 that implements :class:`Policy`, named in :data:`POLICY_MODULES` (and its name in
-:data:`~hwpool._core._policies.POLICIES`, where the command line and the config read it).
+:data:`~hwpool._core._policies.POLICIES`, where the command line and the config read it,
+or in :data:`~hwpool._core._policies.BASELINES` for the simulator's comparisons alone).
 
 Every method returns the grants it made; the face hands them to the front, which wakes the
 waiters. A method may change the books and the queue only through the parts.
@@ -99,7 +100,12 @@ class Policy(Protocol):
         cancel, less withheld, a rebuild); only called while some wait."""
 
 
-POLICY_MODULES = {"easy": "._easy", "reserve-all": "._reserve_all"}
+POLICY_MODULES = {
+    "easy": "._easy",
+    "reserve-all": "._reserve_all",
+    "fifo": "._fifo",
+    "first-fit": "._first_fit",
+}
 """Each policy's module (relative to this package); it holds the class named ``POLICY``."""
 
 

@@ -12,8 +12,9 @@ the clock, and its parts decide:
   asked, and what owner limits refuse or hold;
 - order (:mod:`~hwpool._core._order`): the queue, owners, usage and fair share;
 - placement (:mod:`~hwpool._core._placement`): best fit and reservation choices;
-- the policy (:mod:`~hwpool._core._policy`): ``easy`` (:mod:`~hwpool._core._easy`) or
-  ``reserve-all`` (:mod:`~hwpool._core._reserve_all`), which plans over the parts.
+- the policy (:mod:`~hwpool._core._policy`): ``easy`` (:mod:`~hwpool._core._easy`),
+  ``reserve-all`` (:mod:`~hwpool._core._reserve_all`), or one of the simulator's baselines
+  (:mod:`~hwpool._core._fifo`, :mod:`~hwpool._core._first_fit`), which plans over the parts.
 
 Invariants after every call: per GPU ``0 <= free <= total``; a ticket is waiting, granted or
 gone, never two; reservations are disjoint and held only by waiters; with groups, every
@@ -24,10 +25,11 @@ units held on a group's GPUs together are at most its capacity.
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
+from typing import ClassVar
 
 from .._check import check_int, check_timeout
 from ._admission import Admission
-from ._books import Books, check_rebuilt_ticket, check_totals
+from ._books import Books, check_totals
 from ._capacity import UNITS_PER_GPU
 from ._durations import Durations
 from ._fairshare import DEFAULT_HALF_LIFE, Usage, check_half_life, check_shares
@@ -37,6 +39,7 @@ from ._order import QueueOrder
 from ._placement import Placement
 from ._policies import BACKFILLS, POLICIES
 from ._policy import Parts, policy_class
+from ._recovery import Recovery
 from ._requests import UNSEEN, Demand, Grant, Head, Waiter, class_of
 from ._shared import SharedFree
 
@@ -53,6 +56,10 @@ class Scheduler:
     under an exception raised inside it (KeyboardInterrupt from a signal handler, MemoryError):
     a front that sees one rebuilds the core from its own books with :meth:`rebuild`.
     """
+
+    offered: ClassVar[tuple[str, ...]] = POLICIES
+    """The policies this face may be built with (the simulator's baselines are offered by
+    a subclass of its own)."""
 
     def __init__(
         self,
@@ -71,7 +78,7 @@ class Scheduler:
         """``gpus``: a count of GPUs of ``units_per_gpu`` units each (default a whole GPU's
         ``UNITS_PER_GPU``), or a sequence giving each GPU's total in units (any positive
         ints; then ``units_per_gpu`` is not given and reads as the largest total).
-        ``policy``: one of :data:`POLICIES` (see docs/scheduling.md). ``shares``: owner ->
+        ``policy``: one of :attr:`offered` (see docs/scheduling.md). ``shares``: owner ->
         share (a finite number > 0; owners not named have 1); ``half_life``: seconds of the
         caller's clock over which usage counts half (rule 8; default
         :data:`~hwpool._core._fairshare.DEFAULT_HALF_LIFE`, an hour). ``backfill``: one of
@@ -88,8 +95,8 @@ class Scheduler:
         checked_half_life = check_half_life(half_life)
         if not isinstance(policy, str):
             raise TypeError(f"policy must be a str, got {policy!r} ({type(policy).__name__})")
-        if policy not in POLICIES:
-            raise ValueError(f"policy must be one of {', '.join(POLICIES)}; got {policy!r}")
+        if policy not in self.offered:
+            raise ValueError(f"policy must be one of {', '.join(self.offered)}; got {policy!r}")
         if not isinstance(backfill, str) or backfill not in BACKFILLS:
             raise ValueError(f"backfill must be one of {', '.join(BACKFILLS)}; got {backfill!r}")
         totals = check_totals(gpus, units_per_gpu, UNITS_PER_GPU)
@@ -124,6 +131,7 @@ class Scheduler:
         )
         self._policy = made(parts)
         holds.reserving = self._policy.reserving
+        self._recovery = Recovery(parts, self._policy)
         # The demand last admitted, as given and as admitted (see _admit_anew).
         self._admitted: tuple[Demand, Demand] = (UNSEEN, UNSEEN)
         self._bind()
@@ -135,13 +143,6 @@ class Scheduler:
         self._shared = self._books.shared
         self._walk = self._policy.walk
         self._finish = self._policy.finish
-
-    def _start_over(self) -> None:
-        """Every GPU free, nobody waiting (what :meth:`rebuild` makes afresh)."""
-        self._books.start_over()
-        self._order.reset()
-        self._policy.start_over()
-        self._bind()
 
     # ----------------------------------------------------------------- queries
     @property
@@ -439,31 +440,7 @@ class Scheduler:
         requests wait, ``gpus`` is empty, repeats or names an unknown GPU, or any of them has
         fewer than ``units`` free.
         """
-        books, order = self._books, self._order
-        if order.queue:
-            raise ValueError(f"cannot restore a grant while {len(order.queue)} requests wait")
-        if not gpus or len(set(gpus)) != len(gpus):
-            raise ValueError(f"gpus to restore must be distinct and non-empty, got {gpus!r}")
-        for gpu in gpus:
-            books.check_gpu(gpu)
-        books.check_units(units)
-        for gpu in gpus:
-            if self._free[gpu] < units:
-                raise ValueError(
-                    f"cannot restore {units} units on GPU {gpu}: only {self._free[gpu]} free"
-                )
-        hash(owner)  # TypeError for an owner that cannot be one, before any change
-        at = books.commit(books.time(now))
-        if owner is not None:
-            order.count_usage()
-        for gpu in gpus:
-            self._free[gpu] -= units
-        grant = Grant(next(books.tickets), tuple(gpus), units)
-        parts = tuple((gpu, units) for gpu in gpus)
-        self._policy.restored(grant.ticket, owner, parts, at)  # not learned from
-        if since is not None and order.counting:
-            order.usage.backdate(owner, dict(parts), since, at)
-        return grant
+        return self._recovery.restore(gpus, units, now, owner, since)
 
     def check_restore(self, owner: Hashable, held: Mapping[int, int]) -> None:
         """LimitExceeded, changing nothing, where taking back a grant holding ``held`` (GPU ->
@@ -493,32 +470,7 @@ class Scheduler:
         Raises ValueError (or TypeError), changing nothing, for a bad GPU, units, ticket,
         demand or ``now``, a repeated ticket, or more held on a GPU than its total.
         """
-        books, order = self._books, self._order
-        clock = books.time(now)
-        grants = books.checked_grants(held)
-        queue = sorted(
-            (
-                (check_rebuilt_ticket(ticket), self._admission.admit(demand),
-                 check_timeout(hint, "expected"))
-                for ticket, demand, hint in waiting
-            ),
-            key=lambda entry: entry[0],
-        )  # fmt: skip
-        tickets = [ticket for ticket, _ in grants] + [entry[0] for entry in queue]
-        if len(set(tickets)) != len(tickets):
-            raise ValueError(f"tickets must be distinct, got {sorted(tickets)}")
-        books.check_taken(grants)
-        at = books.commit(clock)
-        self._start_over()
-        books.take_withheld()
-        self._durations.forget_runs()
-        order.usage.forget_grants(at)
-        for ticket, parts in grants:
-            for gpu, units in parts:
-                self._free[gpu] -= units
-            # The books carry no owner: a held grant counts as owner None's from now.
-            self._policy.restored(ticket, None, parts, at)
-        for ticket, demand, hint in queue:
-            order.enqueue(ticket, demand)
-            self._policy.requeue(ticket, demand, hint)
-        return self._walk(at) if queue else []
+        try:
+            return self._recovery.rebuild(held, waiting, now)
+        finally:
+            self._bind()  # the books' free units are a new list once it started over
