@@ -15,12 +15,12 @@ size index walk. Rules kept: 5e (grant from the front), 6e (the bound that follo
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from typing import ClassVar
 
 from ._easy_backfill import Backfill
 from ._easy_head import choose_head, drain
-from ._policy import Parts
+from ._policy import Parts, Policy
 from ._requests import Demand, Grant, Head, class_of, make_grant
 from ._sizes import SizeIndex
 
@@ -315,4 +315,4 @@ class Easy:
         return firsts
 
 
-POLICY = Easy
+POLICY: Callable[[Parts], Policy] = Easy

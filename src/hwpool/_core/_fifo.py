@@ -8,7 +8,10 @@ baseline (:mod:`~hwpool._core._baseline`): it keeps rules 1 and 2, none of the o
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ._baseline import Baseline
+from ._policy import Parts, Policy
 from ._requests import Demand, Grant
 
 __all__ = ["POLICY", "Fifo"]
@@ -40,4 +43,4 @@ class Fifo(Baseline):
         return grants
 
 
-POLICY = Fifo
+POLICY: Callable[[Parts], Policy] = Fifo

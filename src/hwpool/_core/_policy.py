@@ -56,9 +56,11 @@ class Policy(Protocol):
     lazy_usage: ClassVar[bool]
     """Whether usage may go uncounted until a demand names an owner or a priority (rule 8)."""
 
-    finish: Callable[[int | None, int, int, float], None]
-    """Record that ``units`` on a GPU of grant ``ticket`` (None: unknown) ended at ``now``,
-    after the face gave them back to the books: usage, and what the policy learns."""
+    @property
+    def finish(self) -> Callable[[int | None, int, int, float], None]:
+        """Record that ``units`` on ``gpu`` of grant ``ticket`` (None: unknown) ended at
+        ``now``, after the face gave them back to the books: usage, and what the policy
+        learns (a bound method of the parts, called directly on the hot path)."""
 
     @property
     def head(self) -> Head | None:

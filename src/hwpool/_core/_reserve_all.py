@@ -13,10 +13,10 @@ Rules kept: 3, 4, 5, 10r (and 11-13 through the parts it asks).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from typing import ClassVar
 
-from ._policy import Parts
+from ._policy import Parts, Policy
 from ._ranking import DemandIndex, Ranking, index_key
 from ._requests import Demand, Grant, Head, make_grant
 
@@ -300,4 +300,4 @@ class ReserveAll:
         return self._dequeued(grants)
 
 
-POLICY = ReserveAll
+POLICY: Callable[[Parts], Policy] = ReserveAll
