@@ -15,22 +15,51 @@ Rules kept: 4e, 5e (the backfill's order and its index), 13 (the head's memory g
 from __future__ import annotations
 
 import heapq
+from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from ._policy import Parts
 from ._ranking import index_key
 from ._requests import Demand, Grant, Head, class_of
+from ._sizes import SizeIndex
 
-if TYPE_CHECKING:
-    from ._easy import Easy
+__all__ = ["Backfill", "Behind"]
 
-__all__ = ["Backfill"]
+
+class Behind(Protocol):
+    """What the backfill reads and calls of its policy (:class:`~hwpool._core._easy.Easy`):
+    the head, the waiters per demand, and how a waiter is granted and taken out."""
+
+    parts: Parts
+    hints: dict[int, float]
+    sizes: SizeIndex
+
+    @property
+    def head(self) -> Head | None:
+        """The head of the queue, or None."""
+
+    @property
+    def classes(self) -> dict[Demand, OrderedDict[int, None]]:
+        """The waiters per demand, FIFO within each."""
+
+    @property
+    def unsized(self) -> dict[Demand, OrderedDict[int, None]]:
+        """The classes not kept in the size index."""
+
+    def start(
+        self, ticket: int, demand: Demand, gpus: tuple[int, ...], now: float, hint: float | None
+    ) -> Grant:
+        """The grant of ``demand`` on ``gpus`` (taken already)."""
+
+    def dequeue(self, ticket: int) -> Demand:
+        """Take a waiter out of the queue and its class."""
 
 
 class Backfill:
     """The backfill of one ``easy`` policy, over its waiters per demand."""
 
-    def __init__(self, easy: Easy) -> None:
+    def __init__(self, easy: Behind) -> None:
         self.easy = easy
         parts = easy.parts
         self.books, self.order, self.holds = parts.books, parts.order, parts.holds
@@ -174,7 +203,7 @@ class Backfill:
         """:meth:`run` in FIFO order on GPUs of one size, in O(log n) per grant.
 
         The same decisions: waiters in ticket order, one per demand until one is refused.
-        A sized demand (see :meth:`Easy.by_size`) fits iff its units are at most
+        A sized demand (see :meth:`~hwpool._core._easy.Easy.by_size`) fits iff its units are at most
         :meth:`_sized_room`, which only falls during the walk, so instead of offering every
         sized class its turn (and refusing most), the walk asks the size index for the
         earliest waiter among the classes that fit now; a class that would have been refused

@@ -10,16 +10,22 @@ admission (:mod:`~hwpool._core._admission`) asks it what a request would count. 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from typing import Protocol
 
 from ._books import Books
 from ._fairshare import Usage
 from ._limits import EPSILON, LimitHold, OwnerLimits
 from ._requests import Demand, share
 
-if TYPE_CHECKING:
-    from ._order import QueueOrder
+
+class Queued(Protocol):
+    """What the holds read of the queue order (:class:`~hwpool._core._order.QueueOrder`)."""
+
+    @property
+    def queue(self) -> Mapping[int, Demand]:
+        """The waiters by ticket."""
+
 
 __all__ = ["OwnerHolds"]
 
@@ -44,7 +50,7 @@ class OwnerHolds:
         self.active = any(lim.active for lim in limits.values()) or (
             default is not None and default.active
         )
-        self.order: QueueOrder | None = None
+        self.order: Queued | None = None
         self.reserving: Callable[[], Iterable[int]] = tuple
 
     def limits_of(self, owner: Hashable) -> OwnerLimits | None:
