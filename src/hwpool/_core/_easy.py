@@ -15,7 +15,7 @@ size index walk. Rules kept: 5e (grant from the front), 6e (the bound that follo
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Hashable, Iterable
 from typing import ClassVar
 
 from ._easy_backfill import Backfill
@@ -315,4 +315,4 @@ class Easy:
         return firsts
 
 
-POLICY: Callable[[Parts], Policy] = Easy
+POLICY: type[Policy] = Easy

@@ -8,10 +8,8 @@ baseline (:mod:`~hwpool._core._baseline`): it keeps rules 1 and 2, none of the o
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from ._baseline import Baseline
-from ._policy import Parts, Policy
+from ._policy import Policy
 from ._requests import Demand, Grant
 
 __all__ = ["POLICY", "Fifo"]
@@ -43,4 +41,4 @@ class Fifo(Baseline):
         return grants
 
 
-POLICY: Callable[[Parts], Policy] = Fifo
+POLICY: type[Policy] = Fifo

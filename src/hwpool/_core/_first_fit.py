@@ -11,10 +11,9 @@ step looks at the first waiter of each demand only. A simulator baseline
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
 
 from ._baseline import Baseline
-from ._policy import Parts, Policy
+from ._policy import Policy
 from ._requests import Demand, Grant
 
 __all__ = ["POLICY", "FirstFit"]
@@ -73,4 +72,4 @@ class FirstFit(Baseline):
         return best
 
 
-POLICY: Callable[[Parts], Policy] = FirstFit
+POLICY: type[Policy] = FirstFit

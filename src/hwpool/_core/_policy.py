@@ -56,6 +56,9 @@ class Policy(Protocol):
     lazy_usage: ClassVar[bool]
     """Whether usage may go uncounted until a demand names an owner or a priority (rule 8)."""
 
+    def __init__(self, parts: Parts) -> None:
+        """Plan over ``parts`` from now on (nobody waits yet)."""
+
     @property
     def finish(self) -> Callable[[int | None, int, int, float], None]:
         """Record that ``units`` on ``gpu`` of grant ``ticket`` (None: unknown) ended at
@@ -111,8 +114,8 @@ POLICY_MODULES = {
 """Each policy's module (relative to this package); it holds the class named ``POLICY``."""
 
 
-def policy_class(name: str) -> Callable[[Parts], Policy]:
+def policy_class(name: str) -> type[Policy]:
     """The class of the policy called ``name`` (one of :data:`POLICY_MODULES`)."""
     module = importlib.import_module(POLICY_MODULES[name], __package__)
-    made: Callable[[Parts], Policy] = module.POLICY
+    made: type[Policy] = module.POLICY
     return made

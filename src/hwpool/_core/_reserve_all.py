@@ -13,7 +13,7 @@ Rules kept: 3, 4, 5, 10r (and 11-13 through the parts it asks).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Hashable, Iterable
 from typing import ClassVar
 
 from ._policy import Parts, Policy
@@ -300,4 +300,4 @@ class ReserveAll:
         return self._dequeued(grants)
 
 
-POLICY: Callable[[Parts], Policy] = ReserveAll
+POLICY: type[Policy] = ReserveAll

@@ -113,7 +113,7 @@ class Scheduler:
         made = policy_class(policy)
         # Usage is counted from the start unless the policy may count it lazily (rule 8);
         # limits read what owners hold.
-        counting = not made.lazy_usage or holds.active  # type: ignore[attr-defined]
+        counting = not made.lazy_usage or holds.active
         order = self._order = QueueOrder(books, usage, self._durations, holds, counting)
         holds.order = order
         self._admission = Admission(books, holds, order)
