@@ -10,7 +10,7 @@ by ticket). Each subclass says where a waiter goes and who starts after a releas
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+from collections.abc import Iterable
 from typing import ClassVar
 
 from ._policy import Parts
@@ -28,6 +28,7 @@ class Baseline:
         self.parts = parts
         self.books, self.order, self.placement = parts.books, parts.order, parts.placement
         self.finish = parts.order.usage.finish
+        self.restored = parts.order.usage.start  # held from before: counted from now
         self.start_over()
 
     def start_over(self) -> None:
@@ -71,11 +72,6 @@ class Baseline:
         self.order.enqueue(ticket, demand)
         self.requeue(ticket, demand, hint)
         return ticket, None
-
-    def restored(
-        self, ticket: int, owner: Hashable, parts: tuple[tuple[int, int], ...], now: float
-    ) -> None:
-        self.order.usage.start(ticket, owner, parts, now)
 
     def requeue(self, ticket: int, demand: Demand, hint: float | None) -> None:
         """A waiter queued (``order.enqueue`` done): a subclass indexes it."""

@@ -37,6 +37,7 @@ class ReserveAll:
         self.holds = parts.holds
         self.fast = parts.fast
         self.finish = parts.order.usage.finish
+        self.restored = parts.order.usage.start  # held from before: counted from now
         self.start_over()
 
     def start_over(self) -> None:
@@ -130,11 +131,6 @@ class ReserveAll:
         return ticket, None
 
     # ----------------------------------------------------------------- books and queue
-    def restored(
-        self, ticket: int, owner: Hashable, parts: tuple[tuple[int, int], ...], now: float
-    ) -> None:
-        self.order.usage.start(ticket, owner, parts, now)
-
     def requeue(self, ticket: int, demand: Demand, hint: float | None) -> None:
         self._index_of(demand).add(self._key_of(demand))
 
