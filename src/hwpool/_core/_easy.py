@@ -38,6 +38,9 @@ class Easy:
         self.placement, self.durations = parts.placement, parts.durations
         self.fast = parts.fast
         self.finish = parts.durations.finish
+        # For the hot path (a grant when nobody waits): what never changes, bound once.
+        self.tickets, self.usage = parts.books.tickets, parts.order.usage
+        self.take_anywhere = parts.placement.take_anywhere
         self.backfill = Backfill(self)
         self.start_over()
 
@@ -71,14 +74,13 @@ class Easy:
             if gpus is None:
                 return None
             return self.start(next(self.books.tickets), demand, gpus, now, hint)
-        gpus = self.placement.take_anywhere(demand)  # nobody waits: the fast path, inline
+        gpus = self.take_anywhere(demand)  # nobody waits: the fast path, inline
         if gpus is None:
             return None
-        ticket, units = next(self.books.tickets), demand.units
+        ticket, units = next(self.tickets), demand.units
         key = (demand.count, units, False)  # class_of(demand), inline
         held = dict.fromkeys(gpus, units)
-        order = self.order
-        account = order.usage.hold(demand.owner, held, now) if order.counting else None
+        account = self.usage.hold(demand.owner, held, now) if self.order.counting else None
         self.durations.start(ticket, key, held, now, None, account, demand.limit)
         return make_grant((ticket, gpus, units))
 

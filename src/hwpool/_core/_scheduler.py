@@ -143,6 +143,7 @@ class Scheduler:
         self._shared = self._books.shared
         self._walk = self._policy.walk
         self._finish = self._policy.finish
+        self._grant_now = self._policy.grant_now
 
     # ----------------------------------------------------------------- queries
     @property
@@ -270,7 +271,7 @@ class Scheduler:
         at = books.now
         if clock > at:
             books.now = at = clock
-        return self._policy.grant_now(demand, at, hint)
+        return self._grant_now(demand, at, hint)
 
     def submit(
         self, demand: Demand, *, now: float | None = None, expected: float | None = None
