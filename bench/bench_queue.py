@@ -52,7 +52,7 @@ def drain(queue: list[Demand], plain_dict: bool) -> float:
     """Seconds to queue ``queue`` behind a full pool and release grants until it is empty."""
     core = Scheduler(GPUS)
     if plain_dict:
-        core._queue = {}  # type: ignore[assignment]
+        core._order.queue = {}  # type: ignore[assignment]
     begin = time.perf_counter()
     _, first = core.submit(Demand(GPUS, UNITS_PER_GPU))
     assert first is not None

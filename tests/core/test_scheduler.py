@@ -209,8 +209,8 @@ class _CountingQueue(dict):  # type: ignore[type-arg]
 
 
 def count_visits(core: Scheduler) -> _CountingQueue:
-    queue = _CountingQueue(core._queue)
-    core._queue = queue
+    queue = _CountingQueue(core._order.queue)
+    core._order.queue = queue
     return queue
 
 

@@ -42,12 +42,12 @@ def drain(core: Scheduler, seed: int, n: int) -> list[tuple[int, tuple[int, ...]
 
 
 def test_queue_is_ordered_dict() -> None:
-    assert type(Scheduler(2, U, policy="reserve-all")._queue) is OrderedDict
+    assert type(Scheduler(2, U, policy="reserve-all")._order.queue) is OrderedDict
 
 
 def test_schedule_matches_a_plain_dict_queue() -> None:
     for seed in range(3):
         fixed = Scheduler(4, U, policy="reserve-all")
         old = Scheduler(4, U, policy="reserve-all")
-        old._queue = {}  # type: ignore[assignment]  # the queue before the fix
+        old._order.queue = {}  # type: ignore[assignment]  # the queue before the fix
         assert drain(fixed, seed, 3_000) == drain(old, seed, 3_000)

@@ -17,7 +17,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hwpool._core._scheduler import Demand, Grant, Head, Scheduler, _class_of
+from hwpool._core._easy import Easy
+from hwpool._core._easy_backfill import Backfill, _keyed
+from hwpool._core._ranking import index_key
+from hwpool._core._requests import class_of
+from hwpool._core._scheduler import Demand, Grant, Head, Scheduler
 from hwpool._core._sizes import SizeIndex
 
 U = 1_000
@@ -70,10 +74,10 @@ def test_size_index_splits_crowded_slots_and_starts_over_small() -> None:
 
 
 # ----------------------------------------------------------------- the walk
-class Reference(Scheduler):
-    """The core with the walk it had before the size index (every class offered)."""
+class ReferenceBackfill(Backfill):
+    """The backfill as it was before the size index (every class offered)."""
 
-    def _backfill(self, head: Head, now: float, grants: list[Grant]) -> None:
+    def run(self, head: Head, now: float, grants: list[Grant]) -> None:
         """Offer capacity to the waiters behind ``head`` in queue order (rule 4e).
 
         Waiters are taken per demand (its size, owner, priority and limit), the earliest of
@@ -82,26 +86,23 @@ class Reference(Scheduler):
         granted. The streams merge on the ticket, or, when owners or priorities differ, on
         (the owner's rank, minus the priority, the ticket): the queue order of rule 9.
         """
-        queue, free, totals = self._queue, self._free, self._totals
+        easy, order = self.easy, self.order
+        queue, free, totals = order.queue, self.books.free, self.books.totals
         top = max(free)
         if top == 0:
             return
         idle = sum(1 for gpu, f in enumerate(free) if f == totals[gpu])
         # Only demands that could fit somewhere now: the others wait whatever the rules say.
         # (A relative demand is judged by its need on the smallest GPU: a lower bound.)
-        fair = self._fair
-        rank = {owner: i for i, (owner, _) in enumerate(self._ranked())} if fair else {}
+        fair = order.fair
+        rank = {owner: i for i, (owner, _) in enumerate(order.ranked())} if fair else {}
         streams: list[Iterator[Any]] = [
-            (
-                iter(waiting)
-                if not fair
-                else self._keyed(waiting, rank[demand.owner], -demand.priority)
-            )
-            for demand, waiting in self._classes.items()
+            (iter(waiting) if not fair else _keyed(waiting, rank[demand.owner], -demand.priority))
+            for demand, waiting in easy.classes.items()
             if (
                 demand.count <= idle
                 if demand.whole or demand.count > 1
-                else self._key_of(demand) <= top
+                else index_key(demand, self.books.smallest) <= top
             )
         ]
         heap: list[tuple[Any, int]] = []
@@ -115,23 +116,23 @@ class Reference(Scheduler):
         granted: list[tuple[int, Demand]] = []
         # Sizes (with their limit) refused, whatever their owner (when fair).
         refused: set[Hashable] = set()
-        hints = self._hints
+        hints = easy.hints
         while heap and any(free):
             key, index = heap[0]
             ticket = key[2] if fair else key
             demand = queue[ticket]
-            size = (_class_of(demand), demand.limit) if fair else None
+            size = (class_of(demand), demand.limit) if fair else None
             if fair and size in refused:
                 heapq.heappop(heap)  # another owner's waiter of this size was refused
                 continue
             hint = hints.get(ticket) if hints else None
-            gpus = self._backfill_fit(demand, now, hint)
+            gpus = self.fit(demand, now, hint)
             if gpus is None:
                 heapq.heappop(heap)  # the rest of this demand waits too
                 if fair:
                     refused.add(size)
                 continue
-            grants.append(self._granted(ticket, demand, gpus, now, hint))
+            grants.append(easy.start(ticket, demand, gpus, now, hint))
             granted.append((ticket, demand))
             following = next(streams[index], None)
             if following is not None and fair and following[2] == head.ticket:
@@ -141,7 +142,16 @@ class Reference(Scheduler):
             else:
                 heapq.heapreplace(heap, (following, index))
         for ticket, _ in granted:
-            self._dequeue(ticket)
+            easy.dequeue(ticket)
+
+
+def reference(totals: list[int]) -> Scheduler:
+    """The core with the backfill it had before the size index."""
+    core = Scheduler(totals)
+    easy = core._policy
+    assert isinstance(easy, Easy)
+    easy.backfill = ReferenceBackfill(easy)
+    return core
 
 
 def _ops(rng: random.Random, owners: int, limits: float, n: int) -> Iterator[tuple[Any, ...]]:
@@ -186,7 +196,7 @@ def test_walk_by_size_decides_as_the_walk_it_replaced(
     owners and priorities), releases and cancels on a moving clock: the core and the
     reference grant the same tickets on the same GPUs, with the same head and free units,
     after every input."""
-    core, ref = Scheduler(list(totals)), Reference(list(totals))
+    core, ref = Scheduler(list(totals)), reference(list(totals))
     held: dict[int, Grant] = {}
     waiting: list[int] = []
     now = 0.0
@@ -234,14 +244,14 @@ def test_a_walk_offers_nothing_to_sizes_that_cannot_fit(monkeypatch: Any) -> Non
     ]
     assert core.queue_length == 501
     offered: list[int] = []
-    fit = Scheduler._backfill_fit
+    fit = Backfill.fit
 
     def counted(
-        self: Scheduler, demand: Demand, now: float, hint: float | None
+        self: Backfill, demand: Demand, now: float, hint: float | None
     ) -> tuple[int, ...] | None:
         offered.append(demand.units)
         return fit(self, demand, now, hint)
 
-    monkeypatch.setattr(Scheduler, "_backfill_fit", counted)
+    monkeypatch.setattr(Backfill, "fit", counted)
     assert core.cancel(tickets[250], now=1.0) == []
     assert offered == []

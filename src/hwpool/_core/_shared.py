@@ -23,6 +23,35 @@ from collections.abc import Hashable, Sequence
 __all__ = ["SharedFree", "check_memory_groups"]
 
 
+def members_of(
+    name: str, labels: object, num_gpus: int, what: str, *, none_alone: bool
+) -> dict[Hashable, list[int]]:
+    """The GPUs under each label of ``labels`` (one label per GPU; with ``none_alone``,
+    None labels no group), labels in the order of their lowest GPU. TypeError or ValueError
+    naming ``name`` unless it is a sequence of ``num_gpus`` hashables; ``what`` says what a
+    label is."""
+    if isinstance(labels, (str, bytes)) or not isinstance(labels, Sequence):
+        raise TypeError(
+            f"{name} must be a sequence with each GPU's {what}, "
+            f"got {labels!r} ({type(labels).__name__})"
+        )
+    if len(labels) != num_gpus:
+        raise ValueError(
+            f"{name} must name one group per GPU ({num_gpus}), got {len(labels)}: {labels!r}"
+        )
+    members: dict[Hashable, list[int]] = {}
+    for gpu, label in enumerate(labels):
+        if label is None and none_alone:
+            continue
+        try:
+            members.setdefault(label, []).append(gpu)
+        except TypeError:
+            raise TypeError(
+                f"{name}[{gpu}] must be hashable, got {label!r} ({type(label).__name__})"
+            ) from None
+    return members
+
+
 def check_memory_groups(
     memory_groups: object, totals: Sequence[int]
 ) -> tuple[tuple[int, ...], ...] | None:
@@ -33,26 +62,9 @@ def check_memory_groups(
     equal totals (each device of a GPU instance reports the whole of its memory)."""
     if memory_groups is None:
         return None
-    if isinstance(memory_groups, (str, bytes)) or not isinstance(memory_groups, Sequence):
-        raise TypeError(
-            f"memory_groups must be a sequence with each GPU's memory group (None: its own), "
-            f"got {memory_groups!r} ({type(memory_groups).__name__})"
-        )
-    if len(memory_groups) != len(totals):
-        raise ValueError(
-            f"memory_groups must name one group per GPU ({len(totals)}), got "
-            f"{len(memory_groups)}: {memory_groups!r}"
-        )
-    members: dict[Hashable, list[int]] = {}
-    for gpu, group in enumerate(memory_groups):
-        if group is None:
-            continue
-        try:
-            members.setdefault(group, []).append(gpu)
-        except TypeError:
-            raise TypeError(
-                f"memory_groups[{gpu}] must be hashable, got {group!r} ({type(group).__name__})"
-            ) from None
+    members = members_of(
+        "memory_groups", memory_groups, len(totals), "memory group (None: its own)", none_alone=True
+    )
     shared = tuple(tuple(gpus) for gpus in members.values() if len(gpus) > 1)
     for gpus in shared:
         sizes = {totals[gpu] for gpu in gpus}

@@ -4,35 +4,42 @@ Each is a small decision rule over the same inputs as the hwpool policy (a task 
 demand; a task finishes) and answers with the tasks it starts and their GPUs. None of them is
 used by :class:`hwpool.GPUPool`; they exist to show what the hwpool core buys:
 
-- ``fifo``: strict FIFO; nothing overtakes the head of the queue (best-fit placement).
-- ``first-fit``: greedy; on every event, walk the queue and start whatever fits, on the
-  lowest-indexed GPUs that fit, with no reservations. A multi-GPU task can starve behind a
-  stream of small ones.
+- ``fifo`` and ``first-fit`` are core policies (``hwpool._core._fifo``,
+  ``hwpool._core._first_fit``), driven here through the core's
+  :class:`~hwpool._core._scheduler.Scheduler` as the hwpool policies are
+  (:class:`CorePolicy`): strict FIFO with best fit, and greedy first fit with no
+  reservations (a multi-GPU task can starve behind a stream of small ones).
 - ``shortest-queue``: each task joins, at arrival, the queue of the GPU(s) with the fewest
   unfinished tasks (ties: lowest index); each GPU serves its own queue in FIFO order.
 
 On GPUs of different sizes (``simulate --gpu-memory``) each GPU starts with its own total free
 and a task takes its units on one GPU, as in the core; a fraction (a relative demand) takes
-that share of the GPU it runs on, rounded up as the core does (fifo's best fit weighs that
-need per GPU, as the core's does); a whole-GPU task takes completely free GPUs of any size
-(fifo and first-fit take the lowest-indexed ones, shortest-queue queues it on the least
-loaded).
+that share of the GPU it runs on, rounded up as the core does; a whole-GPU task takes
+completely free GPUs of any size (shortest-queue queues it on the least loaded).
 
 Every event costs about the same however long the queues grow (no policy rescans its queue),
-so a trace of n tasks is simulated in about n times the cost of one: first-fit keeps one FIFO
-per demand class, and only looks at the head of each class.
+so a trace of n tasks is simulated in about n times the cost of one.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 
-from .._core._scheduler import Demand
+from .._core._capacity import UNITS_PER_GPU
+from .._core._fairshare import DEFAULT_HALF_LIFE
+from .._core._policies import BASELINES
+from .._core._scheduler import Demand, Grant, Scheduler
 from ._machine import held_on
 
-__all__ = ["FifoPolicy", "FirstFitPolicy", "ShortestQueuePolicy", "Start"]
+__all__ = [
+    "BaselineScheduler",
+    "CorePolicy",
+    "FifoPolicy",
+    "FirstFitPolicy",
+    "ShortestQueuePolicy",
+    "Start",
+]
 
 Start = tuple[int, tuple[int, ...]]
 """A task that starts now, and the GPUs it runs on."""
@@ -95,89 +102,98 @@ class _Baseline:
         return [gpu for gpu, free in enumerate(self.free) if free >= units]
 
 
-class FifoPolicy(_Baseline):
-    """Strict FIFO: start tasks from the head while the head fits; nothing overtakes it."""
+class BaselineScheduler(Scheduler):
+    """The core's face offering the simulator's baselines (``fifo``, ``first-fit``) instead of
+    the policies a pool or server runs."""
+
+    offered = BASELINES
+
+
+class CorePolicy:
+    """A policy of the scheduler core (``core_policy``, one of ``POLICIES`` or ``BASELINES``
+    of ``hwpool._core._policies``), with tickets mapped to task indices. ``totals``: each
+    GPU's units (None: ``num_gpus`` of ``units_per_gpu``); ``shares``, ``half_life`` and
+    ``backfill`` as the core takes them. Virtual time is the core's ``now``, so ``easy``
+    learns hold times as it would in real time."""
 
     def __init__(
-        self, num_gpus: int, units_per_gpu: int, totals: Sequence[int] | None = None
+        self,
+        num_gpus: int,
+        units_per_gpu: int = UNITS_PER_GPU,
+        totals: Sequence[int] | None = None,
+        core_policy: str = "easy",
+        *,
+        shares: Mapping[Hashable, float] | None = None,
+        half_life: float = DEFAULT_HALF_LIFE,
+        backfill: str = "limits",
     ) -> None:
-        super().__init__(num_gpus, units_per_gpu, totals)
-        self.queue: deque[tuple[int, Demand]] = deque()
+        gpus: int | tuple[int, ...] = num_gpus if totals is None else tuple(totals)
+        face = BaselineScheduler if core_policy in BASELINES else Scheduler
+        self.core = face(
+            gpus,
+            units_per_gpu if totals is None else None,
+            policy=core_policy,
+            shares=shares,
+            half_life=half_life,
+            backfill=backfill,
+        )
+        self._task_of: dict[int, int] = {}
+        self._held: dict[int, Grant] = {}
 
-    def enqueue(self, task: int, demand: Demand) -> None:
-        self.queue.append((task, demand))
-
-    def dispatch(self) -> list[Start]:
-        started = []
-        while self.queue:
-            task, demand = self.queue[0]
-            fitting = self.fitting(demand)
-            if len(fitting) < demand.count:
-                break
-            if demand.count == 1 and not demand.whole:  # best fit, least left, as in the core
-                left = {g: self.free[g] - self.need(demand, g) for g in fitting}
-                gpus: tuple[int, ...] = (min(fitting, key=lambda g: (left[g], g)),)
-            else:
-                gpus = tuple(fitting[: demand.count])
-            self.queue.popleft()
-            started.append(self.start(task, gpus, demand))
-        return started
-
-
-class FirstFitPolicy(_Baseline):
-    """Greedy first fit: start every waiting task that fits, in queue order, no reservations.
-
-    Walking the whole queue on every event made a growing queue quadratic. The same schedule
-    comes from repeatedly starting the earliest waiting task that fits, until none does: free
-    capacity only shrinks during one walk, so a task that did not fit when the walk reached it
-    cannot fit later in that walk. Tasks of one demand class fit or not together, and the
-    earliest of a class is the head of its FIFO, so each step looks at one task per class.
-    """
-
-    def __init__(
-        self, num_gpus: int, units_per_gpu: int, totals: Sequence[int] | None = None
-    ) -> None:
-        super().__init__(num_gpus, units_per_gpu, totals)
-        self.classes: dict[Demand, deque[tuple[int, int]]] = {}  # demand -> (order, task)
-        self._order = itertools.count()
+    @property
+    def free(self) -> list[int]:
+        """Free units per GPU."""
+        return list(self.core.free)
 
     @property
     def waiting(self) -> int:
         """How many tasks wait."""
-        return sum(len(fifo) for fifo in self.classes.values())
+        return self.core.queue_length
 
-    def enqueue(self, task: int, demand: Demand) -> None:
-        self.classes.setdefault(demand, deque()).append((next(self._order), task))
+    def submit(self, task: int, demand: Demand, now: float = 0.0) -> list[Start]:
+        """``task`` arrives wanting ``demand``; return the tasks started as a result."""
+        ticket, grant = self.core.submit(demand, now=now)
+        self._task_of[ticket] = task
+        return self._started([] if grant is None else [grant])
 
-    def dispatch(self) -> list[Start]:
+    def finish(self, task: int, now: float = 0.0) -> list[Start]:
+        """``task`` finished; return the tasks started as a result."""
+        grant = self._held.pop(task)
+        held = self.core.held(grant)
+        return self._started(self.core.release_many(held, ticket=grant.ticket, now=now))
+
+    def _started(self, grants: list[Grant]) -> list[Start]:
         started = []
-        while (demand := self._earliest_fitting()) is not None:
-            fifo = self.classes[demand]
-            _, task = fifo.popleft()
-            if not fifo:
-                del self.classes[demand]
-            gpus = tuple(self.fitting(demand)[: demand.count])
-            started.append(self.start(task, gpus, demand))
+        for grant in grants:
+            task = self._task_of.pop(grant.ticket)
+            self._held[task] = grant
+            started.append((task, grant.gpus))
         return started
 
-    def _earliest_fitting(self) -> Demand | None:
-        """The class whose head came first among the classes that fit now, if any."""
-        best: Demand | None = None
-        best_order = -1
-        ranked: list[int] = []  # free units, most first: ranked[c - 1] is the c-th most free
-        for demand, fifo in self.classes.items():
-            order = fifo[0][0]
-            if best is not None and order > best_order:
-                continue
-            if not ranked:
-                ranked = sorted(self.free, reverse=True)
-            if demand.whole or demand.relative:
-                fits = len(self.fitting(demand)) >= demand.count
-            else:
-                fits = demand.count <= len(ranked) and ranked[demand.count - 1] >= demand.units
-            if fits:
-                best, best_order = demand, order
-        return best
+
+class FifoPolicy(CorePolicy):
+    """Strict FIFO: start tasks from the head while the head fits; nothing overtakes it (the
+    core's ``fifo``)."""
+
+    def __init__(
+        self, num_gpus: int, units_per_gpu: int, totals: Sequence[int] | None = None
+    ) -> None:
+        super().__init__(num_gpus, units_per_gpu, totals, "fifo")
+
+
+class FirstFitPolicy(CorePolicy):
+    """Greedy first fit: start every waiting task that fits, in queue order, no reservations
+    (the core's ``first-fit``)."""
+
+    def __init__(
+        self, num_gpus: int, units_per_gpu: int, totals: Sequence[int] | None = None
+    ) -> None:
+        super().__init__(num_gpus, units_per_gpu, totals, "first-fit")
+
+    @property
+    def classes(self) -> set[Demand]:
+        """The demands that wait (each waits in one FIFO of its own)."""
+        return {waiter.demand for waiter in self.core.waiters()}
 
 
 class ShortestQueuePolicy(_Baseline):

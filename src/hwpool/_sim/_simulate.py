@@ -17,8 +17,8 @@ from typing import Protocol
 
 from .._core._capacity import UNITS_PER_GPU
 from .._core._fairshare import DEFAULT_HALF_LIFE
-from .._core._scheduler import Demand, Grant, Scheduler
-from ._baselines import FifoPolicy, FirstFitPolicy, ShortestQueuePolicy, Start
+from .._core._scheduler import Demand
+from ._baselines import CorePolicy, ShortestQueuePolicy, Start
 from ._machine import held_on, min_work, run_work, task_demand
 from ._names import POLICIES
 from ._trace import Task
@@ -41,56 +41,23 @@ __all__ = [
 _COMPLETION, _ARRIVAL = 0, 1  # event order at one instant
 
 
+CORE_POLICIES = {
+    "hwpool": ("easy", "estimates"),
+    "hwpool-limits": ("easy", "limits"),
+    "hwpool-reserve-all": ("reserve-all", "limits"),
+    "fifo": ("fifo", "limits"),
+    "first-fit": ("first-fit", "limits"),
+}
+"""The simulator's policies that are the core's: its policy and backfill rule. ``hwpool``
+is GPUPool's default (``backfill="estimates"``), ``hwpool-limits`` the host server's."""
+
+
 class Policy(Protocol):
     """A scheduling rule, as the event loop sees it."""
 
     def submit(self, task: int, demand: Demand, now: float = 0.0) -> list[Start]: ...
 
     def finish(self, task: int, now: float = 0.0) -> list[Start]: ...
-
-
-class HwpoolPolicy:
-    """The hwpool scheduler core, with tickets mapped to task indices; ``core_policy`` is the
-    core's policy (``hwpool`` is ``"easy"``, ``hwpool-reserve-all`` is ``"reserve-all"``) and
-    ``backfill`` what goes onto the easy head's GPUs: ``hwpool`` is GPUPool's default
-    (``"estimates"``), ``hwpool-limits`` the host server's (``"limits"``).
-    Virtual time is the core's ``now``, so easy learns hold times as it would in real time.
-    ``shares`` and ``half_life``: the core's fair share between the tasks' owners."""
-
-    def __init__(
-        self,
-        num_gpus: int,
-        totals: Sequence[int] | None = None,
-        core_policy: str = "easy",
-        *,
-        shares: Mapping[Hashable, float] | None = None,
-        half_life: float = DEFAULT_HALF_LIFE,
-        backfill: str = "limits",
-    ) -> None:
-        gpus: int | tuple[int, ...] = num_gpus if totals is None else tuple(totals)
-        self.core = Scheduler(
-            gpus, policy=core_policy, shares=shares, half_life=half_life, backfill=backfill
-        )
-        self._task_of: dict[int, int] = {}
-        self._held: dict[int, Grant] = {}
-
-    def submit(self, task: int, demand: Demand, now: float = 0.0) -> list[Start]:
-        ticket, grant = self.core.submit(demand, now=now)
-        self._task_of[ticket] = task
-        return self._started([] if grant is None else [grant])
-
-    def finish(self, task: int, now: float = 0.0) -> list[Start]:
-        grant = self._held.pop(task)
-        held = self.core.held(grant)
-        return self._started(self.core.release_many(held, ticket=grant.ticket, now=now))
-
-    def _started(self, grants: list[Grant]) -> list[Start]:
-        started = []
-        for grant in grants:
-            task = self._task_of.pop(grant.ticket)
-            self._held[task] = grant
-            started.append((task, grant.gpus))
-        return started
 
 
 def make_policy(
@@ -103,22 +70,20 @@ def make_policy(
 ) -> Policy:
     """A fresh policy by name (one of :data:`POLICIES`); ``totals``: GPUs sized in memory;
     ``shares``, ``half_life``: the hwpool policies' fair share (the baselines have none)."""
-    if name == "hwpool":
-        return HwpoolPolicy(
-            num_gpus, totals, "easy", shares=shares, half_life=half_life, backfill="estimates"
-        )
-    if name == "hwpool-limits":
-        return HwpoolPolicy(num_gpus, totals, "easy", shares=shares, half_life=half_life)
-    if name == "hwpool-reserve-all":
-        return HwpoolPolicy(num_gpus, totals, "reserve-all", shares=shares, half_life=half_life)
-    baselines = {
-        "fifo": FifoPolicy,
-        "first-fit": FirstFitPolicy,
-        "shortest-queue": ShortestQueuePolicy,
-    }
-    if name not in baselines:
+    if name == "shortest-queue":
+        return ShortestQueuePolicy(num_gpus, UNITS_PER_GPU, totals)
+    if name not in CORE_POLICIES:
         raise ValueError(f"policy must be one of {', '.join(POLICIES)}; got {name!r}")
-    return baselines[name](num_gpus, UNITS_PER_GPU, totals)
+    core_policy, backfill = CORE_POLICIES[name]
+    return CorePolicy(
+        num_gpus,
+        UNITS_PER_GPU,
+        totals,
+        core_policy,
+        shares=shares,
+        half_life=half_life,
+        backfill=backfill,
+    )
 
 
 @dataclass(frozen=True, slots=True)
