@@ -286,14 +286,22 @@ class CoreMachine(RuleBasedStateMachine):
         """A grant held before a restart, taken back while nobody waits."""
         self.advance(dt)
         room = min(self.c.free[g] for g in gpus)
-        for memory in self.c.memory_groups:  # see test_restore_keeps_a_memory_within_capacity
-            room = min(room, self.c.free[memory[0]] // max(1, len(gpus & set(memory))))
         if room < 1:
             return
         units = max(1, room // 2)
         try:
             self.c.check_restore(owner, dict.fromkeys(gpus, units))
         except ValueError:
+            return
+        over = any(
+            gpus & set(memory) and used + units * len(gpus & set(memory)) > capacity
+            for memory, capacity, used in self.c.memory_held()
+        )
+        if over:  # rule 13: more than one memory holds, refused, changing nothing
+            before = (self.c.free, self.c.memory_held())
+            with pytest.raises(ValueError, match="share one memory"):
+                self.c.restore(tuple(sorted(gpus)), units, now=self.now, owner=owner)
+            assert (self.c.free, self.c.memory_held()) == before
             return
         since = None if back is None else self.now - back
         grant = self.c.restore(tuple(sorted(gpus)), units, now=self.now, owner=owner, since=since)
@@ -713,15 +721,13 @@ def test_an_easy_head_never_reserves_one_memory_twice() -> None:
     assert not core.is_waiting(head), "the head waits behind a stream of short requests"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "core defect: Scheduler.restore checks each GPU's free units but not its memory "
-        "group's: two GPUs of one memory restored together may hold more than it (rule 13)"
-    ),
-)
 def test_restore_keeps_a_memory_within_capacity() -> None:
     core = Scheduler([U, U], memory_groups=["gi", "gi"])
-    core.restore((0, 1), 600, now=0.0)  # 1200 units of a memory of 1000: should be refused
+    with pytest.raises(ValueError, match=r"1200 units on GPUs \[0, 1\], which share one memory of 1000"):
+        core.restore((0, 1), 600, now=0.0)  # 1200 units of a memory of 1000
+    assert core.memory_held() == (((0, 1), U, 0),) and core.free == (U, U)
+    core.restore((0, 1), 500, now=0.0)  # exactly the memory
+    with pytest.raises(ValueError, match="share one memory"):
+        core.rebuild([(1, ((0, 600), (1, 600)))], [], now=1.0)
     ((_, capacity, used),) = core.memory_held()
-    assert used <= capacity, f"{used} units held on a memory of {capacity}"
+    assert used == capacity == U

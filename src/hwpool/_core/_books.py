@@ -208,7 +208,8 @@ class Books:
         return [(ticket, self._checked_parts(ticket, parts)) for ticket, parts in held]
 
     def check_taken(self, grants: list[BookedGrant]) -> None:
-        """ValueError unless ``grants`` together hold at most each GPU's total."""
+        """ValueError unless ``grants`` together hold at most each GPU's total, and at most
+        each memory group's capacity on its GPUs together (rule 13)."""
         taken = [0] * self.num_gpus
         for _, parts in grants:
             for gpu, units in parts:
@@ -218,6 +219,24 @@ class Books:
                 raise ValueError(
                     f"cannot hold {units} units on GPU {gpu}: its total is {self.totals[gpu]}"
                 )
+        for gpus in self.shared or ():
+            self._check_memory(gpus, sum(taken[gpu] for gpu in gpus), 0)
+
+    def check_memory_room(self, units_on: dict[int, int]) -> None:
+        """ValueError unless ``units_on`` (units per GPU) fits, added to what is held now,
+        in each memory group's capacity (rule 13: the GPUs of one share it)."""
+        if not isinstance(self.free, SharedFree):
+            return
+        for gpus, _, used in self.free.group_held():
+            self._check_memory(gpus, sum(units_on.get(gpu, 0) for gpu in gpus), used)
+
+    def _check_memory(self, gpus: tuple[int, ...], need: int, used: int) -> None:
+        capacity = self.totals[gpus[0]]
+        if need and used + need > capacity:
+            raise ValueError(
+                f"cannot hold {need} units on GPUs {list(gpus)}, which share one memory of "
+                f"{capacity} units ({used} held there already)"
+            )
 
     def _checked_parts(
         self, ticket: object, parts: Iterable[tuple[int, int]]

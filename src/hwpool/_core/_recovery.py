@@ -47,6 +47,7 @@ class Recovery:
                 raise ValueError(
                     f"cannot restore {units} units on GPU {gpu}: only {free[gpu]} free"
                 )
+        books.check_memory_room(dict.fromkeys(gpus, units))  # rule 13
         hash(owner)  # TypeError for an owner that cannot be one, before any change
         at = books.commit(books.time(now))
         if owner is not None:
