@@ -196,8 +196,7 @@ class FirstFitMachine(BaselineMachine):
 
     def policy_waiting(self) -> list[int]:
         assert self.policy.waiting == len(self.waiting)
-        queued = sorted(entry for fifo in self.policy.classes.values() for entry in fifo)
-        return [task for _, task in queued]
+        return [task for task, _ in self.policy.queue]
 
 
 SETTINGS = settings(

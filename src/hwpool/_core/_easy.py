@@ -103,6 +103,15 @@ class Easy:
                 self.head = self._choose(ticket, demand, now)
         elif self.order.fair:
             self.head = self._yield_head(self.head, now)
+            if self.head.ticket == ticket:  # the head yielded to it (rule 10e): granted if it
+                gpus = self.placement.fit(demand, None, take=True)  # fits (rule 5e)
+                if gpus is not None:
+                    self.dequeue(ticket)
+                    grant = self.start(ticket, demand, gpus, now, hint)
+                    first = self._next_head()  # the head it passed, head again
+                    queue = self.order.queue
+                    self.head = None if first is None else self._choose(first, queue[first], now)
+                    return ticket, grant
         return ticket, None
 
     def place_new(self, demand: Demand, hint: float | None, now: float) -> tuple[int, ...] | None:
@@ -202,9 +211,46 @@ class Easy:
         """Grant from the front while the first waiter fits anywhere (rule 5e), settle the
         head (rule 3e), then backfill behind it (rule 4e)."""
         grants: list[Grant] = []
+        head = self.head
+        queue = self.order.queue
+        while True:
+            head = self._grant_from_front(head, now, grants)
+            if not queue:
+                self.head = None
+                return grants
+            kept = head
+            if head is None:
+                first = self._next_head()
+                if first is None:  # every waiter is held by its owner's limit (rule 11)
+                    self.head = None
+                    return grants
+                head = self._choose(first, queue[first], now)
+            if not self.order.fair:
+                break
+            yielded = self._yield_head(head, now)
+            if (
+                yielded is head
+                or self.placement.fit(queue[yielded.ticket], None, take=False) is None
+            ):
+                head = yielded
+                break
+            head = yielded  # the head rule 10e chose fits now: granted (rule 5e), and again
+        if head is kept and now >= head.shadow and not head.moved:  # overdue: move once
+            ticket, demand = head.ticket, queue[head.ticket]
+            better = self._choose(ticket, demand, now, moved=True)
+            if better.gpus != head.gpus and better.shadow < drain(
+                self.books, self.durations, head, demand, now
+            ):
+                head = better._replace(since=head.since)
+        self.head = head
+        self.backfill.run(head, now, grants)
+        return grants
+
+    def _grant_from_front(self, head: Head | None, now: float, grants: list[Grant]) -> Head | None:
+        """Grant the head, then each next head, while it fits anywhere (rule 5e); the head
+        left (None: choose one)."""
         order, holds = self.order, self.holds
         queue = order.queue
-        head = self.head
         limited = holds.active
         fifo = not order.fair and self.resume is None and not limited
         while queue:  # the head, else the next head (rule 10e; rule 11: not a held one)
@@ -226,28 +272,7 @@ class Easy:
             self.dequeue(ticket)
             grants.append(self.start(ticket, demand, gpus, now, hint))
             head = None
-        if not queue:
-            self.head = None
-            return grants
-        kept = head
-        if head is None:
-            first = self._next_head()
-            if first is None:  # every waiter is held by its owner's limit (rule 11)
-                self.head = None
-                return grants
-            head = self._choose(first, queue[first], now)
-        if order.fair:
-            head = self._yield_head(head, now)
-        if head is kept and now >= head.shadow and not head.moved:  # overdue: move once
-            ticket, demand = head.ticket, queue[head.ticket]
-            better = self._choose(ticket, demand, now, moved=True)
-            if better.gpus != head.gpus and better.shadow < drain(
-                self.books, self.durations, head, demand, now
-            ):
-                head = better._replace(since=head.since)
-        self.head = head
-        self.backfill.run(head, now, grants)
-        return grants
+        return head
 
     # ----------------------------------------------------------------- the head (rule 10e)
     def _next_head(self) -> int | None:

@@ -150,6 +150,19 @@ class CorePolicy:
         """How many tasks wait."""
         return self.core.queue_length
 
+    @property
+    def held(self) -> dict[int, tuple[tuple[int, ...], tuple[int, ...]]]:
+        """Each running task's GPUs and the units it holds on each."""
+        return {
+            task: (grant.gpus, tuple(units for _, units in self.core.held(grant)))
+            for task, grant in self._held.items()
+        }
+
+    @property
+    def queue(self) -> list[tuple[int, Demand]]:
+        """The waiting tasks with their demands, in the core's queue order."""
+        return [(self._task_of[w.ticket], w.demand) for w in self.core.waiters()]
+
     def submit(self, task: int, demand: Demand, now: float = 0.0) -> list[Start]:
         """``task`` arrives wanting ``demand``; return the tasks started as a result."""
         ticket, grant = self.core.submit(demand, now=now)
