@@ -11,6 +11,7 @@ from hwpool._server._drain_file import Drained
 from hwpool._server._host_entries import Client, Delivery
 from hwpool._server._host_state import HostState
 from hwpool._server._host_status import NO_REASON
+from hwpool._server._journal import Journal, JournalEntry
 from hwpool._wire import _protocol as p
 from hwpool._wire._protocol import ErrorCode, ProtocolError
 
@@ -105,8 +106,6 @@ def test_a_refused_drain_changes_nothing(
 
 
 def test_a_lease_held_before_a_restart_is_reclaimed_on_a_drained_gpu() -> None:
-    from hwpool._server._journal import Journal, JournalEntry
-
     state = HostState(1, admins={0})
     state.restore_drained(Drained(None, ((0, "repair"),)), 0.0)
     entry = JournalEntry(7, 1000, 10, 1, FULL, ((0, FULL),))

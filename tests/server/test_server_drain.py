@@ -108,9 +108,7 @@ def test_new_work_goes_to_the_gpu_that_is_not_drained(
     assert client.answer(2)["op"] == "granted"
 
 
-def test_a_drain_survives_a_sigkill_of_the_server(
-    start_server: StartServer, sockdir: Path
-) -> None:
+def test_a_drain_survives_a_sigkill_of_the_server(start_server: StartServer, sockdir: Path) -> None:
     path = sockdir / "s.sock"
     first = start_server("--gpus", "2", socket=path)
     assert _hwpool("drain", "--socket", str(path), "--gpu", "1", "--reason", "bad fan")[0] == 0
@@ -133,8 +131,11 @@ def test_a_drain_survives_a_sigkill_of_the_server(
 
 @pytest.mark.parametrize(
     "content",
-    [b"{not json", b'{"version": 1, "server": "x", "gpus": [[5, "r"]]}',
-     b'{"version": 1, "server": "a\\u001bb"}'],  # fmt: skip
+    [
+        b"{not json",
+        b'{"version": 1, "server": "x", "gpus": [[5, "r"]]}',
+        b'{"version": 1, "server": "a\\u001bb"}',
+    ],
 )
 def test_a_drain_file_that_is_not_valid_stops_the_start_naming_it(
     start_server: StartServer, sockdir: Path, content: bytes
