@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import socket
 import subprocess
 from collections.abc import Callable
@@ -15,7 +16,10 @@ from pathlib import Path
 import pytest
 
 from hostserver import BOUND, Server, run_cli, status_of
+from hwpool._cli._jobs_waits import job_waits
+from hwpool._cli._waitwhy import wait_words
 from hwpool._core._capacity import UNITS_PER_GPU
+from hwpool._jobs._store import JobStore
 from hwpool._wire._bounds import MAX_REASON
 from rawpeers import Peer, acquire, hello
 from users import Users
@@ -218,3 +222,28 @@ def test_a_member_who_is_not_an_admin_is_refused_and_nothing_changes(
     assert _hwpool("drain", "--socket", str(path), "--gpu", "1")[0] == 0
     assert json.loads((sockdir / "s.sock.drain").read_text())["gpus"] == [[1, ""]]
     assert os.stat(sockdir / "s.sock.drain").st_uid == os.geteuid()
+
+
+def test_a_queued_job_of_a_drained_server_says_it_waits_for_the_drain(
+    start_server: StartServer,
+    sockdir: Path,
+    peers: list[Peer],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    path = sockdir / "s.sock"
+    start_server("--gpus", "1", socket=path)
+    assert _hwpool("drain", "--socket", str(path), "--reason", "driver update")[0] == 0
+    with JobStore.open(tmp_path / "state") as store:
+        job = store.add(["python", "train.py"], environment={}, cwd="/srv")
+    # The supervisor labels a queued job's request "jN NAME": the GPU is free, but drained.
+    peer = _peer(path, peers)
+    peer.send({**acquire(1), "name": f"{job.id} train"})
+    _queued(peer, 1, 2)
+    monkeypatch.setenv("HWPOOL_SOCKET", str(path))
+    monkeypatch.delenv("HWPOOL_SYSTEM_SOCKET", raising=False)
+    me = pwd.getpwuid(os.getuid()).pw_name
+    wait = job_waits([(me, job)])[me, job.id]
+    assert (wait.reason, wait.detail, wait.estimated_start) == ("draining", "driver update", None)
+    said = {"reason": wait.reason, "reason_detail": wait.detail, "estimated_start": None}
+    assert wait_words(said) == "draining: driver update; start unknown"
