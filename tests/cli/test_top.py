@@ -81,6 +81,7 @@ def test_a_waiter_shows_its_owner_and_why_it_waits() -> None:
     [
         ({"journal_error": "disk full"}, {}, "the server cannot write its journal"),
         ({"recovering_s": 2.0}, {}, "the server is recovering after a restart"),
+        ({"draining": "driver update"}, {}, "the server is draining: driver update"),
         ({}, {"held": "bob holds 2 GPUs, his limit"}, "held by its owner's limits: bob holds"),
         ({}, {"reserved": [0]}, "GPU 0 reserved for it, until the leases there end"),
         ({}, {"count": 1, "fraction": 0.25}, "behind the requests ahead of it"),
@@ -91,6 +92,17 @@ def test_why_a_request_waits(server: dict[str, Any], waiter: dict[str, Any], why
     rep["server"].update(server)
     rep["waiting"][0].update(waiter)
     assert why_waiting(rep["waiting"][0], rep).startswith(why)
+
+
+def test_a_drained_server_or_gpu_is_said_at_the_top() -> None:
+    rep = report()
+    rep["gpus"][1]["draining"] = "fan\x1b"
+    assert "! GPU 1 draining: fan\\x1b" in render(rep, 200, 40)
+    rep["server"]["draining"] = "driver update"
+    rep["gpus"][0]["draining"] = rep["gpus"][1]["draining"] = "driver update"
+    lines = render(rep, 200, 40)
+    assert "! draining, nothing new is granted: driver update" in lines
+    assert not [line for line in lines if line.startswith("! GPU")]
 
 
 def test_a_waiter_shows_the_servers_reason_and_estimated_start() -> None:

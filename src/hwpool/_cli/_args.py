@@ -21,7 +21,7 @@ from .._core._memory import parse_memory
 from .._jobs._arrays import ArraySpec, parse_array_spec
 from .._jobs._model import JOB_ID_PREFIX, JobState, parse_job_ref
 from .._sim._names import POLICIES as SIMULATED_POLICIES
-from .._wire._bounds import MAX_PRIORITY
+from .._wire._bounds import MAX_PRIORITY, MAX_REASON
 from ._env import seconds_from_text
 
 __all__ = [
@@ -35,8 +35,10 @@ __all__ = [
     "cancel_id",
     "count",
     "demand_from_text",
+    "drain_reason",
     "env_assignment",
     "gpu_count",
+    "gpu_index",
     "gpu_memory_list",
     "job_id_argument",
     "job_ids_argument",
@@ -201,6 +203,27 @@ def count(text: str) -> int:
         return int_from_text("the value", text, minimum=1)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc).removeprefix("the value ")) from None
+
+
+def gpu_index(text: str) -> int:
+    """A GPU's index, as ``hwpool status`` shows it: an int 0..MAX_GPUS - 1."""
+    try:
+        return int_from_text("the value", text, minimum=0, maximum=MAX_GPUS - 1)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"a GPU index: {exc}") from None
+
+
+def drain_reason(text: str) -> str:
+    """A drain's reason: printable text of at most MAX_REASON characters."""
+    if len(text) > MAX_REASON:
+        raise argparse.ArgumentTypeError(
+            f"at most {MAX_REASON} characters, got {len(text)}: {text[:40]!r}..."
+        )
+    if not text.isprintable():
+        raise argparse.ArgumentTypeError(
+            f"must be printable text (no control characters), got {text[:80]!r}"
+        )
+    return text
 
 
 def port(text: str) -> int:

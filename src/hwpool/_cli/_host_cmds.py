@@ -145,6 +145,20 @@ def _live_line(gpu: dict[str, Any]) -> str:
     )
 
 
+def _draining(reason: str) -> str:
+    """``draining: driver update`` (escaped), or ``draining`` where no reason was given."""
+    return f"draining: {printable(reason)}" if reason else "draining (no reason given)"
+
+
+def _gpu_drain(gpu: dict[str, Any], server: dict[str, Any]) -> str:
+    """``  draining: fan noise`` for a GPU drained on its own (the whole server's drain is
+    said once, on its own line)."""
+    reason = gpu.get("draining")
+    if reason is None or server.get("draining") is not None:
+        return ""
+    return f"  {_draining(reason)}"
+
+
 def _asked(waiter: dict[str, Any]) -> str:
     if waiter["count"] > 1:
         return f"{waiter['count']} whole GPUs"
@@ -181,9 +195,14 @@ def _format(report: dict[str, Any]) -> str:
         )
     if server["journal_error"] is not None:
         lines.append(f"journal not writable: nothing new is granted ({server['journal_error']})")
+    if server.get("draining") is not None:
+        lines.append(
+            f"{_draining(server['draining'])}: nothing new is granted, leases run to their "
+            "end (`hwpool resume` ends it)"
+        )
     sized = report["sized_in_memory"]
     lines.append("GPU  free  memory free          device" if sized else "GPU  free  device")
-    lines += [_gpu_line(g) + _live_line(g) for g in report["gpus"]]
+    lines += [_gpu_line(g) + _live_line(g) + _gpu_drain(g, server) for g in report["gpus"]]
     lines.append(f"leases ({len(report['leases'])}):")
     lines += [
         f"  #{x['id']} {printable(x['user'])} pid {x['pid']}: {_held(x)}, "

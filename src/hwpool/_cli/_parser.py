@@ -282,6 +282,34 @@ def _add_host(commands: Subcommands) -> None:
     )  # fmt: skip
     _socket_option(cancel)
     cancel.set_defaults(run=_cancel)
+    _add_drain(commands)
+
+
+def _add_drain(commands: Subcommands) -> None:
+    drain = commands.add_parser(
+        "drain", help="take the server, or some of its GPUs, out of service (admins)",
+        description="Drain the whole server, or each --gpu: nothing new is granted there; "
+        "leases already held run to their end; waiters stay queued and say why they wait. "
+        "The drain survives a restart of the server. Root or the server's admin group only.",
+    )  # fmt: skip
+    resume = commands.add_parser(
+        "resume", help="put a drained server or GPUs back in service (admins)",
+        description="End the drain of the whole server (and of every GPU), or of each --gpu: "
+        "waiters are granted there again. Root or the server's admin group only.",
+    )  # fmt: skip
+    for parser, verb in ((drain, "drain"), (resume, "resume")):
+        parser.add_argument(
+            "--gpu", type=_args.gpu_index, action="append", metavar="INDEX",
+            help=f"{verb} GPU INDEX only, as `hwpool status` numbers them (repeatable; "
+            "default: the whole server)",
+        )  # fmt: skip
+        _socket_option(parser)
+    drain.add_argument(
+        "--reason", type=_args.drain_reason, metavar="TEXT",
+        help="why, shown by `hwpool status` and beside every waiter (`draining: TEXT`)",
+    )  # fmt: skip
+    drain.set_defaults(run=_drain)
+    resume.set_defaults(run=_resume)
 
 
 def _socket_option(parser: argparse.ArgumentParser) -> None:
@@ -576,6 +604,8 @@ _bench = _lazy("._tools", "cmd_bench")
 _serve = _lazy("._serve", "cmd_serve")
 _status = _lazy("._host_cmds", "cmd_status")
 _top = _lazy("._top", "cmd_top")
+_drain = _lazy("._drain_cmds", "cmd_drain")
+_resume = _lazy("._drain_cmds", "cmd_resume")
 
 
 def _cancel(args: argparse.Namespace) -> int:

@@ -25,6 +25,7 @@ def status_report(wire: Wire, reply: StatusReply) -> dict[str, Any]:
 
     in_use = _in_use_now(welcome.gpus) if totals is not None else (None,) * len(welcome.gpus)
     live = _live(reply)
+    drained = dict(reply.drained_gpus)  # a GPU's own drain; else the server's (None: none)
 
     report = {
         "socket": str(wire.path),
@@ -32,6 +33,7 @@ def status_report(wire: Wire, reply: StatusReply) -> dict[str, Any]:
             "pid": welcome.pid, "uid": welcome.uid, "user": user_name(welcome.uid),
             "version": welcome.server, "uptime_s": reply.uptime_s,
             "recovering_s": reply.recovering_s, "journal_error": reply.journal_error,
+            "draining": reply.draining,
         },
         "sized_in_memory": totals is not None,
         "gpus": [
@@ -40,7 +42,8 @@ def status_report(wire: Wire, reply: StatusReply) -> dict[str, Any]:
              "parent": g.parent, "memory_mib": g.memory_mib, "free": share(g.index, free),
              "free_mib": None if totals is None else free,
              "total_mib": None if totals is None else totals[g.index],
-             "in_use_mib": in_use[g.index], "live": live.get(g.index)}
+             "in_use_mib": in_use[g.index], "live": live.get(g.index),
+             "draining": drained.get(g.index, reply.draining)}
             for g, free in zip(welcome.gpus, reply.free, strict=False)
         ],
         "leases": [

@@ -69,6 +69,11 @@ def _header(report: Report, note: str) -> list[str]:
             f"! recovering after a restart: nothing new is granted for "
             f"{server['recovering_s']:.1f} s more"
         )
+    if server.get("draining") is not None:
+        lines.append(f"! draining, nothing new is granted: {printable(server['draining'])}")
+    drained = [g for g in report["gpus"] if g.get("draining") is not None]
+    if drained and server.get("draining") is None:
+        lines += [f"! GPU {g['index']} draining: {printable(g['draining'])}" for g in drained]
     watch = report.get("watch")
     if isinstance(watch, Mapping) and watch.get("problem"):
         lines.append(f"! GPU watcher: {printable(str(watch['problem']))}")
@@ -162,6 +167,8 @@ def why_waiting(waiter: Mapping[str, Any], report: Report) -> str:
         return "the server cannot write its journal: nothing is granted"
     if server.get("recovering_s"):
         return "the server is recovering after a restart"
+    if server.get("draining") is not None:
+        return f"the server is draining: {printable(server['draining'])}"
     if waiter.get("held"):
         return f"held by its owner's limits: {printable(waiter['held'])}"
     if waiter.get("reserved"):

@@ -23,6 +23,7 @@ from ._defaults import (
     MAX_REQUESTS_PER_USER,
     REVOKED_HOLD_S,
 )
+from ._drain_file import Drained
 from ._host_entries import ID_BLOCK, Client, Delivery, Entry, Recovery, _job, _journaled, _no_log
 from ._journal import Counters, Journal, JournalEntry
 from ._waits import Kept
@@ -93,6 +94,8 @@ class _HostBooks:
         self._by_ticket: dict[int, Entry] = {}
         self._held_back: list[Entry] = []
         self._kept_waits = Kept()  # the queue's last explanation (status), while unchanged
+        self.drained = Drained()  # what an admin drained (see _host_drain)
+        self._outside = [0] * num_gpus  # units the GPU watch withholds per GPU (_host_drain)
         self.max_per_connection = max_per_connection
         self.max_per_user = max_per_user
         self._per_uid: dict[int, int] = {}  # requests (leases and waiters) per uid

@@ -121,12 +121,6 @@ class _HostRevokes(_HostAdmission):
         entry = self._by_id.get(ident)
         return entry if entry is not None and entry.held is not None else None
 
-    def withhold(self, gpu: int, units: int, now: float) -> list[Delivery]:
-        """Withhold ``units`` of ``gpu`` from what is shared (memory used outside the queue;
-        they replace what was withheld there before), granting what a smaller amount lets
-        through. Not journaled: a restarted server samples the GPUs again."""
-        return self._deliver(self.core.withhold(gpu, units, now=now), now)
-
     def end_for_overuse(self, entry: Entry, by: int, now: float) -> list[Delivery]:
         """End lease ``entry`` for using more GPU memory than it was leased: its holder is told
         ``revoked`` (reason ``overuse``, by uid ``by``: the server's), and it is released."""

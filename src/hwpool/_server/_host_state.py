@@ -36,7 +36,8 @@ Its parts, each with one job (a chain of classes, each adding to the one below):
 ``_host_entries`` (clients, entries, deliveries), ``_host_books`` (the books and the
 journal's view of them), ``_host_admission`` (a request checked and admitted),
 ``_host_revokes`` (time limits, revocations, lapsed offers, overuse), ``_host_recovery``
-(after a restart), ``_host_status`` (the status answer); this module adds the requests.
+(after a restart), ``_host_drain`` (drained GPUs, memory withheld), ``_host_status`` (the
+status answer); this module adds the requests.
 """
 
 from __future__ import annotations

@@ -18,14 +18,17 @@ from .._wire._protocol import (
     WaiterRecord,
 )
 from ._host_admission import _limit_words, _who
+from ._host_drain import _HostDrain
 from ._host_entries import Client, Entry
-from ._host_recovery import _HostRecovery
 from ._waits import HeldLease, describe_units, explain_waiters
 
-__all__ = ["Built"]
+__all__ = ["NO_REASON", "Built"]
+
+NO_REASON = "nothing new starts until an admin runs `hwpool resume`"
+"""A waiter's detail while the server is drained with no reason given."""
 
 
-class _HostStatus(_HostRecovery):
+class _HostStatus(_HostDrain):
     """The status answer (see the module)."""
 
     def status(
@@ -96,6 +99,7 @@ class _HostStatus(_HostRecovery):
             self.released, self.cancelled, self.timed_out, left, now - started,
             owners=tuple(r for r in shown if isinstance(r, OwnerRecord)), owners_left_out=left_out,
             accounts=tuple(r for r in shown if isinstance(r, AccountRecord)),
+            draining=self.drained.server, drained_gpus=self.drained.gpus,
         )  # fmt: skip
 
     def _explained(
@@ -117,7 +121,12 @@ class _HostStatus(_HostRecovery):
         ]
         hints = {e.ticket: e.expected_s for e, *_ in waiting if e.ticket and e.expected_s}
         describe = describe_units(self.totals is not None, self.units_per_gpu)
-        return explain_waiters(self.core, leases, hints, now, describe)
+        why = self.drained.server
+        outside = (
+            None if why is None
+            else {w.ticket: (Reason.DRAINING, why or NO_REASON) for w in self.core.waiters()}
+        )  # fmt: skip
+        return explain_waiters(self.core, leases, hints, now, describe, outside=outside)
 
     def _owners(self, waiting: list[Hashable], now: float) -> list[OwnerRecord | AccountRecord]:
         """Every owner with a lease, a waiter or a share of its own, as the core counts it (its

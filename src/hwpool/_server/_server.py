@@ -54,6 +54,7 @@ from .._wire._protocol import (
     Cancel,
     ClientMessage,
     Done,
+    Drain,
     ErrorCode,
     ErrorReply,
     Give,
@@ -82,6 +83,7 @@ from ._defaults import (
     METRICS_MAX_CONNECTIONS,
     METRICS_TIMEOUT_S,
 )
+from ._drain_file import DrainFileError, drain_path, load_drained, save_drained
 from ._host_entries import Client, Delivery
 from ._host_state import HostState
 from ._journal import JournalEntry
@@ -383,6 +385,8 @@ class _Server:
         procs = ProcFS()
         self.state.job_runs = lambda client: has_job(client.holder, procs)
         self.journal_path = _journal.journal_path(config.socket)
+        self.drain_path = drain_path(config.socket)
+        self.load_drained()
         self.by_client: dict[Client, _Connection] = {}
         self.per_uid: dict[int, int] = {}  # connections, welcomed or not, per uid
         self.per_role: dict[tuple[int, str], int] = {}  # welcomed connections per uid and role
@@ -409,6 +413,37 @@ class _Server:
         self._names: dict[int, str] = {}  # uid -> "alice (uid 1000)", for the log
         self.metrics: MetricsEndpoint | None = None  # --metrics-port: fed from the loop
         self.watching = _watching_of(self)  # None: the GPUs are not watched
+
+    def load_drained(self) -> None:
+        """Put in force what the drain file says is drained (before anything is served);
+        ServeError for a file that is not valid: no GPU an admin drained is ever granted."""
+        try:
+            drained = load_drained(self.drain_path, len(self.config.gpus))
+        except DrainFileError as exc:
+            raise ServeError(f"{exc}; not starting") from None
+        self.state.restore_drained(drained, time.monotonic())
+        if drained.server is not None:
+            self.say(f"drained (as {str(self.drain_path)!r} says): the server: "
+                     f"{drained.server or 'no reason given'}")  # fmt: skip
+        for gpu, reason in drained.gpus:
+            self.say(f"drained (as {str(self.drain_path)!r} says): GPU {gpu}: "
+                     f"{reason or 'no reason given'}")  # fmt: skip
+
+    def drain(self, client: Client, message: Drain, now: float) -> list[Delivery]:
+        """``hwpool drain`` / ``resume``: checked, written to the drain file, then put in
+        force (a change the file does not have is refused, changing nothing)."""
+        drained = self.state.planned_drain(client, message)
+        try:
+            save_drained(self.drain_path, drained)
+        except OSError as exc:
+            self.say(f"cannot write the drain file {str(self.drain_path)!r}: {exc}")
+            raise ProtocolError(
+                ErrorCode.REPLY_FAILED,
+                f"cannot write the drain file {str(self.drain_path)!r}: "
+                f"{exc.strerror or exc}; nothing changed",
+                message.req,
+            ) from None
+        return self.state.apply_drain(client, message, drained, now)
 
     def who(self, uid: int) -> str:
         """``alice (uid 1000)``, or ``uid 1000`` when no user has that uid, for the log;
@@ -586,6 +621,8 @@ class _Server:
                 return state.give(client, message, now)
             case Take():
                 return state.take(client, message, now)
+            case Drain():
+                return self.drain(client, message, now)
         raise ProtocolError(ErrorCode.HELLO_FIRST, "hello comes first, and once")
 
     def status_answer(self, client: Client, message: Status) -> Iterator[bytes]:
@@ -948,8 +985,8 @@ def serve(config: ServeConfig, out: TextIO | None = None) -> None:
                 config.metrics_host, config.metrics_port, config.metrics_max_connections,
                 config.metrics_timeout_s,
             )  # fmt: skip
-        sock = bind(config.socket, config.group)
-        server = _Server(config, sys.stderr if out is None else out)
+        server = _Server(config, sys.stderr if out is None else out)  # (a bad drain file:
+        sock = bind(config.socket, config.group)  # no socket is left behind)
         if metrics is not None:
             server.metrics = metrics
             server.say(f"metrics on {metrics.said}")

@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import NamedTuple
 
-from .._core._explain import Explanation, Running, explain
+from .._core._explain import Explanation, Reason, Running, explain
 from .._core._memory import format_mib
 from .._core._scheduler import Demand, Grant, Scheduler
 
@@ -56,10 +56,14 @@ def explain_waiters(
     hints: Mapping[int, float],
     now: float,
     describe: Callable[[int], str],
+    *,
+    outside: Mapping[int, tuple[Reason, str]] | None = None,
 ) -> dict[int, Explanation]:
     """Every waiter of ``core`` explained, by its ticket. ``hints``: the hold time a waiter's
-    client expects (by ticket). A lease whose parts the core cannot name as one grant (one
-    released in part, unevenly) is planned never to end: its room is unknown."""
+    client expects (by ticket); ``outside``: waiters the server holds for its own reason
+    (a drained server's: ticket -> ``(Reason.DRAINING, detail)``). A lease whose parts the
+    core cannot name as one grant (one released in part, unevenly) is planned never to end:
+    its room is unknown."""
     totals = core.totals
     running: list[Running] = []
     expected = dict(hints)
@@ -74,7 +78,7 @@ def explain_waiters(
             hold = by if hold is None else min(hold, by)
         if hold is not None:
             expected[lease.ticket] = hold
-    found = explain(core, running, now=now, hints=expected, describe=describe)
+    found = explain(core, running, now=now, hints=expected, describe=describe, outside=outside)
     return {e.ticket: e for e in found}
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from .._core._scheduler import Demand
-from ._bounds import MAX_PRIORITY
+from ._bounds import MAX_PRIORITY, MAX_REASON
 from ._fields import _Fields, _limit, _opened, _put_texts, _texts, _ticket, _unit
 from ._framing import MAX_GPUS, TOKEN, ErrorCode, ProtocolError, Role, Unit
 
@@ -250,8 +250,40 @@ class Take:
         return out
 
 
+@dataclass(frozen=True, slots=True)
+class Drain:
+    """Drain GPUs ``gpus`` (none: the whole server) for ``reason``, or (``resume``) end their
+    drain: nothing new is granted on a drained GPU, leases there run to their end (admins
+    only; answered ``done``). ``reason``: printable, at most ``MAX_REASON`` characters."""
+
+    req: int
+    gpus: tuple[int, ...] = ()
+    reason: str = ""
+    resume: bool = False
+    op: ClassVar[str] = "drain"
+
+    def wire(self) -> dict[str, object]:
+        out: dict[str, object] = {"op": self.op, "req": self.req, "gpus": list(self.gpus)}
+        if self.reason:
+            out["reason"] = self.reason
+        if self.resume:
+            out["resume"] = True
+        return out
+
+
 ClientMessage = (
-    Hello | Acquire | Withdraw | Release | Reclaim | Reclaimed | Status | Cancel | Bye | Give | Take
+    Hello
+    | Acquire
+    | Withdraw
+    | Release
+    | Reclaim
+    | Reclaimed
+    | Status
+    | Cancel
+    | Bye
+    | Give
+    | Take
+    | Drain
 )
 
 
@@ -306,6 +338,17 @@ def _reclaim(f: _Fields) -> Reclaim:
     )  # fmt: skip
 
 
+def _drain(f: _Fields) -> Drain:
+    gpus = () if f.obj.get("gpus") is None else f.ints("gpus")
+    twice = sorted({gpu for gpu in gpus if gpus.count(gpu) > 1})
+    if twice:
+        raise f.fail(f"gpus names GPU {twice[0]} more than once")
+    reason = "" if f.obj.get("reason") is None else f.text("reason", MAX_REASON)
+    if not reason.isprintable():
+        raise f.fail(f"reason must be printable text (no control characters), got {reason!r:.80}")
+    return Drain(f.num("req"), gpus, reason, f.opt_flag("resume"))
+
+
 _CLIENT: dict[str, Callable[[_Fields], ClientMessage]] = {
     "hello": _hello,
     "acquire": _acquire,
@@ -318,6 +361,7 @@ _CLIENT: dict[str, Callable[[_Fields], ClientMessage]] = {
     "bye": lambda f: Bye(f.num("req")),
     "give": lambda f: Give(f.num("req"), f.num("id", 1)),
     "take": lambda f: Take(f.num("req"), f.num("id", 1), _ticket(f), **_texts(f)),
+    "drain": _drain,
 }
 
 

@@ -34,12 +34,13 @@ These modules do no I/O: they turn bytes into validated messages and back. Decod
 
 from __future__ import annotations
 
-from ._bounds import MAX_PRIORITY, MAX_TEXT
+from ._bounds import MAX_PRIORITY, MAX_REASON, MAX_TEXT
 from ._client_messages import (
     Acquire,
     Bye,
     Cancel,
     ClientMessage,
+    Drain,
     Give,
     Hello,
     Reclaim,
@@ -100,6 +101,7 @@ __all__ = [
     "MAX_OUTSIDE",
     "MAX_OWNERS",
     "MAX_PRIORITY",
+    "MAX_REASON",
     "MAX_TEXT",
     "PROTOCOL_VERSION",
     "TICKET",
@@ -110,6 +112,7 @@ __all__ = [
     "Cancel",
     "ClientMessage",
     "Done",
+    "Drain",
     "ErrorCode",
     "ErrorReply",
     "GPUStateRecord",

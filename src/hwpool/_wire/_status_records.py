@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ._bounds import MAX_ID
+from ._bounds import MAX_ID, MAX_REASON
 from ._fields import _Fields, _put_texts, _texts, _unit
 from ._framing import MAX_GPUS, Unit
 
@@ -204,6 +204,9 @@ class StatusReply:
     each account (of the server's ``[accounts]``) likewise, at most MAX_OWNERS of both
     together (``owners_left_out`` counts the rest); sent only when there are some (older
     servers never send them; an older client ignores ``accounts``).
+    ``draining``: the reason the whole server is drained (nothing new is granted), or None;
+    ``drained_gpus``: each GPU drained on its own, ``(index, reason)``; sent only when set
+    (older servers never send them).
     """
 
     req: int
@@ -227,6 +230,8 @@ class StatusReply:
     outside: tuple[OutsideRecord, ...] = ()
     outside_left_out: int = 0
     ended_for_overuse: int = 0
+    draining: str | None = None
+    drained_gpus: tuple[tuple[int, str], ...] = ()
     op: ClassVar[str] = "status"
 
     def wire(self) -> dict[str, object]:
@@ -256,6 +261,10 @@ class StatusReply:
             out["outside_left_out"] = self.outside_left_out
         if self.ended_for_overuse:
             out["ended_for_overuse"] = self.ended_for_overuse
+        if self.draining is not None:
+            out["draining"] = self.draining
+        if self.drained_gpus:
+            out["drained_gpus"] = [{"gpu": g, "reason": r} for g, r in self.drained_gpus]
         return out
 
 
@@ -346,7 +355,14 @@ def _status(f: _Fields) -> StatusReply:
         tuple(_gpu_state(x) for x in f.objects("gpu_state")) if "gpu_state" in f.obj else (),
         tuple(_outside(x) for x in f.objects("outside")) if "outside" in f.obj else (),
         f.opt_num("outside_left_out") or 0, f.opt_num("ended_for_overuse") or 0,
+        None if f.obj.get("draining") is None else f.text("draining", MAX_REASON),
+        tuple(_drained_gpu(x) for x in f.objects("drained_gpus"))
+        if "drained_gpus" in f.obj else (),
     )  # fmt: skip
+
+
+def _drained_gpu(f: _Fields) -> tuple[int, str]:
+    return f.num("gpu", 0, MAX_GPUS - 1), f.text("reason", MAX_REASON)
 
 
 def _owner_record(f: _Fields) -> OwnerRecord:
