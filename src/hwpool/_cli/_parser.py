@@ -152,6 +152,11 @@ def _add_host(commands: Subcommands) -> None:
         help="also serve the members of group NAME (directory 0770, socket 0660)",
     )  # fmt: skip
     srv.add_argument(
+        "--admin-group", metavar="NAME",
+        help="the members of group NAME (as it is when the server starts) may cancel anyone's "
+        "requests and drain the server, as root and the server's own user may",
+    )  # fmt: skip
+    srv.add_argument(
         "--grace", type=_args.positive_seconds, metavar="S",
         help="after a restart, grant nothing new for up to S s while clients reclaim (default 5)",
     )  # fmt: skip
