@@ -216,3 +216,49 @@ def test_cancel_user_needs_job_ids_and_a_known_user(people: list[Person], server
         assert words in done.stderr, (args, done.stderr)
         assert "Traceback" not in done.stderr
     assert not alice.state.exists()  # nothing was made in alice's home
+
+
+@pytest.mark.timeout(240)
+def test_cancel_user_without_ids_cancels_all_their_jobs_or_those_in_a_state(
+    users: Users, people: list[Person], carol: Person, server: Server
+) -> None:
+    """``scancel -u NAME``'s counterpart: root with ``--state queued`` first (only the queued
+    and held ones go), then the server's admin with nothing more (the running one too)."""
+    alice, bob = people
+    sleeper = shutil.which("sleep") or "/bin/sleep"
+    submitted = [
+        as_user(users, alice, server, "submit", *hold, "--", sleeper, "60")
+        for hold in ((), (), ("--hold",))
+    ]  # fmt: skip
+    assert all(done.returncode == 0 for done in submitted), [d.stderr for d in submitted]
+    running, queued, held = (done.stdout.strip() for done in submitted)
+    until(server, alice, running, "running")
+    request_of(server, queued)
+
+    refused = as_user(users, bob, server, "cancel", "--user", alice.user.name)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert until(server, alice, queued, "queued")["state"] == "queued"
+
+    done = as_root(server, "cancel", "--user", alice.user.name, "--state", "queued,held")
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    assert until(server, alice, queued, "cancelled")["ended_by"] == "root"
+    assert until(server, alice, held, "cancelled")["reason"] == "cancelled by root"
+    assert jobs_of(server, alice)[running]["state"] == "running"
+
+    done = as_user(users, carol, server, "cancel", "--user", alice.user.name)
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    assert "its lease was revoked" in until(server, alice, running, "cancelled")["reason"]
+    done = as_root(server, "cancel", "--user", alice.user.name)
+    assert (done.returncode, done.stdout.split(" has ")[1:]) == (0, ["no job to cancel (held, "
+        "queued, running, waiting-on-dependency)\n"]), done.stderr  # fmt: skip
+
+
+def test_cancel_state_needs_user_and_unfinished_states(server: Server) -> None:
+    for args, words in [
+        (("cancel", "--state", "queued"), "--state selects the jobs of --user NAME"),
+        (("cancel", "--user", "root", "--state", "succeeded"), "only jobs that have not finished"),
+        (("cancel", "--user", "root", "--state", "queued", "j1"), "give one or the other"),
+    ]:
+        done = as_root(server, *args)
+        assert done.returncode == 2, (args, done.stdout, done.stderr)
+        assert words in done.stderr, (args, done.stderr)

@@ -205,3 +205,9 @@ def _end(store: JobStore, job_id: str, how: str) -> None:
         store.mark_timed_out(job_id)
     else:
         store.mark_lost(job_id, reason="gone")
+
+
+def test_a_held_job_cancelled_is_no_longer_held(store: JobStore) -> None:
+    job = add(store, held_by="alice")
+    cancelled = store.mark_cancelled(job.id, by="root")
+    assert (cancelled.held, cancelled.held_by, cancelled.shown_state) == (False, None, "cancelled")

@@ -247,3 +247,45 @@ def test_a_queued_job_of_a_drained_server_says_it_waits_for_the_drain(
     assert (wait.reason, wait.detail, wait.estimated_start) == ("draining", "driver update", None)
     said = {"reason": wait.reason, "reason_detail": wait.detail, "estimated_start": None}
     assert wait_words(said) == "draining: driver update; start unknown"
+
+
+def test_a_member_of_the_admin_group_is_an_admin(
+    users: Users, start_server: StartServer, sockdir: Path
+) -> None:
+    """``--admin-group``: its members may drain and cancel anyone's request; other members of
+    the server's group may not (both real users, the server root's)."""
+    served, admins = users.group(), users.group()
+    alice = users.user([served, admins])
+    bob = users.user([served])
+    sockdir.chmod(0o755)
+    path = sockdir / "s.sock"
+    server = start_server(
+        "--gpus", "1", "--group", str(served), "--admin-group", str(admins), socket=path
+    )
+    assert any(f"admin group {admins}" in line for line in server.lines)
+    env = users.env(HWPOOL_SOCKET=str(path), HWPOOL_AUTOSTART="0", HWPOOL_SYSTEM_SOCKET="")
+
+    def hwpool_as(user: object, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            users.command(user, ["-m", "hwpool", *args]),  # type: ignore[arg-type]
+            capture_output=True, text=True, env=env, timeout=BOUND * 3, check=False, cwd="/",
+        )  # fmt: skip
+
+    refused = hwpool_as(bob, "drain", "--reason", "mine now")
+    assert refused.returncode == 1 and "only an admin of this server" in refused.stderr
+    assert status_of(path)["server"]["draining"] is None
+    done = hwpool_as(alice, "drain", "--reason", "driver update")
+    assert done.returncode == 0, done.stderr
+    assert status_of(path)["server"]["draining"] == "driver update"
+    assert any(" drain " in line and alice.name in line for line in server.lines)
+    assert hwpool_as(alice, "resume").returncode == 0
+    assert status_of(path)["server"]["draining"] is None
+
+
+@pytest.mark.parametrize("value", ["no-such-group-hwpool", "-1"])
+def test_a_bad_admin_group_is_refused_naming_it(value: str, tmp_path: Path) -> None:
+    code, out, err = run_cli(
+        "serve", "--socket", str(tmp_path / "s.sock"), "--gpus", "1", "--admin-group", value,
+        "--check-config",
+    )  # fmt: skip
+    assert code == 2 and out == "" and "--admin-group" in err and value in err

@@ -22,9 +22,10 @@ from __future__ import annotations
 import argparse
 import os
 import pwd
+import re
 import sys
 
-from .._jobs._others import default_state_directory
+from .._jobs._others import default_state_directory, read_user_jobs
 from .._wire._connection import Wire
 from .._wire._protocol import LeaseRecord, WaiterRecord
 from ._host_access import cancel_one, socket_of
@@ -34,7 +35,9 @@ __all__ = ["cmd_cancel_user"]
 
 
 def cmd_cancel_user(args: argparse.Namespace) -> int:
-    """``hwpool cancel --user NAME jN...`` (see the module): 0 when each was cancelled."""
+    """``hwpool cancel --user NAME [jN...] [--state S]`` (see the module): 0 when each was
+    cancelled. With no ids: every job of NAME's that is not finished (``--state``: those in
+    these states), as Slurm's ``scancel -u NAME``."""
     job_ids = list(dict.fromkeys(args.ids))
     problem = _usage(args, job_ids)
     if problem is not None:
@@ -46,17 +49,35 @@ def cmd_cancel_user(args: argparse.Namespace) -> int:
         print(f"hwpool: error: cancel --user: no user named {one_line(repr(args.user))}",
               file=sys.stderr)  # fmt: skip
         return 2
+    states = args.state if args.state is not None else _UNFINISHED
     if os.geteuid() == 0:
+        if not job_ids:
+            job_ids = _unfinished(user, states)
+            if not job_ids:
+                print(f"{user.pw_name} has no job to cancel ({', '.join(sorted(states))})")
+                return 0
         return _as_user(user, job_ids)
-    return _at_server(args, user, job_ids)
+    return _at_server(args, user, job_ids, states)
+
+
+_UNFINISHED = frozenset({"queued", "waiting-on-dependency", "held", "running"})
 
 
 def _usage(args: argparse.Namespace, job_ids: list[object]) -> str | None:
-    if not job_ids:
-        return "give the ids of NAME's jobs to cancel (j12)"
     if not all(isinstance(i, str) for i in job_ids) or args.name is not None or args.mine:
         return "takes job ids only (j12); cancel a server request by its id, without --user"
+    if job_ids and args.state is not None:
+        return "--state selects NAME's jobs to cancel when no id is given: give one or the other"
+    if args.state is not None and not args.state <= _UNFINISHED:
+        finished = ", ".join(sorted(args.state - _UNFINISHED))
+        return f"--state: only jobs that have not finished can be cancelled, got {finished}"
     return None
+
+
+def _unfinished(user: pwd.struct_passwd, states: frozenset[str]) -> list[str]:
+    """Root: the ids of ``user``'s jobs in ``states``, oldest first (read-only)."""
+    jobs = read_user_jobs(user, include_finished=False)
+    return [job.id for job in reversed(jobs) if job.shown_state in states]
 
 
 def _as_user(user: pwd.struct_passwd, job_ids: list[str]) -> int:
@@ -95,13 +116,29 @@ def _cancel_as(user: pwd.struct_passwd, job_ids: list[str]) -> int:
     return 1 if unconfirmed else 0
 
 
-def _at_server(args: argparse.Namespace, user: pwd.struct_passwd, job_ids: list[str]) -> int:
+def _at_server(
+    args: argparse.Namespace,
+    user: pwd.struct_passwd,
+    job_ids: list[str],
+    states: frozenset[str] = _UNFINISHED,
+) -> int:
     """Anyone but root: cancel ``user``'s requests and leases labelled with the job ids at
-    the host server, which refuses unless the caller is an admin."""
+    the host server, which refuses unless the caller is an admin; with no ids, every one of
+    ``user``'s labelled with a job id (a waiter is a queued job, a lease a running one; a job
+    waiting on a dependency has none there)."""
     wire = Wire(socket_of(args), role="control")
     try:
         reply = wire.status()
         records: list[LeaseRecord | WaiterRecord] = [*reply.leases, *reply.waiting]
+        if not job_ids:
+            kinds = (LeaseRecord,) * ("running" in states) + (WaiterRecord,) * ("queued" in states)
+            job_ids = list(dict.fromkeys(
+                _job_of(r) for r in records
+                if r.uid == user.pw_uid and _job_of(r) and isinstance(r, kinds)
+            ))  # fmt: skip
+            if not job_ids:
+                print(f"{user.pw_name} has no job to cancel at the server that you may see")
+                return 0
         refused, req = 0, 0
         for job_id in job_ids:
             found = [r for r in records if r.uid == user.pw_uid and _labelled(r, job_id)]
@@ -124,4 +161,13 @@ def _at_server(args: argparse.Namespace, user: pwd.struct_passwd, job_ids: list[
 def _labelled(record: LeaseRecord | WaiterRecord, job_id: str) -> bool:
     """Whether ``record`` is job ``job_id``'s (labelled ``jN NAME`` by the supervisor and
     the launcher)."""
-    return (record.name or "").split(" ", 1)[0] == job_id
+    return _job_of(record) == job_id
+
+
+def _job_of(record: LeaseRecord | WaiterRecord) -> str:
+    """The job id ``record`` is labelled with (``j12``, ``j12_3``), or ``""``."""
+    first = (record.name or "").split(" ", 1)[0]
+    return first if _JOB_LABEL.fullmatch(first) else ""
+
+
+_JOB_LABEL = re.compile(r"j[1-9][0-9]*(?:_[0-9]+)?")

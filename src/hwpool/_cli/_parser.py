@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
@@ -152,6 +153,11 @@ def _add_host(commands: Subcommands) -> None:
         help="also serve the members of group NAME (directory 0770, socket 0660)",
     )  # fmt: skip
     srv.add_argument(
+        "--admin-group", metavar="NAME",
+        help="the members of group NAME (as it is when the server starts) may cancel anyone's "
+        "requests and drain the server, as root and the server's own user may",
+    )  # fmt: skip
+    srv.add_argument(
         "--grace", type=_args.positive_seconds, metavar="S",
         help="after a restart, grant nothing new for up to S s while clients reclaim (default 5)",
     )  # fmt: skip
@@ -278,7 +284,13 @@ def _add_host(commands: Subcommands) -> None:
     cancel.add_argument(
         "--user", metavar="NAME",
         help="the job ids are user NAME's (root or an admin of the server only): root "
-        "cancels them as NAME in NAME's table; an admin through the server, by their labels",
+        "cancels them as NAME in NAME's table; an admin through the server, by their labels. "
+        "With no ids: all of NAME's jobs that have not finished",
+    )  # fmt: skip
+    cancel.add_argument(
+        "--state", type=_args.job_states, metavar="STATE[,STATE...]",
+        help="with --user and no ids: only NAME's jobs in these states (queued, held, "
+        "running, ...)",
     )  # fmt: skip
     _socket_option(cancel)
     cancel.set_defaults(run=_cancel)
@@ -612,6 +624,10 @@ def _cancel(args: argparse.Namespace) -> int:
     """Job ids alone (``hwpool cancel j3 j4``) need only the job table; a server request id,
     ``--name``, ``--mine`` (or nothing, a usage error said there) go to the server's side;
     ``--user NAME``: another user's jobs (``_cancel_user``)."""
+    if args.state is not None and args.user is None:
+        print("hwpool: error: cancel: --state selects the jobs of --user NAME (all of NAME's "
+              "jobs in those states); give --user NAME", file=sys.stderr)  # fmt: skip
+        return _exits.USAGE
     if args.user is not None:
         from ._cancel_user import cmd_cancel_user
 

@@ -39,6 +39,7 @@ __all__ = ["cmd_serve"]
 
 _BUILT_IN: dict[str, object] = {
     "gpus": None, "memory": False, "gpu_memory": None, "reserve_in_use": False, "group": None,
+    "admin_group": None,
     "grace": 5.0, "policy": SERVER_POLICIES[0], "max_connections": 64, "max_control_connections": 8,
     "max_requests_per_connection": MAX_REQUESTS_PER_CONNECTION,
     "max_requests_per_user": MAX_REQUESTS_PER_USER, "hello_timeout": 10.0,
@@ -81,8 +82,8 @@ def _settings(args: argparse.Namespace, socket: Path) -> tuple[Path | None, dict
     settings: dict[str, Any] = {**_BUILT_IN, **from_file}
     for key in _BUILT_IN:
         given = getattr(args, key, None)
-        if key == "group" and given is not None:
-            settings[key] = _group(given)
+        if key in ("group", "admin_group") and given is not None:
+            settings[key] = _group(given, key)
         elif given is not None and given is not False:  # a flag given overrides the file
             settings[key] = _bounded_flag(key, given)
     return path, settings
@@ -198,7 +199,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         totals = capacities_of(gpus, args.reserve_in_use)
     detected = args.gpus is None and args.gpu_memory is None
     config = ServeConfig(
-        socket=path, gpus=gpus, group=args.group, grace_s=args.grace, left_out=_left_out(detected),
+        socket=path, gpus=gpus, group=args.group, admin_group=args.admin_group,
+        grace_s=args.grace, left_out=_left_out(detected),
         hello_timeout_s=args.hello_timeout, max_connections=args.max_connections,
         max_control_connections=args.max_control_connections,
         max_requests_per_connection=args.max_requests_per_connection,
@@ -272,7 +274,7 @@ def _sized(args: argparse.Namespace) -> tuple[GPUInfo, ...]:
     return sized
 
 
-def _group(name: str | None) -> int | None:
+def _group(name: str | None, key: str = "group") -> int | None:
     if name is None:
         return None
     if name.isdigit():
@@ -280,7 +282,7 @@ def _group(name: str | None) -> int | None:
     try:
         return grp.getgrnam(name).gr_gid
     except KeyError:
-        raise Usage(f"--group: no group named {name!r}") from None
+        raise Usage(f"--{key.replace('_', '-')}: no group named {name!r}") from None
 
 
 cmd_serve = guarded(_cmd_serve)

@@ -186,7 +186,7 @@ class JobRecord:
     @property
     def held(self) -> bool:
         """Whether it is held: queued or waiting, and never started until released."""
-        return self.held_by is not None
+        return self.held_by is not None and self.state in (JobState.QUEUED, JobState.WAITING)
 
     @property
     def shown_state(self) -> str:

@@ -542,6 +542,7 @@ class JobStore:
             "exit_code": code,
             "signal": number,
             "ended_at": _now(now),
+            "held_by": None,  # a hold ends with the job
             **_usage_columns(usage),
         }
         if by is not None:

@@ -44,6 +44,7 @@ __all__ = [
     "OVER_LEASE_POLICIES",
     "ConfigError",
     "Owner",
+    "group_members",
     "parse_config",
     "read_config",
 ]
@@ -187,6 +188,7 @@ KEYS: dict[str, Callable[[object], object]] = {
     "gpu_memory": _gpu_memory,
     "reserve_in_use": _flag,
     "group": _group,
+    "admin_group": _group,
     "grace": _seconds,
     "policy": _policy,
     "max_connections": _count,
@@ -569,12 +571,22 @@ def _members(name: str) -> set[int]:
             group = grp.getgrnam(name)
         except KeyError:
             raise ValueError(f"no group named {name!r} (give a group name or gid:N)") from None
-    members = {p.pw_uid for p in pwd.getpwall() if p.pw_gid == group.gr_gid}
+    return group_members(group.gr_gid)
+
+
+def group_members(gid: int) -> set[int]:
+    """The uids of group ``gid``'s members as the system says now: those it names, and those
+    whose primary group it is (none for a gid with no group)."""
+    try:
+        group = grp.getgrgid(gid)
+    except KeyError:
+        return set()
+    members = {p.pw_uid for p in pwd.getpwall() if p.pw_gid == gid}
     for member in group.gr_mem:
         try:
             members.add(pwd.getpwnam(member).pw_uid)
         except KeyError:
-            continue  # a name in the group file with no user: nobody to limit
+            continue  # a name in the group file with no user: nobody to count
     return members
 
 

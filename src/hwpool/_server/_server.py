@@ -76,7 +76,7 @@ from .._wire._protocol import (
 )
 from .._wire._safety import open_side_file
 from . import _journal
-from ._config import Owner
+from ._config import Owner, group_members
 from ._defaults import (
     MAX_REQUESTS_PER_CONNECTION,
     MAX_REQUESTS_PER_USER,
@@ -117,6 +117,7 @@ class ServeConfig:
     socket: Path
     gpus: tuple[GPUInfo, ...]
     group: int | None = None
+    admin_group: int | None = None  # its members may act on anyone's requests, and drain
     grace_s: float = 5.0
     hello_timeout_s: float = 10.0
     max_connections: int = 64  # data connections per uid
@@ -376,7 +377,7 @@ class _Server:
         self.state = HostState(
             len(config.gpus), totals=config.totals, mig=any(g.is_mig for g in config.gpus),
             memory_groups=memory_groups_of(config.gpus),
-            admins={0, self.uid}, log=self.say, policy=config.policy,
+            admins=admins_of(self.uid, config.admin_group), log=self.say, policy=config.policy,
             max_per_connection=config.max_requests_per_connection,
             max_per_user=config.max_requests_per_user, shares=config.shares,
             half_life=config.half_life, limits=config.limits,
@@ -878,6 +879,11 @@ class _Server:
             f"on {str(self.config.socket)!r} "
             f"(pid {os.getpid()}, uid {self.uid}"
             + ("" if self.config.group is None else f", group {self.config.group}")
+            + (
+                ""
+                if self.config.admin_group is None
+                else f", admin group {self.config.admin_group}"
+            )
             + f"); policy {self.config.policy}, half-life {self.config.half_life:g} s"
             + "".join(
                 f", {_owner_said(owner)} share {share:g}"
@@ -969,6 +975,13 @@ def _watching_of(server: _Server) -> Watching | None:
 def _is_status(message: ServerMessage | Iterator[bytes] | None) -> bool:
     """Whether ``message`` is a status answer (sent even while the journal cannot be)."""
     return isinstance(message, StatusReply | Iterator)
+
+
+def admins_of(server_uid: int, admin_group: int | None) -> frozenset[int]:
+    """Who may act on anyone's requests (cancel, drain): root, the server's own uid, and
+    the members of ``admin_group`` as the system says when the server starts."""
+    members = set() if admin_group is None else group_members(admin_group)
+    return frozenset({0, server_uid, *members})
 
 
 def serve(config: ServeConfig, out: TextIO | None = None) -> None:
