@@ -264,9 +264,11 @@ class GPULease:
         # it never waits for a lock); a host server frees it when the connection closes.
         # Its GPUs stop being current_gpus() where they still are (the same tuple: no later
         # lease's, which would be another).
-        grant, token = self._grant, self._token
-        if grant is None and self._claim:
-            grant = self._claim[0]
+        # (getattr: Ctrl-C may have cut __init__ short before its fields were set.)
+        grant, token = getattr(self, "_grant", None), getattr(self, "_token", None)
+        claim = getattr(self, "_claim", None)
+        if grant is None and claim:
+            grant = claim[0]
         if grant is None:
             return
         if token is not None and _current.get() is grant.gpus:
