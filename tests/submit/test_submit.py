@@ -169,8 +169,9 @@ def test_a_killed_supervisor_loses_no_job_and_starts_none_twice(box: Box) -> Non
     wait_gone(supervisor)
     assert box.job(a).state is JobState.RUNNING
     assert len(status_of(box.server.socket)["leases"]) == 1  # a's lease outlived it
-    c = box.submit(job=["c"])  # starts a new supervisor
-    box.file("a.go").touch()
+    c = box.submit(job=["c"])  # starts a new supervisor, which adopts a's launcher
+    box.until(a, lambda _: "adopted" in box.supervisor_log(), "adopted by the new supervisor")
+    box.file("a.go").touch()  # only now: a job that ended before it looked is not adopted
     for job_id in (a, b, c):
         assert box.finished(job_id).state is JobState.SUCCEEDED, box.supervisor_log()
     started = json.loads(box.file("b.started").read_text())
