@@ -290,6 +290,10 @@ def test_root_may_hold_release_and_update_another_users_job_and_a_member_may_not
     assert jobs_of(server, alice)[queued]["priority"] == 3
     done = as_root(server, "hold", "--user", alice.user.name, running)
     assert done.returncode == 2 and f"{running} is running" in done.stderr
+    done = as_root(server, "logs", "--user", alice.user.name, running)
+    assert (done.returncode, done.stdout) == (0, ""), done.stderr  # sleep writes nothing
+    refused = as_user(users, bob, server, "logs", "--user", alice.user.name, running)
+    assert refused.returncode == 1 and "only root may" in refused.stderr
     done = as_root(server, "release", "--user", alice.user.name, queued)
     assert (done.returncode, done.stdout) == (0, f"{queued}: released\n"), done.stderr
     assert until(server, alice, queued, "queued")["held_by"] is None

@@ -525,6 +525,10 @@ def _add_jobs(commands: Subcommands) -> None:
     )
     logs.add_argument("--stderr", action="store_true", help="the job's stderr, not its stdout")
     logs.add_argument("id", type=_args.job_id_argument, metavar="ID", help="a job id, such as j12")
+    logs.add_argument(
+        "--user", metavar="NAME",
+        help="root only: NAME's job, read as NAME reads it (their table and logs)",
+    )  # fmt: skip
     logs.set_defaults(run=_logs)
 
     wait = commands.add_parser(
