@@ -262,3 +262,43 @@ def test_cancel_state_needs_user_and_unfinished_states(server: Server) -> None:
         done = as_root(server, *args)
         assert done.returncode == 2, (args, done.stdout, done.stderr)
         assert words in done.stderr, (args, done.stderr)
+
+
+@pytest.mark.timeout(240)
+def test_root_may_hold_release_and_update_another_users_job_and_a_member_may_not(
+    users: Users, people: list[Person], server: Server
+) -> None:
+    alice, bob = people
+    sleeper = shutil.which("sleep") or "/bin/sleep"
+    submitted = [as_user(users, alice, server, "submit", "--", sleeper, "60") for _ in range(2)]
+    assert all(done.returncode == 0 for done in submitted), [d.stderr for d in submitted]
+    running, queued = (done.stdout.strip() for done in submitted)
+    until(server, alice, running, "running")
+    request_of(server, queued)
+    before = settled(jobs_of(server, alice))
+    for args in (("hold", queued), ("release", queued), ("update", queued, "--priority", "3")):
+        refused = as_user(users, bob, server, *args, "--user", alice.user.name)
+        assert refused.returncode == 1, (args, refused.stdout, refused.stderr)
+        assert "only root may" in refused.stderr and "Traceback" not in refused.stderr
+    assert settled(jobs_of(server, alice)) == before  # a refusal changes nothing
+
+    done = as_root(server, "hold", "--user", alice.user.name, queued)
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    assert until(server, alice, queued, "held")["held_by"] == "root"
+    done = as_root(server, "update", "--user", alice.user.name, queued, "--priority", "3")
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    assert jobs_of(server, alice)[queued]["priority"] == 3
+    done = as_root(server, "hold", "--user", alice.user.name, running)
+    assert done.returncode == 2 and f"{running} is running" in done.stderr
+    done = as_root(server, "logs", "--user", alice.user.name, running)
+    assert (done.returncode, done.stdout) == (0, ""), done.stderr  # sleep writes nothing
+    refused = as_user(users, bob, server, "logs", "--user", alice.user.name, running)
+    assert refused.returncode == 1 and "only root may" in refused.stderr
+    done = as_root(server, "release", "--user", alice.user.name, queued)
+    assert (done.returncode, done.stdout) == (0, f"{queued}: released\n"), done.stderr
+    assert until(server, alice, queued, "queued")["held_by"] is None
+    for folder, _, files in os.walk(alice.state):  # nothing of root's left in alice's place
+        for name in [".", *files]:
+            assert os.lstat(Path(folder) / name).st_uid == alice.user.uid, (folder, name)
+    done = as_root(server, "cancel", "--user", alice.user.name)
+    assert done.returncode == 0, (done.stdout, done.stderr)

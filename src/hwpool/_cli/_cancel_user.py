@@ -25,9 +25,10 @@ import pwd
 import re
 import sys
 
-from .._jobs._others import default_state_directory, read_user_jobs
+from .._jobs._others import read_user_jobs
 from .._wire._connection import Wire
 from .._wire._protocol import LeaseRecord, WaiterRecord
+from ._as_user import run_as
 from ._host_access import cancel_one, socket_of
 from ._text import one_line
 
@@ -82,30 +83,11 @@ def _unfinished(user: pwd.struct_passwd, states: frozenset[str]) -> list[str]:
 
 def _as_user(user: pwd.struct_passwd, job_ids: list[str]) -> int:
     """Root: cancel ``job_ids`` in ``user``'s default table in a child that is ``user``."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover (the child; its work is the tested cancel)
-        code = 1
-        try:
-            code = _cancel_as(user, job_ids)
-        except BaseException as exc:  # the child must never return into root's command
-            print(f"hwpool: error: cancel --user: {one_line(str(exc))}", file=sys.stderr)
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status)
+    return run_as(user, lambda: _cancel_as(user, job_ids), "cancel --user")
 
 
 def _cancel_as(user: pwd.struct_passwd, job_ids: list[str]) -> int:
-    """Become ``user`` (for good: groups, gid, then uid), then cancel as their own command."""
-    os.setgroups(os.getgrouplist(user.pw_name, user.pw_gid))
-    os.setresgid(user.pw_gid, user.pw_gid, user.pw_gid)
-    os.setresuid(user.pw_uid, user.pw_uid, user.pw_uid)
-    os.environ["HOME"] = user.pw_dir
-    os.environ["HWPOOL_STATE_DIR"] = str(default_state_directory(user))
+    """As ``user`` (see ``_as_user``): cancel as their own command would."""
     from ._job_table import CancelRefused, cancel_jobs  # noqa: PLC0415 (after the change)
 
     try:

@@ -39,6 +39,7 @@ from .._jobs._store import JobStateError, JobStore, UnknownJobError
 from .._jobs._submit import user_name
 from .._wire._safety import UnsafePathError
 from ._args import JOB_ID_NOTE, WAIT_TIMED_OUT
+from ._as_user import run_as
 from ._job_table import CancelRefused, cancel_jobs, expanded
 from ._job_table import JobUsageError as _Usage
 from ._job_table import job_directory as _directory
@@ -461,7 +462,8 @@ def _cmd_hold(args: argparse.Namespace) -> int:
     before any is held); each is held, one line each."""
     with _table(args.ids) as store:
         job_ids = _waiting_ones(store, args.ids, "can be held; nothing was held")
-        held = [store.hold(job_id, user_name()) for job_id in job_ids]
+        actor = getattr(args, "actor", None) or user_name()
+        held = [store.hold(job_id, actor) for job_id in job_ids]
     wake_supervisor(_directory())  # it withdraws their requests at once
     for record in held:
         print(f"{record.id}: held (hwpool release {record.id} lets it run)")
@@ -508,11 +510,37 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
     return 1 if unfinished else 0
 
 
-cmd_update = _guarded(_cmd_update)
-cmd_hold = _guarded(_cmd_hold)
-cmd_release = _guarded(_cmd_release)
+def _for_user(
+    command: Callable[[argparse.Namespace], int], name: str
+) -> Callable[[argparse.Namespace], int]:
+    """``command``, and with ``--user NAME``: root runs it as NAME on NAME's own table
+    (``_as_user``), recorded as root's; anyone else is refused (exit 1), changing nothing."""
+
+    def run(args: argparse.Namespace) -> int:
+        if getattr(args, "user", None) is None:
+            return command(args)
+        if os.geteuid() != 0:
+            print(f"hwpool: error: {name} --user: only root may {name} another user's jobs (a "
+                  "job table is its user's alone; the server's admins may cancel them: "
+                  "hwpool cancel --user NAME)", file=sys.stderr)  # fmt: skip
+            return _exits.FAILED
+        try:
+            user = pwd.getpwnam(args.user)
+        except KeyError:
+            print(f"hwpool: error: {name} --user: no user named {one_line(repr(args.user))}",
+                  file=sys.stderr)  # fmt: skip
+            return _exits.USAGE
+        own = argparse.Namespace(**{**vars(args), "user": None, "actor": "root"})
+        return run_as(user, lambda: command(own), f"{name} --user")
+
+    return run
+
+
+cmd_update = _for_user(_guarded(_cmd_update), "update")
+cmd_hold = _for_user(_guarded(_cmd_hold), "hold")
+cmd_release = _for_user(_guarded(_cmd_release), "release")
 cmd_jobs = _guarded(_cmd_jobs)
-cmd_logs = _guarded(_cmd_logs)
+cmd_logs = _for_user(_guarded(_cmd_logs), "logs")
 cmd_wait = _guarded(_cmd_wait, broken=_exits.HWPOOL_FAILED)
 cmd_retry = _guarded(_cmd_retry)
 cmd_cancel = _guarded(_cmd_cancel)

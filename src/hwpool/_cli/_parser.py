@@ -525,6 +525,10 @@ def _add_jobs(commands: Subcommands) -> None:
     )
     logs.add_argument("--stderr", action="store_true", help="the job's stderr, not its stdout")
     logs.add_argument("id", type=_args.job_id_argument, metavar="ID", help="a job id, such as j12")
+    logs.add_argument(
+        "--user", metavar="NAME",
+        help="root only: NAME's job, read as NAME reads it (their table and logs)",
+    )  # fmt: skip
     logs.set_defaults(run=_logs)
 
     wait = commands.add_parser(
@@ -547,7 +551,7 @@ def _add_jobs(commands: Subcommands) -> None:
     update = commands.add_parser(
         "update", help="change a queued job in place: priority, time limit, share, name",
         usage="hwpool update [-h] ID [--priority P] [--time LIMIT] [--gpus G | --mem SIZE] "
-        "[--name NAME]",
+        "[--name NAME] [--user NAME]",
         description="Change what is given of the queued job ID (or one waiting on a "
         "dependency), keeping its id and its place; its request is asked for again. A job "
         "that runs or has finished cannot be changed (exit 2).",
@@ -564,6 +568,10 @@ def _add_jobs(commands: Subcommands) -> None:
     update.add_argument("--mem", type=_args.memory_from_text, metavar="SIZE",
                         help="SIZE of one GPU's memory instead (6GiB)")  # fmt: skip
     update.add_argument("--name", metavar="NAME", help="its name")
+    update.add_argument(
+        "--user", metavar="NAME",
+        help="root only: NAME's jobs, in NAME's own table (as NAME would; recorded as root's)",
+    )  # fmt: skip
     update.set_defaults(run=_update)
 
     hold = commands.add_parser(
@@ -574,6 +582,10 @@ def _add_jobs(commands: Subcommands) -> None:
     )  # fmt: skip
     hold.add_argument("ids", type=_args.job_id_argument, nargs="+", metavar="ID",
                       help="job ids, such as j12")  # fmt: skip
+    hold.add_argument(
+        "--user", metavar="NAME",
+        help="root only: NAME's jobs, in NAME's own table (as NAME would; recorded as root's)",
+    )  # fmt: skip
     hold.set_defaults(run=_hold)
 
     release = commands.add_parser(
@@ -583,6 +595,10 @@ def _add_jobs(commands: Subcommands) -> None:
     )  # fmt: skip
     release.add_argument("ids", type=_args.job_id_argument, nargs="+", metavar="ID",
                          help="job ids, such as j12")  # fmt: skip
+    release.add_argument(
+        "--user", metavar="NAME",
+        help="root only: NAME's jobs, in NAME's own table (as NAME would; recorded as root's)",
+    )  # fmt: skip
     release.set_defaults(run=_release)
 
     retry = commands.add_parser(
